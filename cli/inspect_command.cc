@@ -1,0 +1,139 @@
+#include "cli/inspect_command.h"
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "common/util/strings.h"
+#include "common/util/strings.h"
+#include "common/model/ggml_type.h"
+#include "common/model/gguf_file.h"
+#include "common/model/model_config.h"
+#include "common/tokenizer/tokenizer.h"
+
+namespace tandem::cli {
+
+namespace {
+
+std::string HumanBytes(uint64_t b) {
+  if (b >= (1ull << 30)) return StrCat(b / double(1ull << 30)).substr(0, 6) + " GiB";
+  if (b >= (1ull << 20)) return StrCat(b / double(1ull << 20)).substr(0, 6) + " MiB";
+  if (b >= (1ull << 10)) return StrCat(b / double(1ull << 10)).substr(0, 6) + " KiB";
+  return StrCat(b, " B");
+}
+
+std::string ValueSummary(const model::GgufValue& v) {
+  using model::GgufArray;
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, std::string_view>) {
+          std::string s(x.substr(0, 80));
+          for (char& c : s) if (c == '\n') c = ' ';
+          return StrCat("\"", s, x.size() > 80 ? "...\"" : "\"");
+        } else if constexpr (std::is_same_v<T, GgufArray>) {
+          return StrCat("[", model::GgufValueTypeName(x.element_type), " × ", x.count, "]");
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return x ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, int8_t> || std::is_same_v<T, uint8_t>) {
+          return StrCat(int{x});
+        } else {
+          return StrCat(x);
+        }
+      },
+      v);
+}
+
+}  // namespace
+
+void AddInspectCommand(CLI::App& app, InspectOptions* o) {
+  CLI::App* cmd = app.add_subcommand("inspect", "Show a GGUF file's config, tensors and tokenizer");
+  cmd->add_option("--model,-m", o->model, "GGUF file")->required();
+  cmd->add_flag("--metadata", o->metadata, "Also list every metadata key");
+}
+
+int RunInspect(const InspectOptions& o) {
+  auto file = model::GgufFile::Open(o.model);
+  if (!file.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(file.status().message()).c_str());
+    return 1;
+  }
+  const model::GgufFile& f = **file;
+  std::printf("file: %s\n  GGUF v%u, %s, %zu metadata keys, %zu tensors, alignment %u\n",
+              o.model.c_str(), f.version(), HumanBytes(f.file_size()).c_str(), f.metadata().size(),
+              f.tensors().size(), f.alignment());
+
+  std::printf("\nconfig:\n");
+  if (auto c = model::ModelConfig::FromGguf(f); c.ok()) {
+    std::printf("  architecture      %s (%s)\n", c->architecture.c_str(), c->name.c_str());
+    std::printf("  layers            %lld\n", static_cast<long long>(c->n_layers));
+    std::printf("  hidden size       %lld\n", static_cast<long long>(c->hidden_size));
+    std::printf("  heads / kv heads  %lld / %lld (head dim %lld)\n",
+                static_cast<long long>(c->n_heads), static_cast<long long>(c->n_kv_heads),
+                static_cast<long long>(c->head_dim));
+    std::printf("  ffn size          %lld\n", static_cast<long long>(c->ffn_size));
+    std::printf("  vocab             %lld\n", static_cast<long long>(c->vocab_size));
+    std::printf("  context length    %lld\n", static_cast<long long>(c->context_length));
+    std::printf("  rms norm eps      %g\n", c->rms_norm_eps);
+    std::printf("  rope theta        %g (dims %lld, scaling %s)\n", c->rope_theta,
+                static_cast<long long>(c->rope_dim),
+                c->rope_scaling.type == model::RopeScalingType::kNone     ? "none"
+                : c->rope_scaling.type == model::RopeScalingType::kLinear ? "linear"
+                : c->rope_scaling.type == model::RopeScalingType::kYarn   ? "yarn"
+                                                                           : "llama3");
+    std::printf("  tied embeddings   %s\n", c->tied_embeddings ? "yes" : "no");
+    std::printf("  kv bytes/token    %lld (f32), %lld (bf16)\n",
+                static_cast<long long>(c->KvElementsPerToken() * 4),
+                static_cast<long long>(c->KvElementsPerToken() * 2));
+    std::printf("  special ids       bos %d, eos %d, pad %d, unk %d\n", c->bos_token_id,
+                c->eos_token_id, c->pad_token_id, c->unk_token_id);
+    std::printf("  chat template     %s\n", c->chat_template.empty() ? "none" : "yes");
+  } else {
+    std::printf("  (not a runnable model: %s)\n", std::string(c.status().message()).c_str());
+  }
+
+  std::printf("\ntokenizer:\n");
+  if (auto t = tokenizer::Tokenizer::FromGguf(f); t.ok()) {
+    const auto& v = (*t)->vocab();
+    std::printf("  model             %s (pre-tokenizer '%s')\n", v.model_name.c_str(), v.pre.c_str());
+    std::printf("  vocab             %d tokens, %zu merges, %zu special\n", v.size(),
+                v.merges.size(), (*t)->num_special_tokens());
+    std::printf("  add bos / eos     %s / %s, space prefix %s\n", v.add_bos ? "yes" : "no",
+                v.add_eos ? "yes" : "no", v.add_space_prefix ? "yes" : "no");
+  } else {
+    std::printf("  (none: %s)\n", std::string(t.status().message()).c_str());
+  }
+
+  if (!f.tensors().empty()) {
+    std::printf("\ntensors:\n  %-32s %-6s %-22s %12s\n", "name", "type", "shape (ne0, ne1, ...)",
+                "bytes");
+    std::map<std::string, std::pair<int, uint64_t>> by_type;
+    uint64_t total = 0;
+    for (const auto& t : f.tensors()) {
+      std::vector<int64_t> shape(t.ne.begin(), t.ne.begin() + t.n_dims);
+      std::string name(model::GgmlTypeName(t.type));
+      std::printf("  %-32.*s %-6s %-22s %12llu\n", static_cast<int>(t.name.size()), t.name.data(),
+                  name.c_str(), StrCat("[", Join(shape, ", "), "]").c_str(),
+                  static_cast<unsigned long long>(t.n_bytes));
+      by_type[name].first++;
+      by_type[name].second += t.n_bytes;
+      total += t.n_bytes;
+    }
+    std::printf("  total %s:", HumanBytes(total).c_str());
+    for (const auto& [name, c] : by_type) {
+      std::printf(" %s ×%d (%s)", name.c_str(), c.first, HumanBytes(c.second).c_str());
+    }
+    std::printf("\n");
+  }
+
+  if (o.metadata) {
+    std::printf("\nmetadata:\n");
+    for (const auto& kv : f.metadata()) {
+      std::printf("  %-44.*s %s\n", static_cast<int>(kv.key.size()), kv.key.data(),
+                  ValueSummary(kv.value).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace tandem::cli

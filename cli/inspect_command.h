@@ -1,0 +1,23 @@
+// `tandem inspect`: prints a GGUF file's model config, tensors and tokenizer summary.
+#ifndef TANDEM_CLI_INSPECT_COMMAND_H_
+#define TANDEM_CLI_INSPECT_COMMAND_H_
+
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace tandem::cli {
+
+struct InspectOptions {
+  std::string model;
+  bool metadata = false;  // also dump every metadata key
+};
+
+void AddInspectCommand(CLI::App& app, InspectOptions* options);
+
+// Process exit code: 0 on success, 1 if the file cannot be read.
+int RunInspect(const InspectOptions& options);
+
+}  // namespace tandem::cli
+
+#endif  // TANDEM_CLI_INSPECT_COMMAND_H_

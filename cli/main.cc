@@ -1,0 +1,19 @@
+// tandem: the command-line entry point. Each subcommand lives in its own file.
+#include <cstdio>
+
+#include "CLI/CLI.hpp"
+#include "cli/inspect_command.h"
+#include "cli/tokenize_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tandem — a disaggregated LLM inference server"};
+  app.require_subcommand(1);
+  tandem::cli::TokenizeOptions tokenize;
+  tandem::cli::AddTokenizeCommand(app, &tokenize);
+  tandem::cli::InspectOptions inspect;
+  tandem::cli::AddInspectCommand(app, &inspect);
+  CLI11_PARSE(app, argc, argv);
+  if (app.got_subcommand("tokenize")) return tandem::cli::RunTokenize(tokenize);
+  if (app.got_subcommand("inspect")) return tandem::cli::RunInspect(inspect);
+  return 2;
+}

@@ -1,0 +1,130 @@
+#include "common/model/model_config.h"
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "common/util/strings.h"
+#include "common/util/status_macros.h"
+
+namespace tandem::model {
+
+namespace {
+
+absl::Status Invalid(std::string_view key, std::string_view why) {
+  return absl::InvalidArgumentError(StrCat("model config: ", key, " ", why));
+}
+
+// An optional non-negative integer key; `fallback` when absent.
+absl::StatusOr<int64_t> IntOr(const GgufFile& f, const std::string& key, int64_t fallback) {
+  if (f.Find(key) == nullptr) return fallback;
+  ASSIGN_OR_RETURN(uint64_t v, f.GetUint(key));
+  if (v > (int64_t{1} << 40)) return Invalid(key, StrCat("= ", v, " is implausibly large"));
+  return static_cast<int64_t>(v);
+}
+
+absl::StatusOr<int64_t> RequiredInt(const GgufFile& f, const std::string& key) {
+  if (f.Find(key) == nullptr) return Invalid(key, "is missing");
+  ASSIGN_OR_RETURN(int64_t v, IntOr(f, key, 0));
+  if (v <= 0) return Invalid(key, "must be positive");
+  return v;
+}
+
+absl::StatusOr<double> FloatOr(const GgufFile& f, const std::string& key, double fallback) {
+  if (f.Find(key) == nullptr) return fallback;
+  ASSIGN_OR_RETURN(double v, f.GetFloat(key));
+  if (!std::isfinite(v)) return Invalid(key, "is not finite");
+  return v;
+}
+
+absl::StatusOr<int32_t> TokenIdOr(const GgufFile& f, const std::string& key) {
+  if (f.Find(key) == nullptr) return -1;
+  ASSIGN_OR_RETURN(int64_t v, f.GetInt(key));
+  if (v < -1 || v > INT32_MAX) return Invalid(key, StrCat("= ", v, " is not a token id"));
+  return static_cast<int32_t>(v);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
+  ModelConfig c;
+  ASSIGN_OR_RETURN(std::string_view arch, f.GetString("general.architecture"));
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2") {
+    return absl::UnimplementedError(
+        StrCat("model config: architecture '", arch, "' is not supported (llama, mistral, qwen2)"));
+  }
+  c.architecture = std::string(arch);
+  if (auto name = f.GetString("general.name"); name.ok()) c.name = std::string(*name);
+  const std::string p = c.architecture + ".";
+
+  ASSIGN_OR_RETURN(c.n_layers, RequiredInt(f, p + "block_count"));
+  ASSIGN_OR_RETURN(c.hidden_size, RequiredInt(f, p + "embedding_length"));
+  ASSIGN_OR_RETURN(c.n_heads, RequiredInt(f, p + "attention.head_count"));
+  ASSIGN_OR_RETURN(c.n_kv_heads, IntOr(f, p + "attention.head_count_kv", c.n_heads));
+  ASSIGN_OR_RETURN(c.ffn_size, RequiredInt(f, p + "feed_forward_length"));
+  ASSIGN_OR_RETURN(c.context_length, IntOr(f, p + "context_length", 2048));
+  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) {
+    return Invalid(p + "attention.head_count_kv",
+                   StrCat("= ", c.n_kv_heads, " must divide head_count = ", c.n_heads));
+  }
+  ASSIGN_OR_RETURN(c.head_dim, IntOr(f, p + "attention.key_length", 0));
+  if (c.head_dim == 0) {
+    if (c.hidden_size % c.n_heads != 0) {
+      return Invalid(p + "attention.head_count",
+                     StrCat("= ", c.n_heads, " must divide embedding_length = ", c.hidden_size));
+    }
+    c.head_dim = c.hidden_size / c.n_heads;
+  }
+  if (c.head_dim % 2 != 0) return Invalid(p + "attention.key_length", "head dim must be even");
+  ASSIGN_OR_RETURN(c.rope_dim, IntOr(f, p + "rope.dimension_count", c.head_dim));
+  if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
+    return Invalid(p + "rope.dimension_count", "must be even and at most the head dim");
+  }
+  ASSIGN_OR_RETURN(c.rms_norm_eps, FloatOr(f, p + "attention.layer_norm_rms_epsilon", 1e-5));
+  if (c.rms_norm_eps <= 0) return Invalid(p + "attention.layer_norm_rms_epsilon", "must be positive");
+  ASSIGN_OR_RETURN(c.rope_theta, FloatOr(f, p + "rope.freq_base", 10000.0));
+  if (c.rope_theta <= 0) return Invalid(p + "rope.freq_base", "must be positive");
+
+  if (const GgufValue* v = f.Find(p + "rope.scaling.type")) {
+    ASSIGN_OR_RETURN(std::string_view type, f.GetString(p + "rope.scaling.type"));
+    (void)v;
+    if (type == "linear") {
+      c.rope_scaling.type = RopeScalingType::kLinear;
+    } else if (type == "yarn") {
+      c.rope_scaling.type = RopeScalingType::kYarn;
+    } else if (type != "none") {
+      return Invalid(p + "rope.scaling.type", StrCat("'", type, "' is not supported"));
+    }
+  }
+  ASSIGN_OR_RETURN(c.rope_scaling.factor, FloatOr(f, p + "rope.scaling.factor", 1.0));
+  ASSIGN_OR_RETURN(c.rope_scaling.original_context_length,
+                   IntOr(f, p + "rope.scaling.original_context_length", 0));
+  if (f.FindTensor("rope_freqs.weight") != nullptr) {
+    c.rope_scaling.type = RopeScalingType::kLlama3;
+    c.rope_scaling.has_freq_factors_tensor = true;
+  }
+
+  const GgufValue* tokens = f.Find("tokenizer.ggml.tokens");
+  int64_t n_tokens = tokens ? static_cast<int64_t>(std::get<GgufArray>(*tokens).count) : 0;
+  ASSIGN_OR_RETURN(c.vocab_size, IntOr(f, p + "vocab_size", n_tokens));
+  if (c.vocab_size <= 0) return Invalid(p + "vocab_size", "is missing and there is no token list");
+
+  c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
+  c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+
+  ASSIGN_OR_RETURN(c.bos_token_id, TokenIdOr(f, "tokenizer.ggml.bos_token_id"));
+  ASSIGN_OR_RETURN(c.eos_token_id, TokenIdOr(f, "tokenizer.ggml.eos_token_id"));
+  ASSIGN_OR_RETURN(c.pad_token_id, TokenIdOr(f, "tokenizer.ggml.padding_token_id"));
+  ASSIGN_OR_RETURN(c.unk_token_id, TokenIdOr(f, "tokenizer.ggml.unknown_token_id"));
+  for (auto [key, id] : {std::pair{"bos", c.bos_token_id}, std::pair{"eos", c.eos_token_id},
+                         std::pair{"padding", c.pad_token_id},
+                         std::pair{"unknown", c.unk_token_id}}) {
+    if (id >= c.vocab_size) {
+      return Invalid(StrCat("tokenizer.ggml.", key, "_token_id"),
+                     StrCat("= ", id, " is outside the vocabulary of ", c.vocab_size));
+    }
+  }
+  if (auto t = f.GetString("tokenizer.chat_template"); t.ok()) c.chat_template = std::string(*t);
+  return c;
+}
+
+}  // namespace tandem::model

@@ -1,0 +1,61 @@
+// ModelConfig: the hyper-parameters of a Llama-family model, read from GGUF metadata.
+//
+// Covers `general.architecture` = llama, mistral and qwen2 (the same decoder math;
+// qwen2 adds biases to the Q/K/V projections). A plain value type; FromGguf checks
+// that the numbers are consistent (heads divide the hidden size, KV heads divide
+// heads, ...) and returns InvalidArgument naming the key otherwise.
+#ifndef TANDEM_COMMON_MODEL_MODEL_CONFIG_H_
+#define TANDEM_COMMON_MODEL_MODEL_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/model/gguf_file.h"
+
+namespace tandem::model {
+
+enum class RopeScalingType { kNone, kLinear, kYarn, kLlama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  int64_t original_context_length = 0;
+  // Llama 3 style: per-frequency factors are stored as the tensor `rope_freqs.weight`.
+  bool has_freq_factors_tensor = false;
+};
+
+struct ModelConfig {
+  std::string architecture;  // general.architecture
+  std::string name;          // general.name, may be empty
+  int64_t n_layers = 0;
+  int64_t hidden_size = 0;         // embedding_length
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;          // GQA: n_heads / n_kv_heads queries share a KV head
+  int64_t head_dim = 0;
+  int64_t ffn_size = 0;            // feed_forward_length
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+  int64_t rope_dim = 0;            // rotated dims per head (usually head_dim)
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tied_embeddings = false;    // no output.weight: logits reuse token_embd.weight
+  bool qkv_bias = false;
+
+  int32_t bos_token_id = -1;  // -1: none
+  int32_t eos_token_id = -1;
+  int32_t pad_token_id = -1;
+  int32_t unk_token_id = -1;
+  std::string chat_template;  // may be empty
+
+  // 2 × layers × kv_heads × head_dim: float elements of K and V per token.
+  int64_t KvElementsPerToken() const { return 2 * n_layers * n_kv_heads * head_dim; }
+
+  static absl::StatusOr<ModelConfig> FromGguf(const GgufFile& file);
+};
+
+}  // namespace tandem::model
+
+#endif  // TANDEM_COMMON_MODEL_MODEL_CONFIG_H_

@@ -1,0 +1,142 @@
+#include "common/tokenizer/byte_level_bpe.h"
+
+#include <queue>
+
+#include "absl/status/status.h"
+#include "common/util/strings.h"
+#include "common/util/utf8.h"
+
+namespace tandem::tokenizer {
+
+ByteAlphabet::ByteAlphabet() {
+  byte_of_.fill(-1);
+  // Printable bytes keep their own code point; the rest take 256, 257, ... in order.
+  uint32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    uint32_t cp = printable ? static_cast<uint32_t>(b) : next++;
+    utf8::AppendCodepoint(cp, &spelled_[b]);
+    byte_of_[cp] = static_cast<int16_t>(b);
+  }
+}
+
+const ByteAlphabet& GetByteAlphabet() {
+  static const ByteAlphabet* alphabet = new ByteAlphabet();
+  return *alphabet;
+}
+
+absl::StatusOr<std::unique_ptr<ByteLevelBpe>> ByteLevelBpe::Create(const Vocab& vocab) {
+  std::unique_ptr<ByteLevelBpe> bpe(new ByteLevelBpe());
+  bpe->unk_id_ = vocab.unk_id;
+  const ByteAlphabet& alphabet = GetByteAlphabet();
+  for (int b = 0; b < 256; ++b) {
+    auto it = vocab.token_to_id.find(alphabet.Spell(static_cast<uint8_t>(b)));
+    bpe->byte_token_[b] = it == vocab.token_to_id.end() ? -1 : it->second;
+    if (bpe->byte_token_[b] < 0 && vocab.unk_id < 0) {
+      return absl::InvalidArgumentError(StrCat(
+          "tokenizer: byte-level vocabulary has no token for byte ", b, " and no unknown token"));
+    }
+  }
+  bpe->merges_.reserve(vocab.merges.size());
+  for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
+    std::string_view m = vocab.merges[rank];
+    size_t sp = m.find(' ', 1);
+    if (sp == std::string_view::npos) continue;
+    std::string_view left = m.substr(0, sp), right = m.substr(sp + 1);
+    auto l = vocab.token_to_id.find(left);
+    auto r = vocab.token_to_id.find(right);
+    auto merged = vocab.token_to_id.find(StrCat(left, right));
+    // A merge whose parts or result are not tokens can never apply; skip it.
+    if (l == vocab.token_to_id.end() || r == vocab.token_to_id.end() ||
+        merged == vocab.token_to_id.end()) {
+      continue;
+    }
+    bpe->merges_.try_emplace(PairKey(l->second, r->second),
+                             Merge{static_cast<int32_t>(rank), merged->second});
+  }
+  return bpe;
+}
+
+void ByteLevelBpe::Encode(std::string_view piece, std::vector<int32_t>* out) const {
+  if (piece.size() <= kMaxCachedPiece) {
+    absl::MutexLock lock(&cache_mu_);
+    auto it = cache_.find(piece);
+    if (it != cache_.end()) {
+      out->insert(out->end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t start = out->size();
+  EncodeUncached(piece, out);
+  if (piece.size() <= kMaxCachedPiece) {
+    absl::MutexLock lock(&cache_mu_);
+    if (cache_.size() >= kCacheCapacity) cache_.clear();
+    cache_.try_emplace(std::string(piece), out->begin() + static_cast<std::ptrdiff_t>(start),
+                       out->end());
+  }
+}
+
+void ByteLevelBpe::EncodeUncached(std::string_view piece, std::vector<int32_t>* out) const {
+  const int n = static_cast<int>(piece.size());
+  // Symbols form a doubly linked list over byte positions; a merged-away symbol has
+  // id -1.
+  std::vector<int32_t> id(n), prev(n), next(n);
+  for (int i = 0; i < n; ++i) {
+    int32_t t = byte_token_[static_cast<uint8_t>(piece[i])];
+    id[i] = t >= 0 ? t : unk_id_;
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Candidate {
+    int32_t rank, left, right, left_id, right_id;
+    bool operator>(const Candidate& o) const {
+      return rank != o.rank ? rank > o.rank : left > o.left;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto consider = [&](int left, int right) {
+    if (left < 0 || right < 0 || id[left] < 0 || id[right] < 0) return;
+    auto it = merges_.find(PairKey(id[left], id[right]));
+    if (it != merges_.end()) heap.push({it->second.rank, left, right, id[left], id[right]});
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i, i + 1);
+  while (!heap.empty()) {
+    Candidate c = heap.top();
+    heap.pop();
+    // Stale: one side was merged since this candidate was queued.
+    if (id[c.left] != c.left_id || id[c.right] != c.right_id || next[c.left] != c.right) continue;
+    id[c.left] = merges_.find(PairKey(c.left_id, c.right_id))->second.merged_id;
+    id[c.right] = -2;  // dead
+    next[c.left] = next[c.right];
+    if (next[c.right] >= 0) prev[next[c.right]] = c.left;
+    consider(prev[c.left], c.left);
+    consider(c.left, next[c.left]);
+  }
+  for (int i = 0; i >= 0 && i < n; i = next[i]) {
+    if (id[i] >= 0) out->push_back(id[i]);
+  }
+}
+
+std::string ByteLevelBpe::TokenBytes(const std::string& token_text) const {
+  const ByteAlphabet& alphabet = GetByteAlphabet();
+  std::string bytes;
+  std::string_view s = token_text;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t len = 0;
+    uint32_t cp = utf8::DecodeCodepoint(s.substr(i), &len);
+    int b = len > 0 ? alphabet.ByteOf(cp) : -1;
+    if (b >= 0) {
+      bytes.push_back(static_cast<char>(b));
+    } else {
+      // Not in the byte alphabet: keep the text as written.
+      size_t take = len > 0 ? len : 1;
+      bytes.append(s.substr(i, take));
+      len = take;
+    }
+    i += len;
+  }
+  return bytes;
+}
+
+}  // namespace tandem::tokenizer

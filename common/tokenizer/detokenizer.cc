@@ -1,0 +1,76 @@
+#include "common/tokenizer/detokenizer.h"
+
+#include "absl/status/status.h"
+#include "common/util/strings.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/util/utf8.h"
+
+namespace tandem::tokenizer {
+
+namespace {
+
+// Length of the longest prefix of `s` that could begin a well-formed sequence (what
+// Unicode calls a maximal subpart), at least 1 for a non-empty `s`.
+size_t MaximalSubpart(std::string_view s) {
+  const auto b = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
+  size_t n = utf8::DeclaredLength(b(0));
+  if (n <= 1) return 1;
+  uint8_t lo = 0x80, hi = 0xBF;
+  switch (b(0)) {
+    case 0xE0: lo = 0xA0; break;
+    case 0xED: hi = 0x9F; break;
+    case 0xF0: lo = 0x90; break;
+    case 0xF4: hi = 0x8F; break;
+    default: break;
+  }
+  size_t i = 1;
+  if (i < s.size() && b(i) >= lo && b(i) <= hi) {
+    ++i;
+    while (i < n && i < s.size() && (b(i) & 0xC0) == 0x80) ++i;
+  }
+  return i;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Detokenizer::Push(int32_t id) {
+  if (id < 0 || id >= tokenizer_.vocab_size()) {
+    return absl::InvalidArgumentError(
+        StrCat("token id ", id, " is outside the vocabulary of ", tokenizer_.vocab_size()));
+  }
+  std::string_view bytes = tokenizer_.TokenBytes(id);
+  if (at_start_ && tokenizer_.StripsLeadingSpace() && !bytes.empty() && bytes[0] == ' ') {
+    bytes.remove_prefix(1);
+  }
+  at_start_ = false;
+  pending_.append(bytes);
+
+  std::string out;
+  std::string_view s = pending_;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t len = utf8::SequenceLength(s.substr(i));
+    if (len > 0) {
+      out.append(s.substr(i, len));
+      i += len;
+      continue;
+    }
+    size_t part = MaximalSubpart(s.substr(i));
+    if (i + part == s.size() && part < utf8::DeclaredLength(static_cast<uint8_t>(s[i]))) {
+      break;  // an incomplete character at the end: wait for more bytes
+    }
+    out.append(utf8::kReplacement);
+    i += part;
+  }
+  pending_.erase(0, i);
+  return out;
+}
+
+std::string Detokenizer::Finish() {
+  std::string out;
+  if (!pending_.empty()) out.append(utf8::kReplacement);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace tandem::tokenizer

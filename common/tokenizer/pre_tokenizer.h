@@ -1,0 +1,45 @@
+// PreTokenizer: splits text into the pieces BPE runs on, by the regular expressions
+// that `tokenizer.ggml.pre` names (PCRE2, UTF-8 with Unicode properties, JIT).
+//
+// A pre-tokenizer is a sequence of patterns; each one splits every piece produced by
+// the previous one, keeping both the matches and the text between them ("isolated"
+// splitting, as in Hugging Face tokenizers). Concatenating the pieces always gives
+// back the input. Immutable after Create(); Split() may be called from any thread.
+#ifndef TANDEM_COMMON_TOKENIZER_PRE_TOKENIZER_H_
+#define TANDEM_COMMON_TOKENIZER_PRE_TOKENIZER_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::tokenizer {
+
+class PreTokenizer {
+ public:
+  // The pre-tokenizer named by `tokenizer.ggml.pre` (e.g. "gpt2", "smollm", "llama3",
+  // "qwen2"); "" and "default" mean GPT-2. Unimplemented for unknown names.
+  static absl::StatusOr<std::unique_ptr<PreTokenizer>> ForName(std::string_view name);
+  // A pre-tokenizer from explicit patterns, applied in order.
+  static absl::StatusOr<std::unique_ptr<PreTokenizer>> FromPatterns(
+      const std::vector<std::string>& patterns);
+
+  ~PreTokenizer();
+  PreTokenizer(const PreTokenizer&) = delete;
+  PreTokenizer& operator=(const PreTokenizer&) = delete;
+
+  // Appends the pieces of `text` (valid UTF-8, checked by the caller) to `out`; the
+  // pieces are views into `text`.
+  void Split(std::string_view text, std::vector<std::string_view>* out) const;
+
+ private:
+  struct Pattern;
+  PreTokenizer() = default;
+  std::vector<std::unique_ptr<Pattern>> patterns_;
+};
+
+}  // namespace tandem::tokenizer
+
+#endif  // TANDEM_COMMON_TOKENIZER_PRE_TOKENIZER_H_

@@ -1,0 +1,109 @@
+#include "common/tokenizer/tokenizer.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "common/util/strings.h"
+#include "common/tokenizer/byte_level_bpe.h"
+#include "common/tokenizer/detokenizer.h"
+#include "common/tokenizer/pre_tokenizer.h"
+#include "common/tokenizer/sentencepiece_bpe.h"
+#include "common/util/status_macros.h"
+#include "common/util/utf8.h"
+
+namespace tandem::tokenizer {
+
+Tokenizer::~Tokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& file) {
+  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  ASSIGN_OR_RETURN(tok->vocab_, Vocab::FromGguf(file));
+  const Vocab& v = tok->vocab_;
+  const int32_t n = v.size();
+  tok->token_bytes_.resize(n);
+  if (v.model == TokenizerModel::kByteLevelBpe) {
+    ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::ForName(v.pre));
+    ASSIGN_OR_RETURN(tok->bpe_, ByteLevelBpe::Create(tok->vocab_));
+    for (int32_t i = 0; i < n; ++i) {
+      tok->token_bytes_[i] = v.IsSpecial(i) ? v.tokens[i] : tok->bpe_->TokenBytes(v.tokens[i]);
+    }
+  } else {
+    ASSIGN_OR_RETURN(tok->spm_, SentencePieceBpe::Create(tok->vocab_));
+    for (int32_t i = 0; i < n; ++i) {
+      tok->token_bytes_[i] = v.IsSpecial(i) ? v.tokens[i] : tok->spm_->TokenBytes(i);
+    }
+    tok->strip_leading_space_ = v.add_space_prefix;
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    if (v.IsSpecial(i) && !v.tokens[i].empty()) tok->special_.push_back(i);
+  }
+  for (int32_t id : tok->special_) {
+    tok->special_by_first_byte_[static_cast<uint8_t>(v.tokens[id][0])].push_back(id);
+  }
+  for (auto& bucket : tok->special_by_first_byte_) {
+    std::stable_sort(bucket.begin(), bucket.end(), [&](int32_t a, int32_t b) {
+      return v.tokens[a].size() > v.tokens[b].size();
+    });
+  }
+  return tok;
+}
+
+void Tokenizer::EncodeText(std::string_view text, bool at_start, std::vector<int32_t>* out) const {
+  if (text.empty()) return;
+  if (spm_ != nullptr) {
+    spm_->Encode(text, at_start, out);
+    return;
+  }
+  std::vector<std::string_view> pieces;
+  pre_->Split(text, &pieces);
+  for (std::string_view p : pieces) bpe_->Encode(p, out);
+}
+
+absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
+                                                       const EncodeOptions& options) const {
+  if (size_t bad = utf8::FirstInvalid(text); bad != text.size()) {
+    return absl::InvalidArgumentError(
+        StrCat("text is not valid UTF-8 (ill-formed sequence at byte ", bad, ")"));
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 2);
+  if (options.add_special && vocab_.add_bos) ids.push_back(vocab_.bos_id);
+
+  size_t segment = 0;  // start of the plain text not yet encoded
+  if (options.parse_special && !special_.empty()) {
+    for (size_t i = 0; i < text.size();) {
+      int32_t match = -1;
+      for (int32_t id : special_by_first_byte_[static_cast<uint8_t>(text[i])]) {
+        if (text.substr(i, vocab_.tokens[id].size()) == vocab_.tokens[id]) {
+          match = id;
+          break;
+        }
+      }
+      if (match < 0) {
+        ++i;
+        continue;
+      }
+      EncodeText(text.substr(segment, i - segment), segment == 0, &ids);
+      ids.push_back(match);
+      i += vocab_.tokens[match].size();
+      segment = i;
+    }
+  }
+  EncodeText(text.substr(segment), segment == 0, &ids);
+
+  if (options.add_special && vocab_.add_eos) ids.push_back(vocab_.eos_id);
+  return ids;
+}
+
+absl::StatusOr<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids) const {
+  Detokenizer detok(*this);
+  std::string text;
+  for (int32_t id : ids) {
+    ASSIGN_OR_RETURN(std::string piece, detok.Push(id));
+    text += piece;
+  }
+  text += detok.Finish();
+  return text;
+}
+
+}  // namespace tandem::tokenizer

@@ -1,0 +1,180 @@
+#include "common/tokenizer/tokenizer.h"
+
+#include <fstream>
+#include <set>
+
+#include "common/tokenizer/byte_level_bpe.h"
+#include "common/util/utf8.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/gguf_builder.h"
+#include "tests/test_paths.h"
+
+namespace tandem::tokenizer {
+namespace {
+
+using ::tandem::testing::DefaultModelPath;
+using ::tandem::testing::GgufBuilder;
+using ::tandem::testing::TestDataPath;
+using ::testing::ElementsAre;
+
+nlohmann::json LoadJson(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  return nlohmann::json::parse(in);
+}
+
+struct Loaded {
+  std::unique_ptr<model::GgufFile> file;
+  std::unique_ptr<Tokenizer> tok;
+};
+
+Loaded Load(const std::string& path) {
+  Loaded l;
+  auto f = model::GgufFile::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return l;
+  l.file = std::move(*f);
+  auto t = Tokenizer::FromGguf(*l.file);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (t.ok()) l.tok = std::move(*t);
+  return l;
+}
+
+// Every golden case: ids identical to the reference, and decode(encode(s)) equal to
+// the reference's decoding (the text itself, or "decoded" where the reference says
+// otherwise: SentencePiece writes a literal "▁" back as a space).
+void CheckGolden(const Tokenizer& tok, const nlohmann::json& golden, size_t min_cases,
+                 bool parse_special = true) {
+  const auto& cases = golden.at("cases");
+  ASSERT_GE(cases.size(), min_cases);
+  EncodeOptions no_bos;
+  no_bos.add_special = false;
+  no_bos.parse_special = parse_special;
+  int mismatches = 0, roundtrip_failures = 0;
+  for (const auto& c : cases) {
+    const std::string text = c.at("text");
+    const std::vector<int32_t> want = c.at("ids");
+    auto got = tok.Encode(text, no_bos);
+    ASSERT_TRUE(got.ok()) << got.status();
+    if (*got != want && mismatches++ < 5) {
+      ADD_FAILURE() << "ids differ for " << nlohmann::json(text).dump() << "\n  got  "
+                    << nlohmann::json(*got).dump() << "\n  want " << nlohmann::json(want).dump();
+    }
+    auto back = tok.Decode(*got);
+    ASSERT_TRUE(back.ok());
+    const std::string expected_text = c.value("decoded", text);
+    if (*back != expected_text && roundtrip_failures++ < 5) {
+      ADD_FAILURE() << "round trip of " << nlohmann::json(text).dump() << " gave "
+                    << nlohmann::json(*back).dump();
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << "of " << cases.size() << " cases";
+  EXPECT_EQ(roundtrip_failures, 0);
+}
+
+TEST(Tokenizer, MatchesHuggingFaceOnDefaultModel) {
+  Loaded l = Load(DefaultModelPath());
+  ASSERT_NE(l.tok, nullptr) << "run scripts/fetch-model.sh";
+  CheckGolden(*l.tok, LoadJson(TestDataPath("tokenizer_smollm2.json")), 300);
+}
+
+TEST(Tokenizer, MatchesSentencePieceOnSyntheticVocab) {
+  Loaded l = Load(TestDataPath("spm_tiny.gguf"));
+  ASSERT_NE(l.tok, nullptr);
+  EXPECT_EQ(l.tok->vocab().model, TokenizerModel::kSentencePieceBpe);
+  // sentencepiece reads control-token text such as "<s>" as plain text.
+  CheckGolden(*l.tok, LoadJson(TestDataPath("tokenizer_spm_tiny.json")), 100,
+              /*parse_special=*/false);
+}
+
+TEST(Tokenizer, SentencePieceAddsBosWhenAsked) {
+  Loaded l = Load(TestDataPath("spm_tiny.gguf"));
+  ASSERT_NE(l.tok, nullptr);
+  auto ids = l.tok->Encode("hello");
+  ASSERT_TRUE(ids.ok());
+  ASSERT_FALSE(ids->empty());
+  EXPECT_EQ((*ids)[0], l.tok->vocab().bos_id);
+  EXPECT_EQ(*l.tok->Decode({(*ids).begin() + 1, (*ids).end()}), "hello");
+}
+
+TEST(Tokenizer, SpecialTokensAreMatchedWhole) {
+  Loaded l = Load(DefaultModelPath());
+  ASSERT_NE(l.tok, nullptr);
+  auto ids = l.tok->Encode("<|im_start|>user\nhi<|im_end|>");
+  ASSERT_TRUE(ids.ok());
+  ASSERT_GE(ids->size(), 3u);
+  EXPECT_EQ(ids->front(), 1);
+  EXPECT_EQ(ids->back(), 2);
+  EncodeOptions plain;
+  plain.parse_special = false;
+  auto literal = l.tok->Encode("<|im_start|>", plain);
+  ASSERT_TRUE(literal.ok());
+  EXPECT_GT(literal->size(), 1u);
+  EXPECT_EQ(*l.tok->Decode(*literal), "<|im_start|>");
+}
+
+TEST(Tokenizer, RejectsInvalidUtf8AndOutOfRangeIds) {
+  Loaded l = Load(DefaultModelPath());
+  ASSERT_NE(l.tok, nullptr);
+  auto ids = l.tok->Encode("ok\xC3(");
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ids.status().message()), ::testing::HasSubstr("byte 2"));
+  EXPECT_EQ(l.tok->Decode({5, 49152}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(l.tok->Decode({-1}).status().code(), absl::StatusCode::kInvalidArgument);
+  auto empty = l.tok->Encode("");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+}
+
+// A vocabulary small enough to follow by hand: all 256 spelled bytes, then merges.
+GgufBuilder HandVocab() {
+  std::vector<std::string> tokens;
+  const ByteAlphabet& abc = GetByteAlphabet();
+  for (int b = 0; b < 256; ++b) tokens.emplace_back(abc.Spell(static_cast<uint8_t>(b)));
+  tokens.push_back("ab");   // 256
+  tokens.push_back("abc");  // 257
+  tokens.push_back("bc");   // 258
+  tokens.push_back("<s>");  // 259, control
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[259] = 3;
+  GgufBuilder b;
+  b.String("general.architecture", "llama")
+      .String("tokenizer.ggml.model", "gpt2")
+      .String("tokenizer.ggml.pre", "gpt2")
+      .StringArray("tokenizer.ggml.tokens", tokens)
+      .Int32Array("tokenizer.ggml.token_type", types)
+      .StringArray("tokenizer.ggml.merges", {"b c", "a b", "ab c"});
+  return b;
+}
+
+TEST(ByteLevelBpe, AppliesMergesByRank) {
+  std::string bytes = HandVocab().Build();
+  auto f = model::GgufFile::Parse({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto tok = Tokenizer::FromGguf(**f);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  // "b c" outranks "a b": abc → a + bc, and "ab c" never gets a chance.
+  EXPECT_THAT(*(*tok)->Encode("abc"), ElementsAre('a', 258));
+  EXPECT_THAT(*(*tok)->Encode("ab"), ElementsAre(256));
+  EXPECT_THAT(*(*tok)->Encode("a<s>b"), ElementsAre('a', 259, 'b'));
+  // " ab" is one GPT-2 piece; "Ġ" (the spelled space, token 32 here) has no merge.
+  EXPECT_THAT(*(*tok)->Encode("ab ab"), ElementsAre(256, 32, 256));
+}
+
+TEST(ByteAlphabet, IsABijectionOverBytes) {
+  const ByteAlphabet& abc = GetByteAlphabet();
+  std::set<std::string> seen;
+  for (int b = 0; b < 256; ++b) {
+    std::string_view s = abc.Spell(static_cast<uint8_t>(b));
+    EXPECT_TRUE(seen.insert(std::string(s)).second);
+    size_t len = 0;
+    EXPECT_EQ(abc.ByteOf(utf8::DecodeCodepoint(s, &len)), b);
+  }
+  EXPECT_EQ(abc.Spell(' '), "\xC4\xA0");  // Ġ
+  EXPECT_EQ(abc.Spell('A'), "A");
+}
+
+}  // namespace
+}  // namespace tandem::tokenizer

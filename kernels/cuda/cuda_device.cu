@@ -1,0 +1,81 @@
+#include "kernels/cuda/cuda_device.h"
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem::kernels::cuda {
+
+namespace {
+
+absl::Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  std::string msg = absl::StrCat(what, ": ", cudaGetErrorString(err));
+  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) {
+    return absl::UnavailableError(msg);
+  }
+  return absl::InternalError(msg);
+}
+
+#define TANDEM_CUDA_RETURN_IF_ERROR(expr)                          \
+  do {                                                             \
+    absl::Status tandem_cuda_st_ = CudaStatus((expr), #expr);      \
+    if (!tandem_cuda_st_.ok()) return tandem_cuda_st_;             \
+  } while (0)
+
+__global__ void AxpyKernel(int n, float a, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+
+}  // namespace
+
+absl::StatusOr<int> DeviceCount() {
+  int n = 0;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&n));
+  if (n == 0) return absl::UnavailableError("no CUDA device");
+  return n;
+}
+
+absl::StatusOr<std::string> DeviceName(int index) {
+  cudaDeviceProp prop;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, index));
+  return absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ", ",
+                      prop.totalGlobalMem >> 30, " GiB)");
+}
+
+absl::Status SmokeTest(int n) {
+  std::vector<float> x(n), y(n), out(n);
+  for (int i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i % 97) - 48.0f;
+    y[i] = static_cast<float>(i % 13);
+  }
+  float* dx = nullptr;
+  float* dy = nullptr;
+  auto run = [&]() -> absl::Status {
+    const size_t bytes = n * sizeof(float);
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMalloc(&dx, bytes));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMalloc(&dy, bytes));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(dx, x.data(), bytes, cudaMemcpyHostToDevice));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(dy, y.data(), bytes, cudaMemcpyHostToDevice));
+    AxpyKernel<<<(n + 255) / 256, 256>>>(n, 2.0f, dx, dy);
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.data(), dy, bytes, cudaMemcpyDeviceToHost));
+    return absl::OkStatus();
+  };
+  absl::Status st = run();
+  cudaFree(dx);
+  cudaFree(dy);
+  if (!st.ok()) return st;
+  for (int i = 0; i < n; ++i) {
+    if (out[i] != 2.0f * x[i] + y[i]) {
+      return absl::InternalError(absl::StrCat("axpy mismatch at ", i, ": ", out[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::kernels::cuda

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package tandem's build, tests and scripts need.
+# Idempotent: does nothing when everything is already installed. Run as root or
+# with sudo available.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  python3 python3-pip python3-venv
+  libabsl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev   # libFuzzer target for the GGUF reader
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

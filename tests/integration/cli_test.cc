@@ -1,0 +1,129 @@
+// Runs `tandem inspect` and `tandem tokenize` as a user would and checks their
+// output against independent references (the gguf package's tensor list, and the
+// Hugging Face token ids in the tokenizer golden file).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/model/gguf_file.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_paths.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::DefaultModelPath;
+using ::tandem::testing::TestDataPath;
+
+struct RunResult {
+  int exit_code;
+  std::string out;
+};
+
+// Runs `tandem ARGS` (stderr merged into stdout).
+RunResult Tandem(const std::string& args) {
+  std::string cmd = std::string(TANDEM_BIN_DIR) + "/tandem " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  EXPECT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+TEST(CliInspect, ListsEveryTensorWithTypeAndShape) {
+  RunResult r = Tandem("inspect --model " + DefaultModelPath());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream in(TestDataPath("smollm2_tensors.json"));
+  nlohmann::json tensors = nlohmann::json::parse(in);
+  ASSERT_EQ(tensors.size(), 272u);
+  std::istringstream lines(r.out);
+  std::map<std::string, std::string> printed;  // name → rest of the line
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string name;
+    fields >> name;
+    printed[name] = line;
+  }
+  for (const auto& t : tensors) {
+    std::string name = t.at("name");
+    ASSERT_TRUE(printed.count(name)) << "tensor " << name << " missing from inspect output";
+    std::vector<int64_t> shape = t.at("shape");
+    std::string dims = "[";
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (i > 0) dims += ", ";
+      dims += std::to_string(shape[i]);
+    }
+    dims += "]";
+    std::istringstream fields(printed[name]);
+    std::string n, type, bytes;
+    fields >> n >> type;
+    EXPECT_EQ(type, t.at("type").get<std::string>()) << name;
+    EXPECT_THAT(printed[name], ::testing::HasSubstr(dims)) << name;
+    std::string size = std::to_string(t.at("bytes").get<int64_t>());
+    EXPECT_THAT(printed[name], ::testing::EndsWith(size)) << name;
+  }
+  EXPECT_THAT(r.out, ::testing::HasSubstr("layers            30"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("heads / kv heads  9 / 3 (head dim 64)"));
+}
+
+TEST(CliTokenize, JsonIdsMatchTheReference) {
+  std::ifstream in(TestDataPath("tokenizer_smollm2.json"));
+  nlohmann::json golden = nlohmann::json::parse(in);
+  int checked = 0;
+  for (const auto& c : golden.at("cases")) {
+    std::string text = c.at("text");
+    if (text.find('\0') != std::string::npos || text.size() > 200) continue;
+    RunResult r = Tandem("tokenize --json --model " + DefaultModelPath() + " --text " + Quote(text));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(nlohmann::json::parse(r.out), c.at("ids")) << text;
+    if (++checked == 20) break;
+  }
+  EXPECT_EQ(checked, 20);
+}
+
+TEST(CliTokenize, ReadsStdinAndWorksOnVocabOnlyFiles) {
+  RunResult r = Tandem("tokenize --json --no-special --model " + TestDataPath("spm_tiny.gguf") + " < /dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out), nlohmann::json::array());
+  std::string cmd = "printf 'the cat' | " + std::string(TANDEM_BIN_DIR) +
+                    "/tandem tokenize --json --no-special --model " + TestDataPath("spm_tiny.gguf");
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[256] = {};
+  size_t n = fread(buf, 1, sizeof(buf) - 1, p);
+  ASSERT_EQ(pclose(p), 0);
+  auto ids = nlohmann::json::parse(std::string(buf, n)).get<std::vector<int32_t>>();
+  auto file = model::GgufFile::Open(TestDataPath("spm_tiny.gguf"));
+  ASSERT_TRUE(file.ok());
+  auto tok = tokenizer::Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(tok.ok());
+  EXPECT_EQ(*(*tok)->Decode(ids), "the cat");
+}
+
+TEST(CliErrors, BadInputsGiveClearMessagesAndExitCodeOne) {
+  RunResult missing = Tandem("inspect --model /nonexistent.gguf");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.out, ::testing::HasSubstr("/nonexistent.gguf"));
+  RunResult not_gguf = Tandem("tokenize --model " + TestDataPath("smollm2_tensors.json") + " --text hi");
+  EXPECT_EQ(not_gguf.exit_code, 1);
+  EXPECT_THAT(not_gguf.out, ::testing::HasSubstr("not a GGUF file"));
+  RunResult bad_utf8 = Tandem("tokenize --model " + DefaultModelPath() + " --text $(printf 'a\\377')");
+  EXPECT_EQ(bad_utf8.exit_code, 1);
+  EXPECT_THAT(bad_utf8.out, ::testing::HasSubstr("not valid UTF-8"));
+}
+
+}  // namespace
+}  // namespace tandem
