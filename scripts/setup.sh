@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   python3 python3-pip python3-venv
-  libabsl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev
+  libabsl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev   # libFuzzer target for the GGUF reader
 )

@@ -110,6 +110,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
 
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
+  c.rope_halves = c.architecture == "qwen2";
 
   ASSIGN_OR_RETURN(c.bos_token_id, TokenIdOr(f, "tokenizer.ggml.bos_token_id"));
   ASSIGN_OR_RETURN(c.eos_token_id, TokenIdOr(f, "tokenizer.ggml.eos_token_id"));

@@ -43,6 +43,9 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tied_embeddings = false;    // no output.weight: logits reuse token_embd.weight
   bool qkv_bias = false;
+  // RoPE pairs (i, i + rope_dim/2) as NeoX does (qwen2); llama/mistral GGUF files store
+  // Q/K permuted for adjacent pairs (2i, 2i+1).
+  bool rope_halves = false;
 
   int32_t bos_token_id = -1;  // -1: none
   int32_t eos_token_id = -1;

@@ -1,6 +1,5 @@
 #include "common/tokenizer/sentencepiece_bpe.h"
 
-#include <cstdio>
 #include <queue>
 
 #include "common/util/strings.h"
@@ -11,14 +10,21 @@ namespace tandem::tokenizer {
 absl::StatusOr<std::unique_ptr<SentencePieceBpe>> SentencePieceBpe::Create(const Vocab& vocab) {
   std::unique_ptr<SentencePieceBpe> spm(new SentencePieceBpe(vocab));
   spm->byte_token_.fill(-1);
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
   for (int32_t id = 0; id < vocab.size(); ++id) {
+    // Byte tokens are spelled exactly "<0xHH>".
     const std::string& t = vocab.tokens[id];
-    unsigned b = 0;
-    char tail = 0;
-    if (vocab.types[id] == TokenType::kByte && t.size() == 6 &&
-        std::sscanf(t.c_str(), "<0x%2X%c", &b, &tail) == 2 && tail == '>') {
-      spm->byte_token_[b] = id;
+    if (vocab.types[id] != TokenType::kByte || t.size() != 6 || t.compare(0, 3, "<0x") != 0 ||
+        t[5] != '>') {
+      continue;
     }
+    const int hi = hex(t[3]), lo = hex(t[4]);
+    if (hi >= 0 && lo >= 0) spm->byte_token_[hi * 16 + lo] = id;
   }
   return spm;
 }

@@ -178,3 +178,28 @@ TEST(ByteAlphabet, IsABijectionOverBytes) {
 
 }  // namespace
 }  // namespace tandem::tokenizer
+
+namespace tandem::tokenizer {
+namespace {
+
+// Found by the fuzzer: a BYTE token spelled "<0x-1>" once indexed out of bounds.
+TEST(SentencePieceBpe, IgnoresMalformedByteTokens) {
+  GgufBuilder b;
+  b.String("tokenizer.ggml.model", "llama")
+      .StringArray("tokenizer.ggml.tokens", {"<unk>", "<0x-1>", "<0x41>", "<0xzz>", "\xE2\x96\x81" "a"})
+      .Float32Array("tokenizer.ggml.scores", {0, 0, 0, 0, 1})
+      .Int32Array("tokenizer.ggml.token_type", {2, 6, 6, 6, 1})
+      .Uint32("tokenizer.ggml.unknown_token_id", 0);
+  std::string bytes = b.Build();
+  auto f = model::GgufFile::Parse({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto tok = Tokenizer::FromGguf(**f);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EncodeOptions o;
+  o.add_special = false;
+  EXPECT_THAT(*(*tok)->Encode("aA", o), ElementsAre(4, 2));  // "▁a", then byte 0x41
+  EXPECT_THAT(*(*tok)->Encode("B", o), ElementsAre(0, 0));   // "▁" and "B": no byte token
+}
+
+}  // namespace
+}  // namespace tandem::tokenizer

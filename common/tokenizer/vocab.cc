@@ -100,7 +100,7 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
   const bool spm = v.model == TokenizerModel::kSentencePieceBpe;
   // Defaults follow llama.cpp and transformers: SentencePiece vocabularies add BOS and
   // the "▁" prefix unless the file says otherwise.
-  ASSIGN_OR_RETURN(v.add_bos, OptionalBool(f, "tokenizer.ggml.add_bos_token", spm));
+  ASSIGN_OR_RETURN(v.add_bos, OptionalBool(f, "tokenizer.ggml.add_bos_token", spm && v.bos_id >= 0));
   ASSIGN_OR_RETURN(v.add_eos, OptionalBool(f, "tokenizer.ggml.add_eos_token", false));
   ASSIGN_OR_RETURN(v.add_space_prefix, OptionalBool(f, "tokenizer.ggml.add_space_prefix", spm));
   if (v.add_bos && v.bos_id < 0) return Invalid("add_bos_token is set but there is no bos_token_id");

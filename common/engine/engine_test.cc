@@ -1,0 +1,251 @@
+// Engine behaviour on the real default model: batch invariance (alone, batched,
+// preempted, joining and leaving mid-way give the same tokens), cancellation,
+// bad requests, and KV accounting back to baseline after every test.
+#include "common/engine/engine.h"
+
+#include <map>
+#include <string>
+
+#include "common/model/gguf_file.h"
+#include "common/tokenizer/tokenizer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_paths.h"
+
+namespace tandem::engine {
+namespace {
+
+// One step's events (the StatusOr must outlive the loop that reads them).
+std::vector<TokenEvent> StepOk(Engine& e) {
+  auto r = e.Step();
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *std::move(r) : std::vector<TokenEvent>{};
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto f = model::GgufFile::Open(::tandem::testing::DefaultModelPath());
+    ASSERT_TRUE(f.ok()) << f.status() << " (run scripts/fetch-model.sh)";
+    file_ = f->release();
+    auto c = model::ModelConfig::FromGguf(*file_);
+    ASSERT_TRUE(c.ok());
+    auto w = ModelWeights::Load(*file_, *c);
+    ASSERT_TRUE(w.ok()) << w.status();
+    weights_ = w->release();
+    auto t = tokenizer::Tokenizer::FromGguf(*file_);
+    ASSERT_TRUE(t.ok());
+    tok_ = t->release();
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete weights_;
+    delete file_;
+  }
+
+  static std::unique_ptr<Engine> MakeEngine(int64_t kv_bytes = int64_t{64} << 20,
+                                            int32_t block_size = 16) {
+    EngineOptions o;
+    o.kv_cache_bytes = kv_bytes;
+    o.block_size = block_size;
+    o.num_threads = 2;
+    auto e = Engine::Create(*weights_, o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return std::move(*e);
+  }
+
+  // Prompts of varied lengths cut from one text.
+  static std::vector<std::vector<int32_t>> Prompts(int n) {
+    const std::string text =
+        "The history of computing is a story of people finding ways to make machines do "
+        "arithmetic faster. In 1945, ENIAC filled a room; today a phone holds billions of "
+        "transistors. def fib(n):\n    return n if n < 2 else fib(n-1) + fib(n-2)\n"
+        "Les ordinateurs modernes exécutent des milliards d'opérations par seconde. "
+        "Once upon a time, in a quiet village by the sea, there lived an old fisherman who";
+    std::vector<int32_t> all = *tok_->Encode(text);
+    std::vector<std::vector<int32_t>> out;
+    for (int i = 0; i < n; ++i) {
+      const size_t len = 1 + (i * 37) % all.size();
+      const size_t start = (i * 11) % (all.size() - len + 1);
+      out.emplace_back(all.begin() + start, all.begin() + start + len);
+    }
+    return out;
+  }
+
+  // Drives the engine until idle; returns each request's tokens.
+  static std::map<kv::SeqId, std::vector<int32_t>> Drain(Engine& e,
+                                                         std::map<kv::SeqId, std::vector<int32_t>> out = {}) {
+    while (e.HasWork()) {
+      auto events = e.Step();
+      EXPECT_TRUE(events.ok()) << events.status();
+      for (const auto& ev : *events)
+        if (ev.token >= 0) out[ev.id].push_back(ev.token);
+    }
+    return out;
+  }
+
+  static std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, const SamplingParams& p) {
+    auto e = MakeEngine();
+    auto id = e->AddRequest(prompt, p);
+    EXPECT_TRUE(id.ok()) << id.status();
+    auto out = Drain(*e);
+    ExpectNoLeak(*e);
+    return out[*id];
+  }
+
+  static void ExpectNoLeak(const Engine& e) {
+    auto s = e.Stats();
+    EXPECT_EQ(s.blocks.free_blocks, s.blocks.num_blocks) << "KV blocks leaked";
+    EXPECT_EQ(s.blocks.num_sequences, 0);
+  }
+
+  static SamplingParams Params(double temperature, int max_tokens, uint64_t seed) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.max_tokens = max_tokens;
+    p.seed = seed;
+    p.ignore_eos = true;
+    return p;
+  }
+
+  static model::GgufFile* file_;
+  static ModelWeights* weights_;
+  static tokenizer::Tokenizer* tok_;
+};
+model::GgufFile* EngineTest::file_ = nullptr;
+ModelWeights* EngineTest::weights_ = nullptr;
+tokenizer::Tokenizer* EngineTest::tok_ = nullptr;
+
+// The same requests alone, in one batch of 16, under preemption, and with requests
+// joining and leaving mid-way; greedy and seeded temperature 0.8.
+TEST_F(EngineTest, TokensDoNotDependOnBatchingOrPreemption) {
+  const auto prompts = Prompts(16);
+  for (double temperature : {0.0, 0.8}) {
+    SCOPED_TRACE(temperature);
+    std::vector<SamplingParams> params;
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      params.push_back(Params(temperature, 10 + static_cast<int>(i % 5), 1000 + i));
+      alone.push_back(Alone(prompts[i], params[i]));
+      ASSERT_EQ(alone.back().size(), static_cast<size_t>(params[i].max_tokens));
+    }
+
+    {  // All 16 in one batch.
+      auto e = MakeEngine();
+      std::vector<kv::SeqId> ids;
+      for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(*e->AddRequest(prompts[i], params[i]));
+      auto out = Drain(*e);
+      for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(out[ids[i]], alone[i]) << "batched request " << i;
+      ExpectNoLeak(*e);
+    }
+    {  // A KV pool too small for all of them at once: preemption by recompute.
+      auto e = MakeEngine(int64_t{12} * 16 * 2 * 30 * 3 * 64 * 4, 16);  // 12 blocks of 16 tokens
+      std::vector<kv::SeqId> ids;
+      for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(*e->AddRequest(prompts[i], params[i]));
+      auto out = Drain(*e);
+      EXPECT_GT(e->Stats().preemptions, 0) << "the test meant to force preemption";
+      for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(out[ids[i]], alone[i]) << "preempted request " << i;
+      ExpectNoLeak(*e);
+    }
+    {  // Joining and leaving mid-way, block size 1.
+      auto e = MakeEngine(int64_t{64} << 20, 1);
+      std::map<kv::SeqId, size_t> which;
+      std::map<kv::SeqId, std::vector<int32_t>> out;
+      size_t next = 0;
+      int step = 0;
+      while (next < prompts.size() || e->HasWork()) {
+        if (next < prompts.size() && step % 3 == 0) {  // one joins every third step
+          which[*e->AddRequest(prompts[next], params[next])] = next;
+          ++next;
+        }
+        auto events = e->Step();
+        ASSERT_TRUE(events.ok());
+        for (const auto& ev : *events)
+          if (ev.token >= 0) out[ev.id].push_back(ev.token);
+        ++step;
+      }
+      for (const auto& [id, i] : which) EXPECT_EQ(out[id], alone[i]) << "joining request " << i;
+      ExpectNoLeak(*e);
+    }
+  }
+}
+
+TEST_F(EngineTest, CancelFreesBlocksAndOthersContinue) {
+  const auto prompts = Prompts(3);
+  const SamplingParams p = Params(0.0, 12, 1);
+  const std::vector<int32_t> expect = Alone(prompts[2], p);
+  auto e = MakeEngine();
+  const int32_t total = e->Stats().blocks.num_blocks;
+  auto a = *e->AddRequest(prompts[0], p);
+  auto b = *e->AddRequest(prompts[1], p);
+  auto c = *e->AddRequest(prompts[2], p);
+  std::map<kv::SeqId, std::vector<int32_t>> out;
+  for (int i = 0; i < 3; ++i) {
+    for (const auto& ev : StepOk(*e)) out[ev.id].push_back(ev.token);
+  }
+  const int32_t used_before = total - e->Stats().blocks.free_blocks;
+  e->Cancel(a);
+  EXPECT_LT(total - e->Stats().blocks.free_blocks, used_before) << "cancel must free blocks at once";
+  bool saw_cancel = false;
+  for (const auto& ev : StepOk(*e)) {
+    if (ev.id == a) {
+      EXPECT_TRUE(ev.finished);
+      EXPECT_EQ(ev.reason, FinishReason::kCancelled);
+      saw_cancel = true;
+    } else {
+      out[ev.id].push_back(ev.token);
+    }
+  }
+  EXPECT_TRUE(saw_cancel);
+  e->Cancel(b);
+  e->Cancel(b);        // twice: harmless
+  e->Cancel(123456);   // unknown: harmless
+  out = Drain(*e, out);
+  EXPECT_EQ(out[c], expect);
+  ExpectNoLeak(*e);
+}
+
+TEST_F(EngineTest, StopsAtMaxTokensEosAndStopIds) {
+  auto e = MakeEngine();
+  SamplingParams p = Params(0.0, 5, 1);
+  auto prompt = Prompts(1)[0];
+  const auto greedy = Alone(prompt, Params(0.0, 8, 1));
+  p.ignore_eos = false;
+  p.stop_token_ids = {greedy[2]};
+  auto id = *e->AddRequest(prompt, p);
+  std::vector<TokenEvent> events;
+  while (e->HasWork())
+    for (auto& ev : StepOk(*e)) events.push_back(ev);
+  // Generation stops at the first occurrence of the stop id.
+  const size_t first = std::find(greedy.begin(), greedy.end(), greedy[2]) - greedy.begin();
+  ASSERT_EQ(events.size(), first + 1);
+  EXPECT_EQ(events.back().id, id);
+  EXPECT_TRUE(events.back().finished);
+  EXPECT_EQ(events.back().reason, FinishReason::kStop);
+  EXPECT_EQ(events.back().token, greedy[2]);
+  ExpectNoLeak(*e);
+}
+
+TEST_F(EngineTest, RejectsBadRequestsNamingTheField) {
+  auto e = MakeEngine();
+  auto msg = [&](std::vector<int32_t> prompt, SamplingParams p) {
+    auto r = e->AddRequest(std::move(prompt), p);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  };
+  SamplingParams p = Params(0.0, 4, 1);
+  EXPECT_THAT(msg({}, p), ::testing::StartsWith("prompt"));
+  EXPECT_THAT(msg({1, 49152}, p), ::testing::StartsWith("prompt"));
+  EXPECT_THAT(msg({1, -1}, p), ::testing::StartsWith("prompt"));
+  SamplingParams big = p;
+  big.max_tokens = 8192;
+  EXPECT_THAT(msg({1, 2, 3}, big), ::testing::StartsWith("max_tokens"));
+  SamplingParams hot = p;
+  hot.temperature = -1;
+  EXPECT_THAT(msg({1}, hot), ::testing::StartsWith("temperature"));
+  EXPECT_FALSE(e->HasWork());
+  ExpectNoLeak(*e);
+}
+
+}  // namespace
+}  // namespace tandem::engine

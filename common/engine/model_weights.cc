@@ -1,0 +1,103 @@
+#include "common/engine/model_weights.h"
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/model/dequantize.h"
+#include "common/util/status_macros.h"
+#include "common/util/strings.h"
+
+namespace tandem::engine {
+
+using model::GgmlType;
+using model::GgufFile;
+
+absl::StatusOr<WeightMatrix> ModelWeights::Matrix(const GgufFile& f, const std::string& name,
+                                                  int64_t rows, int64_t cols) {
+  const model::GgufTensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) return absl::InvalidArgumentError(StrCat("model: tensor '", name, "' is missing"));
+  if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows) {
+    return absl::InvalidArgumentError(StrCat("model: tensor '", name, "' has shape [", t->ne[0], ", ",
+                                             t->ne[1], "], expected [", cols, ", ", rows, "]"));
+  }
+  WeightMatrix w{t->type, rows, cols, t->data.data()};
+  if (kernels::MatMulSupports(t->type) && cols % 32 == 0) {
+    weight_bytes_ += static_cast<int64_t>(t->n_bytes);
+    return w;
+  }
+  if (!model::Traits(t->type).can_dequantize) {
+    return absl::UnimplementedError(StrCat("model: tensor '", name, "' has unsupported type ",
+                                           model::GgmlTypeName(t->type)));
+  }
+  ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(*t));
+  owned_.push_back(std::move(values));
+  w.type = GgmlType::kF32;
+  w.data = reinterpret_cast<const uint8_t*>(owned_.back().data());
+  weight_bytes_ += rows * cols * 4;
+  converted_bytes_ += rows * cols * 4;
+  return w;
+}
+
+absl::StatusOr<const float*> ModelWeights::Vector(const GgufFile& f, const std::string& name,
+                                                  int64_t n, bool optional) {
+  const model::GgufTensorInfo* t = f.FindTensor(name);
+  if (t == nullptr) {
+    if (optional) return nullptr;
+    return absl::InvalidArgumentError(StrCat("model: tensor '", name, "' is missing"));
+  }
+  if (static_cast<int64_t>(t->n_elements) != n) {
+    return absl::InvalidArgumentError(
+        StrCat("model: tensor '", name, "' has ", t->n_elements, " elements, expected ", n));
+  }
+  weight_bytes_ += n * 4;
+  if (t->type == GgmlType::kF32 && reinterpret_cast<uintptr_t>(t->data.data()) % alignof(float) == 0) {
+    return reinterpret_cast<const float*>(t->data.data());
+  }
+  ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(*t));
+  owned_.push_back(std::move(values));
+  converted_bytes_ += n * 4;
+  return owned_.back().data();
+}
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
+    const GgufFile& f, const model::ModelConfig& c, const std::function<void(int, int)>& progress) {
+  if (c.rope_scaling.type == model::RopeScalingType::kYarn) {
+    return absl::UnimplementedError("model: YaRN RoPE scaling is not supported yet");
+  }
+  std::unique_ptr<ModelWeights> w(new ModelWeights());
+  w->config_ = c;
+  w->owned_.reserve(8 * c.n_layers + 8);  // pointers into owned_ must stay valid
+  const int64_t h = c.hidden_size, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  ASSIGN_OR_RETURN(w->token_embd_, w->Matrix(f, "token_embd.weight", c.vocab_size, h));
+  if (c.tied_embeddings) {
+    w->output_ = w->token_embd_;
+  } else {
+    ASSIGN_OR_RETURN(w->output_, w->Matrix(f, "output.weight", c.vocab_size, h));
+  }
+  ASSIGN_OR_RETURN(w->output_norm_, w->Vector(f, "output_norm.weight", h));
+  if (c.rope_scaling.has_freq_factors_tensor) {
+    ASSIGN_OR_RETURN(w->rope_freqs_, w->Vector(f, "rope_freqs.weight", c.rope_dim / 2));
+  }
+  const int total = static_cast<int>(c.n_layers);
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = StrCat("blk.", i, ".");
+    LayerWeights L;
+    ASSIGN_OR_RETURN(L.attn_norm, w->Vector(f, p + "attn_norm.weight", h));
+    ASSIGN_OR_RETURN(L.wq, w->Matrix(f, p + "attn_q.weight", q_dim, h));
+    ASSIGN_OR_RETURN(L.wk, w->Matrix(f, p + "attn_k.weight", kv_dim, h));
+    ASSIGN_OR_RETURN(L.wv, w->Matrix(f, p + "attn_v.weight", kv_dim, h));
+    ASSIGN_OR_RETURN(L.bq, w->Vector(f, p + "attn_q.bias", q_dim, /*optional=*/true));
+    ASSIGN_OR_RETURN(L.bk, w->Vector(f, p + "attn_k.bias", kv_dim, true));
+    ASSIGN_OR_RETURN(L.bv, w->Vector(f, p + "attn_v.bias", kv_dim, true));
+    ASSIGN_OR_RETURN(L.wo, w->Matrix(f, p + "attn_output.weight", h, q_dim));
+    ASSIGN_OR_RETURN(L.ffn_norm, w->Vector(f, p + "ffn_norm.weight", h));
+    ASSIGN_OR_RETURN(L.w_gate, w->Matrix(f, p + "ffn_gate.weight", c.ffn_size, h));
+    ASSIGN_OR_RETURN(L.w_up, w->Matrix(f, p + "ffn_up.weight", c.ffn_size, h));
+    ASSIGN_OR_RETURN(L.w_down, w->Matrix(f, p + "ffn_down.weight", h, c.ffn_size));
+    w->layers_.push_back(L);
+    if (progress) progress(static_cast<int>(i + 1), total);
+  }
+  return w;
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,74 @@
+// ModelWeights: a Llama-family model's tensors, checked against its config and laid
+// out for the CPU backend.
+//
+// Weights of a type MatMul handles (F32, Q8_0, Q4_0, Q4_1) stay as views into the
+// memory-mapped GGUF file; others (F16, BF16, Q4_K, Q6_K) are dequantized to F32 once,
+// at load. Norm vectors are float32. Immutable after Load; the GgufFile must outlive it.
+#ifndef TANDEM_COMMON_ENGINE_MODEL_WEIGHTS_H_
+#define TANDEM_COMMON_ENGINE_MODEL_WEIGHTS_H_
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/gguf_file.h"
+#include "common/model/model_config.h"
+#include "kernels/cpu/matmul.h"
+
+namespace tandem::engine {
+
+using kernels::WeightMatrix;
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;  // [hidden]
+  WeightMatrix wq;                   // [n_heads·head_dim][hidden]
+  WeightMatrix wk;                   // [n_kv_heads·head_dim][hidden]
+  WeightMatrix wv;                   // [n_kv_heads·head_dim][hidden]
+  const float* bq = nullptr;         // qwen2 only: [n_heads·head_dim]
+  const float* bk = nullptr;         // [n_kv_heads·head_dim]
+  const float* bv = nullptr;
+  WeightMatrix wo;                   // [hidden][n_heads·head_dim]
+  const float* ffn_norm = nullptr;   // [hidden]
+  WeightMatrix w_gate;               // [ffn][hidden]
+  WeightMatrix w_up;                 // [ffn][hidden]
+  WeightMatrix w_down;               // [hidden][ffn]
+};
+
+class ModelWeights {
+ public:
+  // `progress(done, total)` is called as tensors are prepared (may be empty).
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Load(
+      const model::GgufFile& file, const model::ModelConfig& config,
+      const std::function<void(int, int)>& progress = {});
+
+  const model::ModelConfig& config() const { return config_; }
+  const WeightMatrix& token_embd() const { return token_embd_; }  // [vocab][hidden]
+  const WeightMatrix& output() const { return output_; }          // [vocab][hidden]
+  const float* output_norm() const { return output_norm_; }       // [hidden]
+  const float* rope_freq_factors() const { return rope_freqs_; }  // [rope_dim/2] or null
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  // Bytes of weights as tandem holds them (views plus converted copies).
+  int64_t weight_bytes() const { return weight_bytes_; }
+  int64_t converted_bytes() const { return converted_bytes_; }
+
+ private:
+  ModelWeights() = default;
+  absl::StatusOr<WeightMatrix> Matrix(const model::GgufFile& f, const std::string& name,
+                                      int64_t rows, int64_t cols);
+  absl::StatusOr<const float*> Vector(const model::GgufFile& f, const std::string& name,
+                                      int64_t n, bool optional = false);
+
+  model::ModelConfig config_;
+  WeightMatrix token_embd_, output_;
+  const float* output_norm_ = nullptr;
+  const float* rope_freqs_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  std::vector<std::vector<float>> owned_;  // converted tensors
+  int64_t weight_bytes_ = 0;
+  int64_t converted_bytes_ = 0;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_COMMON_ENGINE_MODEL_WEIGHTS_H_

@@ -1,0 +1,117 @@
+#include "common/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/engine/philox.h"
+
+namespace tandem::engine {
+
+void Sampler::ApplyPenalties(std::span<float> logits, const SamplingParams& p,
+                             std::span<const int32_t> prompt, std::span<const int32_t> output) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  if (p.repetition_penalty != 1.0) {
+    const float r = static_cast<float>(p.repetition_penalty);
+    std::vector<bool> seen(vocab, false);
+    for (auto ids : {prompt, output})
+      for (int32_t t : ids)
+        if (t >= 0 && t < vocab) seen[t] = true;
+    for (int32_t t = 0; t < vocab; ++t) {
+      if (seen[t]) logits[t] = logits[t] > 0 ? logits[t] / r : logits[t] * r;
+    }
+  }
+  if (p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) {
+    absl::flat_hash_map<int32_t, int32_t> count;
+    for (int32_t t : output) ++count[t];
+    for (auto [t, n] : count) {
+      if (t < 0 || t >= vocab) continue;
+      logits[t] -= static_cast<float>(p.frequency_penalty * n + p.presence_penalty);
+    }
+  }
+}
+
+std::vector<std::pair<int32_t, double>> Sampler::Distribution(std::span<const float> logits,
+                                                              const SamplingParams& p) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  const double inv_t = 1.0 / p.temperature;
+  double mx = -INFINITY;
+  for (float l : logits) mx = std::max(mx, static_cast<double>(l));
+  std::vector<std::pair<int32_t, double>> probs(vocab);
+  double total = 0;
+  for (int32_t t = 0; t < vocab; ++t) {
+    const double e = std::exp((logits[t] - mx) * inv_t);
+    probs[t] = {t, e};
+    total += e;
+  }
+  for (auto& [t, q] : probs) q /= total;
+  auto better = [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  };
+  size_t keep = probs.size();
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
+    keep = p.top_k;
+    std::nth_element(probs.begin(), probs.begin() + keep, probs.end(), better);
+    probs.resize(keep);
+  }
+  std::sort(probs.begin(), probs.end(), better);
+  if (p.top_p < 1.0) {
+    double cum = 0;
+    size_t n = 0;
+    while (n < probs.size() && cum < p.top_p) cum += probs[n++].second;
+    probs.resize(std::max<size_t>(n, 1));
+  }
+  if (p.min_p > 0.0) {
+    const double floor = p.min_p * probs.front().second;
+    size_t n = 0;
+    while (n < probs.size() && probs[n].second >= floor) ++n;
+    probs.resize(std::max<size_t>(n, 1));
+  }
+  double kept = 0;
+  for (const auto& [t, q] : probs) kept += q;
+  for (auto& [t, q] : probs) q /= kept;
+  return probs;
+}
+
+SampleResult Sampler::Sample(std::span<const float> raw, const SamplingParams& p, uint64_t seed,
+                             int64_t position, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output) {
+  std::vector<float> logits(raw.begin(), raw.end());
+  ApplyPenalties(logits, p, prompt, output);
+  SampleResult r;
+  if (p.temperature == 0.0) {
+    r.token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  } else {
+    const auto dist = Distribution(logits, p);
+    const double u = PhiloxUniform(seed, static_cast<uint64_t>(position));
+    double cum = 0;
+    r.token = dist.back().first;
+    for (const auto& [t, q] : dist) {
+      cum += q;
+      if (u < cum) {
+        r.token = t;
+        break;
+      }
+    }
+  }
+  if (p.logprobs >= 0) {
+    double mx = *std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float l : logits) sum += std::exp(l - mx);
+    const double lse = mx + std::log(sum);
+    r.logprob = static_cast<float>(logits[r.token] - lse);
+    if (p.logprobs > 0) {
+      std::vector<int32_t> ids(logits.size());
+      std::iota(ids.begin(), ids.end(), 0);
+      const size_t n = std::min<size_t>(p.logprobs, ids.size());
+      std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+        return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
+      });
+      for (size_t i = 0; i < n; ++i) r.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - lse)});
+    }
+  }
+  return r;
+}
+
+}  // namespace tandem::engine

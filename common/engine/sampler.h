@@ -1,0 +1,59 @@
+// Sampler: logits → the next token, as SamplingParams say.
+//
+// Steps, in order:
+//   1. penalties on the raw logits: repetition (tokens seen in prompt or output:
+//      positive logits ÷ r, negative × r), then frequency (− f × count in output) and
+//      presence (− p if the token is in the output) — vLLM's definitions;
+//   2. temperature 0 → the arg-max (lowest id on ties); stop here;
+//   3. probabilities softmax(logits / temperature);
+//   4. top-k keeps the k most probable; top-p keeps the smallest most-probable prefix
+//      whose mass reaches p; min-p keeps tokens with prob ≥ min_p × the top prob;
+//      ties are ordered by token id;
+//   5. one uniform u = Philox(seed, position) picks from the renormalized rest.
+// Logprobs are log-softmax of the logits after penalties, before temperature.
+//
+// Stateless and thread-safe. Distribution() exposes step 3–4 for tests.
+#ifndef TANDEM_COMMON_ENGINE_SAMPLER_H_
+#define TANDEM_COMMON_ENGINE_SAMPLER_H_
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "common/engine/sampling_params.h"
+
+namespace tandem::engine {
+
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+
+struct SampleResult {
+  int32_t token = -1;
+  float logprob = 0;               // of `token` (set when params.logprobs ≥ 0)
+  std::vector<TokenLogprob> top;   // the params.logprobs most likely, best first
+};
+
+class Sampler {
+ public:
+  // `logits` [vocab] of the position being sampled, which is `position` in the
+  // sequence (its index counting prompt tokens from 0).
+  static SampleResult Sample(std::span<const float> logits, const SamplingParams& p,
+                             uint64_t seed, int64_t position, std::span<const int32_t> prompt,
+                             std::span<const int32_t> output);
+
+  // Step 1 in place.
+  static void ApplyPenalties(std::span<float> logits, const SamplingParams& p,
+                             std::span<const int32_t> prompt, std::span<const int32_t> output);
+
+  // Steps 3–4: the (token, probability) pairs left, most probable first, summing to 1.
+  // Requires temperature > 0.
+  static std::vector<std::pair<int32_t, double>> Distribution(std::span<const float> logits,
+                                                              const SamplingParams& p);
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_COMMON_ENGINE_SAMPLER_H_

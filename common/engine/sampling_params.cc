@@ -1,0 +1,48 @@
+#include "common/engine/sampling_params.h"
+
+#include <cmath>
+
+#include "common/util/strings.h"
+
+namespace tandem::engine {
+
+namespace {
+absl::Status Bad(std::string_view field, std::string_view why) {
+  return absl::InvalidArgumentError(StrCat(field, ": ", why));
+}
+}  // namespace
+
+absl::Status SamplingParams::Validate(int32_t vocab_size, int64_t max_context) const {
+  if (max_tokens < 1) return Bad("max_tokens", StrCat("must be at least 1, got ", max_tokens));
+  if (max_tokens > max_context) {
+    return Bad("max_tokens", StrCat(max_tokens, " exceeds the model's context of ", max_context));
+  }
+  if (!std::isfinite(temperature) || temperature < 0) {
+    return Bad("temperature", "must be a finite number ≥ 0");
+  }
+  if (top_k < -1) return Bad("top_k", "must be -1, 0 (off) or positive");
+  if (top_k > vocab_size) return Bad("top_k", StrCat("exceeds the vocabulary of ", vocab_size));
+  if (!std::isfinite(top_p) || top_p <= 0 || top_p > 1) return Bad("top_p", "must be in (0, 1]");
+  if (!std::isfinite(min_p) || min_p < 0 || min_p > 1) return Bad("min_p", "must be in [0, 1]");
+  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0 || repetition_penalty > 10) {
+    return Bad("repetition_penalty", "must be in (0, 10]");
+  }
+  if (!std::isfinite(presence_penalty) || std::fabs(presence_penalty) > 2) {
+    return Bad("presence_penalty", "must be in [-2, 2]");
+  }
+  if (!std::isfinite(frequency_penalty) || std::fabs(frequency_penalty) > 2) {
+    return Bad("frequency_penalty", "must be in [-2, 2]");
+  }
+  if (logprobs < -1 || logprobs > kMaxLogprobs) {
+    return Bad("logprobs", StrCat("must be between 0 and ", kMaxLogprobs));
+  }
+  if (stop_token_ids.size() > kMaxStopTokenIds) {
+    return Bad("stop_token_ids", StrCat("at most ", kMaxStopTokenIds, " ids"));
+  }
+  for (int32_t id : stop_token_ids) {
+    if (id < 0 || id >= vocab_size) return Bad("stop_token_ids", StrCat("id ", id, " is outside the vocabulary"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::engine

@@ -1,0 +1,39 @@
+// SamplingParams: how a request turns logits into tokens, and when it stops.
+//
+// Field names follow vLLM. Validate() checks every field (DESIGN.md §9) and names the
+// offending one in an InvalidArgument status.
+#ifndef TANDEM_COMMON_ENGINE_SAMPLING_PARAMS_H_
+#define TANDEM_COMMON_ENGINE_SAMPLING_PARAMS_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace tandem::engine {
+
+struct SamplingParams {
+  int32_t max_tokens = 16;
+  double temperature = 1.0;        // 0 = greedy
+  int32_t top_k = 0;               // 0 or -1: off
+  double top_p = 1.0;              // (0, 1]
+  double min_p = 0.0;              // [0, 1]
+  std::optional<uint64_t> seed;    // unset: the engine draws one
+  std::vector<int32_t> stop_token_ids;
+  double repetition_penalty = 1.0;  // > 0; 1 = off (applies to prompt and output tokens)
+  double presence_penalty = 0.0;    // [-2, 2] (output tokens)
+  double frequency_penalty = 0.0;   // [-2, 2] (output tokens)
+  int32_t logprobs = -1;            // -1: none; n ≥ 0: sampled token plus the top n
+  bool ignore_eos = false;
+
+  static constexpr int32_t kMaxLogprobs = 20;
+  static constexpr int32_t kMaxStopTokenIds = 64;
+
+  // `vocab_size` bounds top_k and stop ids; `max_context` bounds max_tokens.
+  absl::Status Validate(int32_t vocab_size, int64_t max_context) const;
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_COMMON_ENGINE_SAMPLING_PARAMS_H_

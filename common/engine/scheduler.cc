@@ -1,0 +1,77 @@
+#include "common/engine/scheduler.h"
+
+#include <algorithm>
+
+#include "common/util/check.h"
+
+namespace tandem::engine {
+
+std::string_view FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+  }
+  return "";
+}
+
+void Scheduler::Enqueue(Sequence* seq) {
+  seq->state = SequenceState::kWaiting;
+  waiting_.push_back(seq);
+}
+
+void Scheduler::Remove(Sequence* seq) {
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  blocks_->Free(seq->id);
+}
+
+void Scheduler::Preempt(Sequence* seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  blocks_->Free(seq->id);
+  seq->num_cached = 0;
+  seq->state = SequenceState::kWaiting;
+  ++seq->preemptions;
+  ++preemptions_;
+  waiting_.push_front(seq);
+}
+
+ScheduledStep Scheduler::Schedule() {
+  ScheduledStep step;
+  // Stage 1: capacity. Oldest first; the youngest gives way until the rest fit.
+  size_t i = 0;
+  while (i < running_.size()) {
+    Sequence* seq = running_[i];
+    if (blocks_->CanAppend(seq->id, seq->size())) {
+      TANDEM_CHECK(blocks_->Append(seq->id, seq->size()).ok());
+      ++i;
+      continue;
+    }
+    Sequence* victim = running_.back();  // index ≥ i: not grown yet this step
+    Preempt(victim);
+    step.preempted.push_back(victim);
+  }
+  int64_t budget = options_.max_batched_tokens;
+  for (Sequence* seq : running_) {
+    step.sequences.push_back(seq);
+    budget -= seq->num_uncomputed();
+  }
+  // Stage 2: admit from the queue, in order, while everything fits.
+  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_running) {
+    Sequence* seq = waiting_.front();
+    const int64_t need = seq->size();
+    const bool alone = step.sequences.empty();
+    if (need > budget && !alone) break;
+    if (!blocks_->CanAllocate(need)) break;
+    TANDEM_CHECK(blocks_->Allocate(seq->id, need).ok());
+    waiting_.pop_front();
+    seq->state = SequenceState::kRunning;
+    running_.push_back(seq);
+    step.sequences.push_back(seq);
+    budget -= need;
+  }
+  return step;
+}
+
+}  // namespace tandem::engine

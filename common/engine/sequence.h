@@ -1,0 +1,55 @@
+// Sequence: one request's tokens and progress through the engine.
+//
+// Its life is a small state machine: kWaiting (queued, or preempted back to the
+// queue) → kRunning (holds KV blocks) → kFinished. A preempted sequence drops its KV
+// and is recomputed from prompt + output when readmitted. Owned and mutated only by
+// the engine thread.
+#ifndef TANDEM_COMMON_ENGINE_SEQUENCE_H_
+#define TANDEM_COMMON_ENGINE_SEQUENCE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "common/engine/sampling_params.h"
+#include "common/kv/block_manager.h"
+
+namespace tandem::engine {
+
+enum class SequenceState { kWaiting, kRunning, kFinished };
+
+enum class FinishReason {
+  kNone,
+  kStop,       // EOS or a stop token id
+  kLength,     // max_tokens, or the model's context is full
+  kCancelled,  // the client cancelled
+};
+
+std::string_view FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", ""
+
+struct Sequence {
+  using Clock = std::chrono::steady_clock;
+
+  kv::SeqId id = 0;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> output;
+  SamplingParams params;
+  uint64_t seed = 0;
+  SequenceState state = SequenceState::kWaiting;
+  FinishReason finish = FinishReason::kNone;
+  int64_t num_cached = 0;   // leading tokens whose K/V are in the cache
+  int32_t preemptions = 0;
+  Clock::time_point arrival, first_token, finished_at;
+
+  int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
+  int32_t TokenAt(int64_t i) const {
+    return i < static_cast<int64_t>(prompt.size()) ? prompt[i] : output[i - prompt.size()];
+  }
+  // Tokens whose K/V the next forward pass must compute: [num_cached, size()).
+  int64_t num_uncomputed() const { return size() - num_cached; }
+};
+
+}  // namespace tandem::engine
+
+#endif  // TANDEM_COMMON_ENGINE_SEQUENCE_H_

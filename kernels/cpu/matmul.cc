@@ -1,0 +1,279 @@
+#include "kernels/cpu/matmul.h"
+
+// GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm256_undefined_*()
+// placeholders when the intrinsics are inlined here.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "common/model/dequantize.h"
+#include "common/util/check.h"
+#include "common/util/half.h"
+
+namespace tandem::kernels {
+
+using model::GgmlType;
+
+size_t WeightMatrix::RowBytes() const {
+  const auto& t = model::Traits(type);
+  return static_cast<size_t>(cols / t.block_size * t.type_size);
+}
+
+bool MatMulSupports(GgmlType type) {
+  return type == GgmlType::kF32 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 ||
+         type == GgmlType::kQ4_1;
+}
+
+void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* out) {
+  std::vector<float> row(w.cols);
+  for (int64_t j = 0; j < w.rows; ++j) {
+    const uint8_t* src = w.data + j * w.RowBytes();
+    TANDEM_CHECK(model::Dequantize(w.type, {src, w.RowBytes()}, row).ok());
+    for (int64_t i = 0; i < m; ++i) {
+      double acc = 0;
+      for (int64_t k = 0; k < w.cols; ++k) acc += static_cast<double>(x[i * w.cols + k]) * row[k];
+      out[i * w.rows + j] = static_cast<float>(acc);
+    }
+  }
+}
+
+namespace {
+
+constexpr int kMaxM = 6;      // rows of x per micro-tile
+constexpr int kMaxN = 4;      // weight rows per micro-tile
+constexpr int kPanelRows = 16;  // weight rows decoded together on the panel path
+constexpr int64_t kPanelMinM = 8;
+
+// ---------------------------------------------------------------------------
+// AVX-512 path.
+
+#define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+// Horizontal sum in a fixed order (halves, quarters, pairs, lanes).
+TANDEM_AVX512 inline float ReduceAdd(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+
+// Decodes the 32 weights of block `b` of a row into two vectors: elements
+// [32b, 32b+16) and [32b+16, 32b+32).
+template <GgmlType T>
+TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, __m512* lo, __m512* hi) {
+  if constexpr (T == GgmlType::kF32) {
+    const float* f = reinterpret_cast<const float*>(row) + 32 * b;
+    *lo = _mm512_loadu_ps(f);
+    *hi = _mm512_loadu_ps(f + 16);
+  } else if constexpr (T == GgmlType::kQ8_0) {
+    const uint8_t* blk = row + 34 * b;
+    const __m512 d = _mm512_set1_ps(HalfToFloat(*reinterpret_cast<const uint16_t*>(blk)));
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
+    *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+    *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+  } else if constexpr (T == GgmlType::kQ4_0) {
+    const uint8_t* blk = row + 18 * b;
+    const __m512 d = _mm512_set1_ps(HalfToFloat(*reinterpret_cast<const uint16_t*>(blk)));
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+    const __m512i eight = _mm512_set1_epi32(8);
+    const __m512i l = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(15)), eight);
+    const __m512i h = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+    *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(l), d);
+    *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(h), d);
+  } else {
+    static_assert(T == GgmlType::kQ4_1);
+    const uint8_t* blk = row + 20 * b;
+    const uint16_t* dm = reinterpret_cast<const uint16_t*>(blk);
+    const __m512 d = _mm512_set1_ps(HalfToFloat(dm[0]));
+    const __m512 mn = _mm512_set1_ps(HalfToFloat(dm[1]));
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
+    const __m512i l = _mm512_and_si512(q, _mm512_set1_epi32(15));
+    const __m512i h = _mm512_srli_epi32(q, 4);
+    // Multiply then add, as dequantize.cc does (no fused multiply-add).
+    *lo = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(l), d), mn);
+    *hi = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(h), d), mn);
+  }
+}
+
+// out[i][j] for MT rows of x and NT weight rows decoded on the fly.
+template <GgmlType T, int MT, int NT>
+TANDEM_AVX512 void TileDirect(const float* x, int64_t k, const uint8_t* const* wrows, float* out,
+                              int64_t ldo) {
+  __m512 acc[MT][NT];
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < k / 32; ++b) {
+    __m512 lo[NT], hi[NT];
+    for (int j = 0; j < NT; ++j) DecodeBlock<T>(wrows[j], b, &lo[j], &hi[j]);
+    for (int i = 0; i < MT; ++i) {
+      const __m512 x0 = _mm512_loadu_ps(x + i * k + 32 * b);
+      const __m512 x1 = _mm512_loadu_ps(x + i * k + 32 * b + 16);
+      for (int j = 0; j < NT; ++j) {
+        acc[i][j] = _mm512_fmadd_ps(x0, lo[j], acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(x1, hi[j], acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd(acc[i][j]);
+}
+
+// Same arithmetic with weights already decoded into `panel` rows of k floats.
+template <int MT, int NT>
+TANDEM_AVX512 void TilePanel(const float* x, int64_t k, const float* panel, float* out,
+                             int64_t ldo) {
+  __m512 acc[MT][NT];
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < k; kk += 16) {
+    __m512 w[NT];
+    for (int j = 0; j < NT; ++j) w[j] = _mm512_loadu_ps(panel + j * k + kk);
+    for (int i = 0; i < MT; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x + i * k + kk);
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(xv, w[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd(acc[i][j]);
+}
+
+template <GgmlType T>
+TANDEM_AVX512 void DecodeRow(const uint8_t* row, int64_t k, float* dst) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    __m512 lo, hi;
+    DecodeBlock<T>(row, b, &lo, &hi);
+    _mm512_storeu_ps(dst + 32 * b, lo);
+    _mm512_storeu_ps(dst + 32 * b + 16, hi);
+  }
+}
+
+// Dispatch a tile of runtime size (mt ≤ kMaxM, nt ≤ kMaxN) to its instantiation.
+template <GgmlType T, int MT = kMaxM>
+TANDEM_AVX512 void DirectDispatch(int mt, int nt, const float* x, int64_t k,
+                                  const uint8_t* const* wrows, float* out, int64_t ldo) {
+  if constexpr (MT > 0) {
+    if (mt == MT) {
+      switch (nt) {
+        case 1: return TileDirect<T, MT, 1>(x, k, wrows, out, ldo);
+        case 2: return TileDirect<T, MT, 2>(x, k, wrows, out, ldo);
+        case 3: return TileDirect<T, MT, 3>(x, k, wrows, out, ldo);
+        default: return TileDirect<T, MT, 4>(x, k, wrows, out, ldo);
+      }
+    }
+    DirectDispatch<T, MT - 1>(mt, nt, x, k, wrows, out, ldo);
+  }
+}
+
+template <int MT = kMaxM>
+TANDEM_AVX512 void PanelDispatch(int mt, int nt, const float* x, int64_t k, const float* panel,
+                                 float* out, int64_t ldo) {
+  if constexpr (MT > 0) {
+    if (mt == MT) {
+      switch (nt) {
+        case 1: return TilePanel<MT, 1>(x, k, panel, out, ldo);
+        case 2: return TilePanel<MT, 2>(x, k, panel, out, ldo);
+        case 3: return TilePanel<MT, 3>(x, k, panel, out, ldo);
+        default: return TilePanel<MT, 4>(x, k, panel, out, ldo);
+      }
+    }
+    PanelDispatch<MT - 1>(mt, nt, x, k, panel, out, ldo);
+  }
+}
+
+template <GgmlType T>
+TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatrix& w, float* out,
+                                     int64_t n0, int64_t n1) {
+  const int64_t k = w.cols, n = w.rows;
+  const size_t rb = w.RowBytes();
+  if (m < kPanelMinM) {
+    for (int64_t j = n0; j < n1; j += kMaxN) {
+      const int nt = static_cast<int>(std::min<int64_t>(kMaxN, n1 - j));
+      const uint8_t* rows[kMaxN];
+      for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
+      for (int64_t i = 0; i < m; i += kMaxM) {
+        const int mt = static_cast<int>(std::min<int64_t>(kMaxM, m - i));
+        DirectDispatch<T>(mt, nt, x + i * k, k, rows, out + i * n + j, n);
+      }
+    }
+    return;
+  }
+  thread_local std::vector<float> panel;
+  panel.resize(static_cast<size_t>(kPanelRows) * k);
+  for (int64_t j0 = n0; j0 < n1; j0 += kPanelRows) {
+    const int64_t pr = std::min<int64_t>(kPanelRows, n1 - j0);
+    for (int64_t t = 0; t < pr; ++t) DecodeRow<T>(w.data + (j0 + t) * rb, k, panel.data() + t * k);
+    for (int64_t i = 0; i < m; i += kMaxM) {
+      const int mt = static_cast<int>(std::min<int64_t>(kMaxM, m - i));
+      for (int64_t j = 0; j < pr; j += kMaxN) {
+        const int nt = static_cast<int>(std::min<int64_t>(kMaxN, pr - j));
+        PanelDispatch(mt, nt, x + i * k, k, panel.data() + j * k, out + i * n + j0 + j, n);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Portable path: the same lane structure in plain C++ (16 partial sums per output).
+
+void DecodeRowGeneric(const WeightMatrix& w, const uint8_t* row, float* dst) {
+  TANDEM_CHECK(model::Dequantize(w.type, {row, w.RowBytes()}, {dst, static_cast<size_t>(w.cols)}).ok());
+}
+
+void MatMulRangeGeneric(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
+                        int64_t n1) {
+  const int64_t k = w.cols, n = w.rows;
+  std::vector<float> row(k);
+  for (int64_t j = n0; j < n1; ++j) {
+    DecodeRowGeneric(w, w.data + j * w.RowBytes(), row.data());
+    for (int64_t i = 0; i < m; ++i) {
+      float lanes[16] = {};
+      const float* xi = x + i * k;
+      for (int64_t kk = 0; kk < k; kk += 16)
+        for (int l = 0; l < 16; ++l) lanes[l] += xi[kk + l] * row[kk + l];
+      float s = 0;
+      for (int l = 0; l < 16; ++l) s += lanes[l];
+      out[i * n + j] = s;
+    }
+  }
+}
+
+bool HaveAvx512() {
+  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return have;
+}
+
+void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
+                 int64_t n1) {
+  if (!HaveAvx512() || w.cols % 32 != 0) return MatMulRangeGeneric(x, m, w, out, n0, n1);
+  switch (w.type) {
+    case GgmlType::kF32: return MatMulRangeAvx512<GgmlType::kF32>(x, m, w, out, n0, n1);
+    case GgmlType::kQ8_0: return MatMulRangeAvx512<GgmlType::kQ8_0>(x, m, w, out, n0, n1);
+    case GgmlType::kQ4_0: return MatMulRangeAvx512<GgmlType::kQ4_0>(x, m, w, out, n0, n1);
+    case GgmlType::kQ4_1: return MatMulRangeAvx512<GgmlType::kQ4_1>(x, m, w, out, n0, n1);
+    default: TANDEM_CHECK(false);
+  }
+}
+
+}  // namespace
+
+const char* MatMulIsa() { return HaveAvx512() ? "avx512" : "generic"; }
+
+void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out, ThreadPool* pool) {
+  TANDEM_CHECK(MatMulSupports(w.type));
+  if (m <= 0 || w.rows <= 0) return;
+  // Split the weight rows; a chunk boundary never changes any output's arithmetic.
+  const int64_t grain = m < kPanelMinM ? kMaxN : kPanelRows;
+  if (pool == nullptr) return MatMulRange(x, m, w, out, 0, w.rows);
+  pool->ParallelFor(
+      w.rows, [&](int64_t b, int64_t e, int) { MatMulRange(x, m, w, out, b, e); }, grain);
+}
+
+}  // namespace tandem::kernels

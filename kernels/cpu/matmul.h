@@ -1,0 +1,47 @@
+// MatMul: out = x · Wᵀ for float32 activations and (possibly quantized) weights.
+//
+//   x    [m][k]   float32, row-major
+//   W    [n][k]   one row per output feature, in its GGUF type (F32, Q8_0, Q4_0, Q4_1)
+//   out  [m][n]   float32
+//
+// Weights stay quantized in memory and are decoded on the fly (small m) or into a
+// per-thread float panel reused by every row (large m). Both paths decode with the
+// same arithmetic and accumulate each output in the same order: 16 lanes over k in
+// steps of 16, then one fixed horizontal sum. So out[i][j] depends only on x[i] and
+// W[j] — never on m, on the other rows, or on how work is split across threads. That
+// is what makes the engine batch-invariant.
+//
+// MatMulReference is the plain definition (double accumulation) the tests compare
+// against. Both are thread-safe for distinct outputs.
+#ifndef TANDEM_KERNELS_CPU_MATMUL_H_
+#define TANDEM_KERNELS_CPU_MATMUL_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/model/ggml_type.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tandem::kernels {
+
+struct WeightMatrix {
+  model::GgmlType type = model::GgmlType::kF32;
+  int64_t rows = 0;  // n: output features
+  int64_t cols = 0;  // k: input features (a multiple of the type's block size)
+  const uint8_t* data = nullptr;  // rows × RowBytes()
+  size_t RowBytes() const;
+};
+
+// Whether MatMul handles this type directly (others must be converted to F32 first).
+bool MatMulSupports(model::GgmlType type);
+
+void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out, ThreadPool* pool);
+
+void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* out);
+
+// The instruction set MatMul uses on this machine ("avx512" or "generic").
+const char* MatMulIsa();
+
+}  // namespace tandem::kernels
+
+#endif  // TANDEM_KERNELS_CPU_MATMUL_H_

@@ -1,0 +1,73 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <algorithm>
+
+namespace tandem::kernels {
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1);
+  }
+  cv_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+                             int64_t grain) {
+  if (n <= 0) return;
+  if (num_threads_ == 1 || n <= grain) {
+    fn(0, n, 0);
+    return;
+  }
+  task_ = &fn;
+  task_n_ = n;
+  task_grain_ = grain;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  int64_t b, e;
+  ChunkRange(n, num_threads_, 0, grain, &b, &e);
+  if (b < e) fn(b, e, 0);
+  while (pending_.load(std::memory_order_acquire) != 0) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  task_ = nullptr;
+}
+
+void ThreadPool::WorkerLoop(int index) {
+  uint64_t seen = 0;
+  while (true) {
+    // Spin for a while: the next loop of a forward pass usually starts within µs.
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; gen == seen && spin < 200000; ++spin) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    if (gen == seen) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    seen = gen;
+    if (stop_.load()) return;
+    int64_t b, e;
+    ChunkRange(task_n_, num_threads_, index, task_grain_, &b, &e);
+    if (b < e) (*task_)(b, e, index);
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+}  // namespace tandem::kernels
