@@ -2,6 +2,8 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "cli/bench_command.h"
+#include "cli/generate_command.h"
 #include "cli/inspect_command.h"
 #include "cli/tokenize_command.h"
 
@@ -12,7 +14,13 @@ int main(int argc, char** argv) {
   tandem::cli::AddTokenizeCommand(app, &tokenize);
   tandem::cli::InspectOptions inspect;
   tandem::cli::AddInspectCommand(app, &inspect);
+  tandem::cli::GenerateOptions generate;
+  tandem::cli::AddGenerateCommand(app, &generate);
+  tandem::cli::BenchOptions bench;
+  tandem::cli::AddBenchCommand(app, &bench);
   CLI11_PARSE(app, argc, argv);
+  if (app.got_subcommand("bench")) return tandem::cli::RunBench(bench);
+  if (app.got_subcommand("generate")) return tandem::cli::RunGenerate(generate);
   if (app.got_subcommand("tokenize")) return tandem::cli::RunTokenize(tokenize);
   if (app.got_subcommand("inspect")) return tandem::cli::RunInspect(inspect);
   return 2;

@@ -29,8 +29,9 @@ class Backend {
   virtual void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out) = 0;
   virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                        float* out) = 0;
-  // x [n][n_heads][head_dim] rotated in place.
-  virtual void Rope(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
+  // x [n][n_heads][head_dim] rotated in place by the angles of `table` (one row per
+  // token, built once per pass with BuildRopeTable).
+  virtual void Rope(float* x, int64_t n, int32_t n_heads, const RopeTable& table,
                     const RopeParams& p) = 0;
   virtual void SwiGlu(const float* gate, const float* up, int64_t n, float* out) = 0;
   virtual void Add(float* x, const float* y, int64_t n) = 0;

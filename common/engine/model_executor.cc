@@ -86,6 +86,7 @@ absl::Status ModelExecutor::Forward(const ForwardBatch& b, std::vector<float>* l
   up_.resize(T * F);
   const kernels::PagedBatch pb{b.q_indptr, b.kv_len, b.block_indptr, b.block_ids};
 
+  kernels::BuildRopeTable(b.positions, rope_, &rope_table_);
   backend_->Embedding(w_.token_embd(), b.tokens, x_.data());
   for (int32_t l = 0; l < static_cast<int32_t>(c.n_layers); ++l) {
     const LayerWeights& L = w_.layers()[l];
@@ -96,8 +97,8 @@ absl::Status ModelExecutor::Forward(const ForwardBatch& b, std::vector<float>* l
     if (L.bq != nullptr) backend_->AddBias(q_.data(), L.bq, T, q_dim);
     if (L.bk != nullptr) backend_->AddBias(k_.data(), L.bk, T, kv_dim);
     if (L.bv != nullptr) backend_->AddBias(v_.data(), L.bv, T, kv_dim);
-    backend_->Rope(q_.data(), T, attn_.n_heads, b.positions, rope_);
-    backend_->Rope(k_.data(), T, attn_.n_kv_heads, b.positions, rope_);
+    backend_->Rope(q_.data(), T, attn_.n_heads, rope_table_, rope_);
+    backend_->Rope(k_.data(), T, attn_.n_kv_heads, rope_table_, rope_);
     backend_->WriteKv(k_.data(), v_.data(), pb, l, cache_);
     backend_->Attention(q_.data(), pb, attn_, l, *cache_, attn_out_.data());
     backend_->MatMul(attn_out_.data(), T, L.wo, proj_.data());

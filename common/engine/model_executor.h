@@ -53,6 +53,7 @@ class ModelExecutor {
   kernels::Backend* backend_;
   kv::KvCache* cache_;
   kernels::RopeParams rope_;
+  kernels::RopeTable rope_table_;
   kernels::AttentionShape attn_;
   // Scratch, resized per batch.
   std::vector<float> x_, h_, q_, k_, v_, attn_out_, proj_, gate_, up_;

@@ -1,8 +1,11 @@
 // KvCache: the bytes of the paged KV cache (host memory, float32).
 //
 // Layout of one block, contiguous so a block travels as one piece:
-//   [layer][K|V][block_size][n_kv_heads][head_dim]   float32
-// and blocks follow each other: block b starts at b * BlockElements(). Bytes per
+//   [layer][K|V] where
+//     K: [n_kv_heads][head_dim][block_size]   (transposed: a key dimension of 16
+//                                              slots is one vector for attention)
+//     V: [block_size][n_kv_heads][head_dim]
+//   float32; blocks follow each other: block b starts at b * BlockElements(). Bytes per
 // token = 2 × layers × kv_heads × head_dim × 4.
 //
 // The cache is sized by a byte budget. It owns its memory; it does not know which
@@ -44,7 +47,8 @@ class KvCache {
   int32_t num_blocks() const { return num_blocks_; }
   int64_t bytes() const { return int64_t{num_blocks_} * layout_.BlockBytes(); }
 
-  // K (part 0) or V (part 1) of `layer` in `block`: [block_size][n_kv_heads][head_dim].
+  // K (part 0, [n_kv_heads][head_dim][block_size]) or V (part 1,
+  // [block_size][n_kv_heads][head_dim]) of `layer` in `block`.
   float* Part(int32_t block, int32_t layer, int part) {
     return data_.get() + block * layout_.BlockElements() + layer * layout_.LayerStride() +
            part * layout_.PartStride();

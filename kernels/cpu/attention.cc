@@ -4,38 +4,140 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/vec_math.h"
+
 namespace tandem::kernels {
+
+// Every query row (row t, head h, position p) is computed the same way wherever it
+// sits in a batch:
+//   s_j = (Σ_d q[d]·k_j[d], summed over d in order) · scale      for j = 0..p
+//   e_j = exp(s_j − max_j s_j)
+//   Z   = Σ_j e_j in 16 lane partials (lane = j mod 16), then a fixed lane sum
+//   out = (Σ_j e_j·v_j, summed over j in order) / Z
+// The AVX-512 path vectorizes over 16 keys for s (K is stored transposed per block)
+// and over head_dim for out; the portable path is the same arithmetic in scalar code.
 
 namespace {
 
-// Cache row of (sequence position j, kv head h) in `part` (0 = K, 1 = V).
-inline const float* CacheRow(const kv::KvCache& cache, std::span<const int32_t> table, int32_t j,
-                             int32_t layer, int part, int32_t h) {
-  const kv::KvLayout& L = cache.layout();
-  const int32_t block = table[j / L.block_size];
-  const int32_t slot = j % L.block_size;
-  return cache.Part(block, layer, part) + (static_cast<int64_t>(slot) * L.n_kv_heads + h) * L.head_dim;
+struct Row {
+  int32_t seq, pos;
+};
+
+std::vector<Row> Rows(const PagedBatch& b) {
+  std::vector<Row> rows(b.q_indptr.back());
+  for (int32_t s = 0; s < b.num_seqs(); ++s) {
+    const int32_t n = b.q_indptr[s + 1] - b.q_indptr[s];
+    for (int32_t i = 0; i < n; ++i) rows[b.q_indptr[s] + i] = {s, b.kv_len[s] - n + i};
+  }
+  return rows;
 }
 
-// Sequence index of each query row.
-std::vector<int32_t> RowOwners(const PagedBatch& b) {
-  std::vector<int32_t> owner(b.q_indptr.back());
-  for (int32_t s = 0; s < b.num_seqs(); ++s)
-    for (int32_t t = b.q_indptr[s]; t < b.q_indptr[s + 1]; ++t) owner[t] = s;
-  return owner;
+std::span<const int32_t> Table(const PagedBatch& b, int32_t s) {
+  return b.block_ids.subspan(b.block_indptr[s], b.block_indptr[s + 1] - b.block_indptr[s]);
 }
 
-// Dot product with a fixed order: 16 lanes, then a pairwise lane sum.
-inline float Dot(const float* a, const float* b, int32_t n) {
+// K[j][d] of kv head h and V row of position j.
+inline const float* KColumn(const kv::KvCache& c, std::span<const int32_t> table, int32_t j,
+                            int32_t layer, int32_t h) {
+  const kv::KvLayout& L = c.layout();
+  return c.Part(table[j / L.block_size], layer, 0) + static_cast<int64_t>(h) * L.head_dim * L.block_size +
+         j % L.block_size;
+}
+inline const float* VRow(const kv::KvCache& c, std::span<const int32_t> table, int32_t j,
+                         int32_t layer, int32_t h) {
+  const kv::KvLayout& L = c.layout();
+  return c.Part(table[j / L.block_size], layer, 1) +
+         (static_cast<int64_t>(j % L.block_size) * L.n_kv_heads + h) * L.head_dim;
+}
+
+// --- portable path -------------------------------------------------------------
+
+void AttendGeneric(const float* q, int32_t pos, std::span<const int32_t> table, int32_t layer,
+                   int32_t kvh, const AttentionShape& sh, const kv::KvCache& cache,
+                   std::vector<float>& scores, float* out) {
+  const int32_t hd = sh.head_dim, bs = cache.layout().block_size;
+  scores.resize(pos + 1);
+  float mx = -INFINITY;
+  for (int32_t j = 0; j <= pos; ++j) {
+    const float* k = KColumn(cache, table, j, layer, kvh);
+    float s = 0;
+    for (int32_t d = 0; d < hd; ++d) s = std::fma(q[d], k[static_cast<int64_t>(d) * bs], s);
+    scores[j] = s * sh.scale;
+    mx = std::max(mx, scores[j]);
+  }
   float lanes[16] = {};
-  int32_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) lanes[l] += a[i + l] * b[i + l];
+  for (int32_t j = 0; j <= pos; ++j) {
+    scores[j] = std::exp(scores[j] - mx);
+    lanes[j % 16] += scores[j];
+  }
   for (int w = 8; w >= 1; w /= 2)
     for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
-  float s = lanes[0];
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
+  const float inv = 1.0f / lanes[0];
+  for (int32_t d = 0; d < hd; ++d) out[d] = 0;
+  for (int32_t j = 0; j <= pos; ++j) {
+    const float* v = VRow(cache, table, j, layer, kvh);
+    for (int32_t d = 0; d < hd; ++d) out[d] = std::fma(scores[j], v[d], out[d]);
+  }
+  for (int32_t d = 0; d < hd; ++d) out[d] *= inv;
+}
+
+// --- AVX-512 path ----------------------------------------------------------------
+
+// All query heads of one KV head (`group` of them, q rows `group` × head_dim apart)
+// for one query row. head_dim must be a multiple of 16 and at most 256.
+TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
+                                std::span<const int32_t> table, int32_t layer, int32_t kvh,
+                                const AttentionShape& sh, const kv::KvCache& cache,
+                                std::vector<float>& scores, float* out) {
+  const int32_t hd = sh.head_dim, bs = cache.layout().block_size, n = pos + 1;
+  const int32_t padded = (n + 15) / 16 * 16;
+  scores.resize(static_cast<size_t>(group) * padded);
+  const __m512 scale = _mm512_set1_ps(sh.scale);
+  // Scores, 16 keys at a time (a chunk never crosses a block: block sizes are
+  // multiples of 16, or chunks shrink to the block).
+  const int32_t chunk = bs >= 16 ? 16 : bs;
+  for (int32_t j0 = 0; j0 < n; j0 += chunk) {
+    const int32_t len = std::min(chunk, n - j0);
+    const __mmask16 m = static_cast<__mmask16>((1u << len) - 1);
+    const float* k = KColumn(cache, table, j0, layer, kvh);
+    for (int32_t g = 0; g < group; ++g) {
+      const float* qg = q + static_cast<int64_t>(g) * hd;
+      __m512 s = _mm512_setzero_ps();
+      for (int32_t d = 0; d < hd; ++d) {
+        s = _mm512_fmadd_ps(_mm512_set1_ps(qg[d]), _mm512_maskz_loadu_ps(m, k + static_cast<int64_t>(d) * bs), s);
+      }
+      _mm512_mask_storeu_ps(scores.data() + static_cast<int64_t>(g) * padded + j0, m, _mm512_mul_ps(s, scale));
+    }
+  }
+  for (int32_t g = 0; g < group; ++g) {
+    float* sc = scores.data() + static_cast<int64_t>(g) * padded;
+    // Max over the keys (exact in any order), then exp and the 16-lane partial sums.
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int32_t j = 0; j < n; j += 16) {
+      const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
+      vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, sc + j));
+    }
+    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    __m512 z = _mm512_setzero_ps();
+    for (int32_t j = 0; j < n; j += 16) {
+      const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
+      const __m512 e = _mm512_maskz_mov_ps(m, Exp512(_mm512_sub_ps(_mm512_loadu_ps(sc + j), mx)));
+      _mm512_mask_storeu_ps(sc + j, m, e);
+      z = _mm512_add_ps(z, e);
+    }
+    const float inv = 1.0f / ReduceAdd512(z);
+    __m512 acc[16];
+    const int32_t nv = hd / 16;
+    for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_setzero_ps();
+    for (int32_t j = 0; j < n; ++j) {
+      const float* vr = VRow(cache, table, j, layer, kvh);
+      const __m512 p = _mm512_set1_ps(sc[j]);
+      for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * v), acc[v]);
+    }
+    float* o = out + static_cast<int64_t>(g) * hd;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    for (int32_t v = 0; v < nv; ++v) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(acc[v], vinv));
+  }
 }
 
 }  // namespace
@@ -46,12 +148,13 @@ void WriteKv(const float* k, const float* v, const PagedBatch& batch, int32_t la
   const int64_t row = static_cast<int64_t>(L.n_kv_heads) * L.head_dim;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     const int32_t q0 = batch.q_indptr[s], n = batch.q_indptr[s + 1] - q0;
-    const auto table = batch.block_ids.subspan(batch.block_indptr[s],
-                                               batch.block_indptr[s + 1] - batch.block_indptr[s]);
+    const auto table = Table(batch, s);
     for (int32_t t = 0; t < n; ++t) {
       const int32_t pos = batch.kv_len[s] - n + t;
       const int32_t block = table[pos / L.block_size], slot = pos % L.block_size;
-      std::memcpy(cache->Part(block, layer, 0) + slot * row, k + (q0 + t) * row, row * sizeof(float));
+      float* kt = cache->Part(block, layer, 0) + slot;  // [kv_head][d][slot]
+      const float* src = k + (q0 + t) * row;
+      for (int64_t i = 0; i < row; ++i) kt[i * L.block_size] = src[i];
       std::memcpy(cache->Part(block, layer, 1) + slot * row, v + (q0 + t) * row, row * sizeof(float));
     }
   }
@@ -59,45 +162,30 @@ void WriteKv(const float* k, const float* v, const PagedBatch& batch, int32_t la
 
 void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShape& sh,
                     int32_t layer, const kv::KvCache& cache, float* out, ThreadPool* pool) {
-  const std::vector<int32_t> owner = RowOwners(batch);
-  const int64_t n_rows = static_cast<int64_t>(owner.size());
+  const std::vector<Row> rows = Rows(batch);
   const int32_t group = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim;
+  const int32_t bs = cache.layout().block_size;
+  const bool fast = HaveAvx512() && hd % 16 == 0 && hd <= 256 && (bs % 16 == 0 || bs < 16);
+  // One item = one query row × one KV head (its `group` query heads together).
   auto work = [&](int64_t begin, int64_t end, int) {
     std::vector<float> scores;
-    std::vector<float> acc(hd);
     for (int64_t item = begin; item < end; ++item) {
-      const int32_t t = static_cast<int32_t>(item / sh.n_heads);
-      const int32_t h = static_cast<int32_t>(item % sh.n_heads);
-      const int32_t s = owner[t];
-      const int32_t n_new = batch.q_indptr[s + 1] - batch.q_indptr[s];
-      const int32_t pos = batch.kv_len[s] - n_new + (t - batch.q_indptr[s]);
-      const auto table = batch.block_ids.subspan(batch.block_indptr[s],
-                                                 batch.block_indptr[s + 1] - batch.block_indptr[s]);
-      const float* qv = q + (static_cast<int64_t>(t) * sh.n_heads + h) * hd;
-      const int32_t kvh = h / group;
-      scores.resize(pos + 1);
-      float mx = -INFINITY;
-      for (int32_t j = 0; j <= pos; ++j) {
-        scores[j] = Dot(qv, CacheRow(cache, table, j, layer, 0, kvh), hd) * sh.scale;
-        mx = std::max(mx, scores[j]);
+      const int32_t t = static_cast<int32_t>(item / sh.n_kv_heads);
+      const int32_t kvh = static_cast<int32_t>(item % sh.n_kv_heads);
+      const Row r = rows[t];
+      const int64_t first_head = static_cast<int64_t>(t) * sh.n_heads + kvh * group;
+      const float* qv = q + first_head * hd;
+      float* o = out + first_head * hd;
+      if (fast) {
+        AttendAvx512(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o);
+      } else {
+        for (int32_t g = 0; g < group; ++g) {
+          AttendGeneric(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o + g * hd);
+        }
       }
-      float sum = 0;
-      for (int32_t j = 0; j <= pos; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-      }
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int32_t j = 0; j <= pos; ++j) {
-        const float* vv = CacheRow(cache, table, j, layer, 1, kvh);
-        const float p = scores[j];
-        for (int32_t d = 0; d < hd; ++d) acc[d] += p * vv[d];
-      }
-      float* o = out + (static_cast<int64_t>(t) * sh.n_heads + h) * hd;
-      const float inv = 1.0f / sum;
-      for (int32_t d = 0; d < hd; ++d) o[d] = acc[d] * inv;
     }
   };
-  const int64_t items = n_rows * sh.n_heads;
+  const int64_t items = static_cast<int64_t>(rows.size()) * sh.n_kv_heads;
   if (pool == nullptr) {
     work(0, items, 0);
   } else {
@@ -108,19 +196,19 @@ void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShap
 void PagedAttentionReference(const float* q, const PagedBatch& batch, const AttentionShape& sh,
                              int32_t layer, const kv::KvCache& cache, float* out) {
   const int32_t group = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim;
+  const int32_t bs = cache.layout().block_size;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     const int32_t len = batch.kv_len[s];
-    const auto table = batch.block_ids.subspan(batch.block_indptr[s],
-                                               batch.block_indptr[s + 1] - batch.block_indptr[s]);
+    const auto table = Table(batch, s);
     const int32_t q0 = batch.q_indptr[s], n_new = batch.q_indptr[s + 1] - q0;
     for (int32_t h = 0; h < sh.n_heads; ++h) {
       // Gather this head's K and V contiguously.
       std::vector<double> K(static_cast<size_t>(len) * hd), V(static_cast<size_t>(len) * hd);
       for (int32_t j = 0; j < len; ++j) {
-        const float* kr = CacheRow(cache, table, j, layer, 0, h / group);
-        const float* vr = CacheRow(cache, table, j, layer, 1, h / group);
+        const float* kc = KColumn(cache, table, j, layer, h / group);
+        const float* vr = VRow(cache, table, j, layer, h / group);
         for (int32_t d = 0; d < hd; ++d) {
-          K[j * hd + d] = kr[d];
+          K[j * hd + d] = kc[static_cast<int64_t>(d) * bs];
           V[j * hd + d] = vr[d];
         }
       }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace tandem::kernels {
 namespace {
@@ -47,10 +48,16 @@ struct Fixture {
   PagedBatch batch() const { return {q_indptr, kv_len, block_indptr, block_ids}; }
 };
 
-TEST(PagedAttention, MatchesReferenceAtAwkwardSizes) {
+class PagedAttentionPaths : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { ForcePortableKernels(GetParam()); }
+  void TearDown() override { ForcePortableKernels(false); }
+};
+
+TEST_P(PagedAttentionPaths, MatchesReferenceAtAwkwardSizes) {
   std::mt19937 rng(5);
   ThreadPool pool(2);
-  for (int32_t block_size : {1, 16}) {
+  for (int32_t block_size : {1, 16, 32, 24}) {
     for (auto [nh, nkv] : {std::pair{9, 3}, std::pair{4, 4}, std::pair{8, 1}}) {
       // Decode rows (1 new), a whole prompt, a chunk at the end of a longer context.
       Fixture f(nh, nkv, 64, block_size, {{1, 1}, {15, 15}, {17, 1}, {100, 7}, {1000, 1}}, rng);
@@ -62,7 +69,7 @@ TEST(PagedAttention, MatchesReferenceAtAwkwardSizes) {
   }
 }
 
-TEST(PagedAttention, RowsDoNotDependOnTheBatch) {
+TEST_P(PagedAttentionPaths, RowsDoNotDependOnTheBatch) {
   std::mt19937 rng(6);
   Fixture f(9, 3, 64, 16, {{40, 40}, {33, 1}, {64, 5}}, rng);
   std::vector<float> all(f.q.size());
@@ -76,6 +83,9 @@ TEST(PagedAttention, RowsDoNotDependOnTheBatch) {
   EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + first * row, alone.size() * sizeof(float)));
 }
 
+INSTANTIATE_TEST_SUITE_P(Kernels, PagedAttentionPaths, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "portable" : "native"; });
+
 TEST(WriteKv, PlacesRowsAtTheirPositions) {
   std::mt19937 rng(8);
   Fixture f(2, 2, 16, 4, {{6, 3}}, rng);
@@ -84,10 +94,13 @@ TEST(WriteKv, PlacesRowsAtTheirPositions) {
   std::iota(v.begin(), v.end(), 1000.0f);
   WriteKv(k.data(), v.data(), f.batch(), 1, f.cache.get());
   // New rows are positions 3, 4, 5: block table entries 0 (slot 3) and 1 (slots 0, 1).
-  const float* k3 = f.cache->Part(f.block_ids[0], 1, 0) + 3 * 32;
-  const float* v5 = f.cache->Part(f.block_ids[1], 1, 1) + 1 * 32;
-  EXPECT_EQ(k3[0], 0.0f);
-  EXPECT_EQ(k3[31], 31.0f);
+  // K is stored [kv_head][d][slot]: element (head 1, d 15) of position 3 is k[0][31].
+  const float* kt0 = f.cache->Part(f.block_ids[0], 1, 0);
+  EXPECT_EQ(kt0[(0 * 16 + 0) * 4 + 3], 0.0f);
+  EXPECT_EQ(kt0[(1 * 16 + 15) * 4 + 3], 31.0f);
+  const float* kt1 = f.cache->Part(f.block_ids[1], 1, 0);
+  EXPECT_EQ(kt1[(0 * 16 + 1) * 4 + 1], 2 * 32 + 1.0f);  // position 5, head 0, d 1
+  const float* v5 = f.cache->Part(f.block_ids[1], 1, 1) + 1 * 32;  // V: [slot][head][d]
   EXPECT_EQ(v5[0], 1000.0f + 64);
 }
 

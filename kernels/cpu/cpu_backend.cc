@@ -26,10 +26,10 @@ void CpuBackend::RmsNorm(const float* x, const float* weight, int64_t rows, int6
   });
 }
 
-void CpuBackend::Rope(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
+void CpuBackend::Rope(float* x, int64_t n, int32_t n_heads, const RopeTable& table,
                       const RopeParams& p) {
   pool_->ParallelFor(n, [&](int64_t b, int64_t e, int) {
-    kernels::Rope(x + b * n_heads * p.head_dim, e - b, n_heads, positions.subspan(b, e - b), p);
+    ApplyRope(x + b * n_heads * p.head_dim, e - b, n_heads, table, b, p);
   });
 }
 

@@ -19,7 +19,7 @@ class CpuBackend : public Backend {
   void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out) override;
   void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                float* out) override;
-  void Rope(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
+  void Rope(float* x, int64_t n, int32_t n_heads, const RopeTable& table,
             const RopeParams& p) override;
   void SwiGlu(const float* gate, const float* up, int64_t n, float* out) override;
   void Add(float* x, const float* y, int64_t n) override;

@@ -1,18 +1,14 @@
 #include "kernels/cpu/matmul.h"
 
-// GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm256_undefined_*()
-// placeholders when the intrinsics are inlined here.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "common/model/dequantize.h"
 #include "common/util/check.h"
 #include "common/util/half.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace tandem::kernels {
 
@@ -51,19 +47,14 @@ constexpr int64_t kPanelMinM = 8;
 // ---------------------------------------------------------------------------
 // AVX-512 path.
 
-#define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
-// Horizontal sum in a fixed order (halves, quarters, pairs, lanes).
-TANDEM_AVX512 inline float ReduceAdd(__m512 v) {
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
-  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
-  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
-  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
-  return _mm512_cvtss_f32(v);
+// A block's f16 scale as a broadcast float (F16C: exact, as HalfToFloat).
+TANDEM_AVX512 inline __m512 Scale(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _mm512_set1_ps(_cvtsh_ss(h));
 }
 
-// Decodes the 32 weights of block `b` of a row into two vectors: elements
-// [32b, 32b+16) and [32b+16, 32b+32).
 template <GgmlType T>
 TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, __m512* lo, __m512* hi) {
   if constexpr (T == GgmlType::kF32) {
@@ -72,32 +63,29 @@ TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, __m512* lo,
     *hi = _mm512_loadu_ps(f + 16);
   } else if constexpr (T == GgmlType::kQ8_0) {
     const uint8_t* blk = row + 34 * b;
-    const __m512 d = _mm512_set1_ps(HalfToFloat(*reinterpret_cast<const uint16_t*>(blk)));
+    const __m512 d = Scale(blk);
     const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
     const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
     *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
     *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
-  } else if constexpr (T == GgmlType::kQ4_0) {
-    const uint8_t* blk = row + 18 * b;
-    const __m512 d = _mm512_set1_ps(HalfToFloat(*reinterpret_cast<const uint16_t*>(blk)));
-    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-    const __m512i eight = _mm512_set1_epi32(8);
-    const __m512i l = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(15)), eight);
-    const __m512i h = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
-    *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(l), d);
-    *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(h), d);
   } else {
-    static_assert(T == GgmlType::kQ4_1);
-    const uint8_t* blk = row + 20 * b;
-    const uint16_t* dm = reinterpret_cast<const uint16_t*>(blk);
-    const __m512 d = _mm512_set1_ps(HalfToFloat(dm[0]));
-    const __m512 mn = _mm512_set1_ps(HalfToFloat(dm[1]));
-    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
-    const __m512i l = _mm512_and_si512(q, _mm512_set1_epi32(15));
-    const __m512i h = _mm512_srli_epi32(q, 4);
-    // Multiply then add, as dequantize.cc does (no fused multiply-add).
-    *lo = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(l), d), mn);
-    *hi = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(h), d), mn);
+    // 4-bit types: the 16 values a nibble can take, computed once per block exactly as
+    // dequantize.cc computes them (multiply, then add), then looked up per weight.
+    // vpermps reads only the low 4 bits of each index, so no masking is needed.
+    static_assert(T == GgmlType::kQ4_0 || T == GgmlType::kQ4_1);
+    constexpr int kBytes = T == GgmlType::kQ4_0 ? 18 : 20;
+    const uint8_t* blk = row + kBytes * b;
+    const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512 table;
+    if constexpr (T == GgmlType::kQ4_0) {
+      table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), Scale(blk));
+    } else {
+      table = _mm512_add_ps(_mm512_mul_ps(iota, Scale(blk)), Scale(blk + 2));
+    }
+    const __m512i q = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBytes - 16)));
+    *lo = _mm512_permutexvar_ps(q, table);
+    *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
   }
 }
 
@@ -121,7 +109,7 @@ TANDEM_AVX512 void TileDirect(const float* x, int64_t k, const uint8_t* const* w
     }
   }
   for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd(acc[i][j]);
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd512(acc[i][j]);
 }
 
 // Same arithmetic with weights already decoded into `panel` rows of k floats.
@@ -140,7 +128,7 @@ TANDEM_AVX512 void TilePanel(const float* x, int64_t k, const float* panel, floa
     }
   }
   for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd(acc[i][j]);
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd512(acc[i][j]);
 }
 
 template <GgmlType T>
@@ -243,13 +231,6 @@ void MatMulRangeGeneric(const float* x, int64_t m, const WeightMatrix& w, float*
   }
 }
 
-bool HaveAvx512() {
-  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return have;
-}
-
 void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
                  int64_t n1) {
   if (!HaveAvx512() || w.cols % 32 != 0) return MatMulRangeGeneric(x, m, w, out, n0, n1);
@@ -263,6 +244,20 @@ void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, i
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> g_force_portable{false};
+}  // namespace
+
+void ForcePortableKernels(bool force) { g_force_portable = force; }
+
+bool HaveAvx512() {
+  if (g_force_portable.load(std::memory_order_relaxed)) return false;
+  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return have;
+}
 
 const char* MatMulIsa() { return HaveAvx512() ? "avx512" : "generic"; }
 

@@ -7,6 +7,7 @@
 
 #include "common/util/half.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace tandem::kernels {
 namespace {
@@ -42,15 +43,21 @@ std::vector<float> RandomX(int64_t m, int64_t k, std::mt19937& rng) {
   return x;
 }
 
-class MatMulTest : public ::testing::TestWithParam<GgmlType> {};
+// (type, force the portable kernels)
+class MatMulTest : public ::testing::TestWithParam<std::tuple<GgmlType, bool>> {
+ protected:
+  void SetUp() override { ForcePortableKernels(std::get<1>(GetParam())); }
+  void TearDown() override { ForcePortableKernels(false); }
+  GgmlType type() const { return std::get<0>(GetParam()); }
+};
 
 TEST_P(MatMulTest, MatchesReferenceAtAwkwardSizes) {
   std::mt19937 rng(42);
   ThreadPool pool(2);
   for (int64_t k : {32, 64, 576}) {
     for (int64_t n : {1, 3, 4, 5, 17, 64}) {
-      auto wdata = RandomWeights(GetParam(), n, k, rng);
-      WeightMatrix w{GetParam(), n, k, wdata.data()};
+      auto wdata = RandomWeights(type(), n, k, rng);
+      WeightMatrix w{type(), n, k, wdata.data()};
       for (int64_t m : {1, 5, 7, 8, 17, 33}) {
         auto x = RandomX(m, k, rng);
         std::vector<float> got(m * n, NAN), want(m * n);
@@ -69,8 +76,8 @@ TEST_P(MatMulTest, MatchesReferenceAtAwkwardSizes) {
 TEST_P(MatMulTest, EachRowIsIndependentOfTheBatchAndThreads) {
   std::mt19937 rng(7);
   const int64_t k = 576, n = 37, m = 23;
-  auto wdata = RandomWeights(GetParam(), n, k, rng);
-  WeightMatrix w{GetParam(), n, k, wdata.data()};
+  auto wdata = RandomWeights(type(), n, k, rng);
+  WeightMatrix w{type(), n, k, wdata.data()};
   auto x = RandomX(m, k, rng);
   ThreadPool two(2);
   std::vector<float> batched(m * n);
@@ -87,9 +94,13 @@ TEST_P(MatMulTest, EachRowIsIndependentOfTheBatchAndThreads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MatMulTest,
-                         ::testing::Values(GgmlType::kF32, GgmlType::kQ8_0, GgmlType::kQ4_0,
-                                           GgmlType::kQ4_1),
-                         [](const auto& info) { return std::string(model::GgmlTypeName(info.param)); });
+                         ::testing::Combine(::testing::Values(GgmlType::kF32, GgmlType::kQ8_0,
+                                                              GgmlType::kQ4_0, GgmlType::kQ4_1),
+                                            ::testing::Values(false, true)),
+                         [](const auto& info) {
+                           return std::string(model::GgmlTypeName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_portable" : "_native");
+                         });
 
 }  // namespace
 }  // namespace tandem::kernels

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/cpu/vec_math.h"
+
 namespace tandem::kernels {
 
 void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out) {
@@ -40,20 +42,65 @@ float InvFreq(const RopeParams& p, int32_t i) {
   return f;
 }
 
-template <typename Real>
-void RopeImpl(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
-              const RopeParams& p) {
+}  // namespace
+
+void BuildRopeTable(std::span<const int32_t> positions, const RopeParams& p, RopeTable* t) {
+  t->half = p.rope_dim / 2;
+  t->cos.resize(positions.size() * t->half);
+  t->sin.resize(positions.size() * t->half);
+  std::vector<float> inv(t->half);
+  for (int32_t i = 0; i < t->half; ++i) inv[i] = InvFreq(p, i);
+  for (size_t r = 0; r < positions.size(); ++r) {
+    const float pos = static_cast<float>(positions[r]) / p.position_scale;
+    for (int32_t i = 0; i < t->half; ++i) {
+      const float angle = pos * inv[i];
+      t->cos[r * t->half + i] = std::cos(angle);
+      t->sin[r * t->half + i] = std::sin(angle);
+    }
+  }
+}
+
+void ApplyRope(float* x, int64_t n, int32_t n_heads, const RopeTable& t, int64_t first,
+               const RopeParams& p) {
+  const int32_t half = t.half;
+  for (int64_t r = 0; r < n; ++r) {
+    const float* c = t.cos.data() + (first + r) * half;
+    const float* s = t.sin.data() + (first + r) * half;
+    for (int32_t h = 0; h < n_heads; ++h) {
+      float* v = x + (r * n_heads + h) * p.head_dim;
+      for (int32_t i = 0; i < half; ++i) {
+        const int32_t a = p.style == RopeStyle::kAdjacent ? 2 * i : i;
+        const int32_t b = p.style == RopeStyle::kAdjacent ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[i] - x1 * s[i];
+        v[b] = x0 * s[i] + x1 * c[i];
+      }
+    }
+  }
+}
+
+void Rope(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
+          const RopeParams& p) {
+  RopeTable t;
+  BuildRopeTable(positions.first(n), p, &t);
+  ApplyRope(x, n, n_heads, t, 0, p);
+}
+
+void RopeReference(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
+                   const RopeParams& p) {
   const int32_t half = p.rope_dim / 2;
   for (int64_t t = 0; t < n; ++t) {
+    // The angle itself is float32, as in the reference implementations (Hugging
+    // Face multiplies float32 positions by float32 inverse frequencies).
     const float pos = static_cast<float>(positions[t]) / p.position_scale;
     for (int32_t i = 0; i < half; ++i) {
-      const float angle = pos * InvFreq(p, i);
-      const Real c = std::cos(static_cast<Real>(angle)), s = std::sin(static_cast<Real>(angle));
+      const double angle = pos * InvFreq(p, i);
+      const double c = std::cos(angle), s = std::sin(angle);
       for (int32_t h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * p.head_dim;
         const int32_t a = p.style == RopeStyle::kAdjacent ? 2 * i : i;
         const int32_t b = p.style == RopeStyle::kAdjacent ? 2 * i + 1 : i + half;
-        const Real x0 = v[a], x1 = v[b];
+        const double x0 = v[a], x1 = v[b];
         v[a] = static_cast<float>(x0 * c - x1 * s);
         v[b] = static_cast<float>(x0 * s + x1 * c);
       }
@@ -61,19 +108,23 @@ void RopeImpl(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> pos
   }
 }
 
+namespace {
+
+TANDEM_AVX512 void SwiGluAvx512(const float* gate, const float* up, int64_t n, float* out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 e = Exp512(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
 }  // namespace
 
-void Rope(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
-          const RopeParams& p) {
-  RopeImpl<float>(x, n, n_heads, positions, p);
-}
-
-void RopeReference(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
-                   const RopeParams& p) {
-  RopeImpl<double>(x, n, n_heads, positions, p);
-}
-
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+  if (HaveAvx512()) return SwiGluAvx512(gate, up, n, out);
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 

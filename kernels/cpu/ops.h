@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace tandem::kernels {
 
@@ -29,6 +30,18 @@ struct RopeParams {
   const float* freq_factors = nullptr;  // [rope_dim / 2] divisors (Llama 3), or null
   RopeStyle style = RopeStyle::kAdjacent;
 };
+
+// cos and sin of every (token, pair) angle: [n][rope_dim / 2] each. Built once per
+// forward pass and shared by Q and K of every layer.
+struct RopeTable {
+  std::vector<float> cos, sin;
+  int32_t half = 0;
+};
+void BuildRopeTable(std::span<const int32_t> positions, const RopeParams& p, RopeTable* table);
+
+// Rotates x [n][n_heads][head_dim] in place with rows [first, first + n) of `table`.
+void ApplyRope(float* x, int64_t n, int32_t n_heads, const RopeTable& table, int64_t first,
+               const RopeParams& p);
 
 // Rotates x [n][n_heads][head_dim] in place; token t sits at positions[t].
 void Rope(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,

@@ -1,0 +1,31 @@
+// `tandem bench engine`: the single-process engine's speed on one model, measured the
+// way llama-bench and llama-batched-bench measure it, plus this machine's limits.
+#ifndef TANDEM_CLI_BENCH_COMMAND_H_
+#define TANDEM_CLI_BENCH_COMMAND_H_
+
+#include <cstdint>
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace tandem::cli {
+
+struct BenchOptions {
+  std::string model;
+  int threads = 0;
+  int repetitions = 3;
+  int32_t prompt_tokens = 512;   // pp
+  int32_t gen_tokens = 128;      // tg
+  int32_t batch = 16;            // concurrent sequences for the batched run
+  int32_t batch_prompt = 128;
+  int32_t batch_gen = 128;
+  int64_t kv_cache_bytes = int64_t{256} << 20;
+  bool json = false;
+};
+
+void AddBenchCommand(CLI::App& app, BenchOptions* options);
+int RunBench(const BenchOptions& options);
+
+}  // namespace tandem::cli
+
+#endif  // TANDEM_CLI_BENCH_COMMAND_H_

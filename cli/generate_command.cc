@@ -1,0 +1,168 @@
+#include "cli/generate_command.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+
+#include "common/engine/engine.h"
+#include "common/model/gguf_file.h"
+#include "common/tokenizer/chat_template.h"
+#include "common/tokenizer/detokenizer.h"
+#include "common/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+void AddGenerateCommand(CLI::App& app, GenerateOptions* o) {
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (single process)");
+  cmd->add_option("--model,-m", o->model, "GGUF model")->required();
+  cmd->add_option("--prompt,-p", o->prompt, "Prompt (default: read stdin)");
+  cmd->add_flag("--chat", o->chat, "Format the prompt as a user turn with the model's chat template");
+  cmd->add_option("--system", o->system, "System message for --chat");
+  cmd->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate at most")->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "0 = off")->capture_default_str();
+  cmd->add_option("--top-p", o->top_p)->capture_default_str();
+  cmd->add_option("--min-p", o->min_p)->capture_default_str();
+  cmd->add_option("--repetition-penalty", o->repetition_penalty)->capture_default_str();
+  cmd->add_option("--presence-penalty", o->presence_penalty)->capture_default_str();
+  cmd->add_option("--frequency-penalty", o->frequency_penalty)->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Sampling seed (default: random)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence");
+  cmd->add_flag("--json", o->json, "Print one JSON object {token_ids, text, finish_reason, usage, timings}");
+  cmd->add_option("--threads,-t", o->threads, "Compute threads (default: all cores)");
+  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget")->capture_default_str();
+  cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
+}
+
+int RunGenerate(const GenerateOptions& o) {
+  const auto t_start = Clock::now();
+  const bool tty = isatty(fileno(stderr));
+  auto file = model::GgufFile::Open(o.model);
+  if (!file.ok()) return Fail(file.status());
+  auto config = model::ModelConfig::FromGguf(**file);
+  if (!config.ok()) return Fail(config.status());
+  auto tok = tokenizer::Tokenizer::FromGguf(**file);
+  if (!tok.ok()) return Fail(tok.status());
+  auto weights = engine::ModelWeights::Load(**file, *config, [&](int done, int total) {
+    if (tty && !o.json) {
+      const int width = 30, filled = done * width / total;
+      std::fprintf(stderr, "\rloading %-30s [%.*s%*s] %d/%d layers", config->name.substr(0, 30).c_str(),
+                   filled, "##############################", width - filled, "", done, total);
+      if (done == total) std::fprintf(stderr, "\r%*s\r", 80, "");
+    }
+  });
+  if (!weights.ok()) return Fail(weights.status());
+  engine::EngineOptions eo;
+  eo.num_threads = o.threads;
+  eo.kv_cache_bytes = o.kv_cache_bytes;
+  eo.block_size = o.block_size;
+  auto eng = engine::Engine::Create(**weights, eo);
+  if (!eng.ok()) return Fail(eng.status());
+  const auto t_loaded = Clock::now();
+
+  std::string text = o.prompt.has_value() ? *o.prompt
+                                          : std::string(std::istreambuf_iterator<char>(std::cin), {});
+  if (o.chat) {
+    std::vector<tokenizer::ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", text});
+    auto rendered = tokenizer::ChatTemplate::Render(config->chat_template, messages, true);
+    if (!rendered.ok()) return Fail(rendered.status());
+    text = *rendered;
+  }
+  auto prompt = (*tok)->Encode(text);
+  if (!prompt.ok()) return Fail(prompt.status());
+
+  engine::SamplingParams sp;
+  sp.max_tokens = o.max_tokens;
+  sp.temperature = o.temperature;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.min_p = o.min_p;
+  sp.repetition_penalty = o.repetition_penalty;
+  sp.presence_penalty = o.presence_penalty;
+  sp.frequency_penalty = o.frequency_penalty;
+  sp.seed = o.seed;
+  sp.ignore_eos = o.ignore_eos;
+  const size_t n_prompt = prompt->size();
+  auto id = (*eng)->AddRequest(*std::move(prompt), sp);
+  if (!id.ok()) return Fail(id.status());
+
+  tokenizer::Detokenizer detok(**tok);
+  std::vector<int32_t> out_ids;
+  std::string out_text;
+  engine::FinishReason reason = engine::FinishReason::kNone;
+  Clock::time_point t_first{};
+  while ((*eng)->HasWork()) {
+    auto events = (*eng)->Step();
+    if (!events.ok()) return Fail(events.status());
+    for (const auto& ev : *events) {
+      if (ev.token >= 0) {
+        if (out_ids.empty()) t_first = Clock::now();
+        out_ids.push_back(ev.token);
+        // The end-of-sequence token ends the text; it is not part of it.
+        const bool eos = ev.finished && ev.reason == engine::FinishReason::kStop &&
+                         ev.token == config->eos_token_id;
+        if (!eos) {
+          std::string piece = *detok.Push(ev.token);
+          out_text += piece;
+          if (!o.json) {
+            std::fwrite(piece.data(), 1, piece.size(), stdout);
+            std::fflush(stdout);
+          }
+        }
+      }
+      if (ev.finished) reason = ev.reason;
+    }
+  }
+  const std::string tail = detok.Finish();
+  out_text += tail;
+  const auto t_end = Clock::now();
+  const double prefill_ms = out_ids.empty() ? 0 : Ms(t_loaded, t_first);
+  const double decode_ms = out_ids.size() > 1 ? Ms(t_first, t_end) : 0;
+  if (o.json) {
+    nlohmann::json j = {
+        {"token_ids", out_ids},
+        {"text", out_text},
+        {"finish_reason", std::string(engine::FinishReasonName(reason))},
+        {"usage", {{"prompt_tokens", n_prompt}, {"completion_tokens", out_ids.size()},
+                   {"total_tokens", n_prompt + out_ids.size()}}},
+        {"timings", {{"load_ms", Ms(t_start, t_loaded)}, {"prefill_ms", prefill_ms},
+                     {"decode_ms", decode_ms},
+                     {"prefill_tokens_per_s", prefill_ms > 0 ? n_prompt * 1000.0 / prefill_ms : 0.0},
+                     {"decode_tokens_per_s",
+                      decode_ms > 0 ? (out_ids.size() - 1) * 1000.0 / decode_ms : 0.0}}}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::printf("\n");
+    if (tty) {
+      std::fprintf(stderr, "[%zu prompt tokens in %.0f ms, %zu generated at %.1f tokens/s, %s]\n",
+                   n_prompt, prefill_ms, out_ids.size(),
+                   decode_ms > 0 ? (out_ids.size() - 1) * 1000.0 / decode_ms : 0.0,
+                   std::string(engine::FinishReasonName(reason)).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,53 @@
+// Vector math shared by the AVX-512 kernels: exp, silu, horizontal sums.
+//
+// Each function is a fixed sequence of instructions, so a lane's result depends only
+// on that lane's input (never on its neighbours) — what batch invariance needs.
+// exp is Cephes' single-precision polynomial (≈ 1 ulp on [-87, 88]).
+#ifndef TANDEM_KERNELS_CPU_VEC_MATH_H_
+#define TANDEM_KERNELS_CPU_VEC_MATH_H_
+
+// GCC 12's AVX-512 headers trip -Wuninitialized on their own _mm256_undefined_*()
+// placeholders when the intrinsics are inlined.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+namespace tandem::kernels {
+
+// True when the CPU runs the AVX-512 kernels (checked once), unless tests forced the
+// portable kernels with ForcePortableKernels(true).
+bool HaveAvx512();
+void ForcePortableKernels(bool force);
+
+TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.3762626647949f));
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, fx);
+}
+
+// Horizontal sum in a fixed order (halves, quarters, pairs, lanes).
+TANDEM_AVX512 inline float ReduceAdd512(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
+  v = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
+  return _mm512_cvtss_f32(v);
+}
+
+}  // namespace tandem::kernels
+
+#endif  // TANDEM_KERNELS_CPU_VEC_MATH_H_
