@@ -27,6 +27,11 @@ class Backend {
   virtual void Embedding(const WeightMatrix& table, std::span<const int32_t> ids, float* out) = 0;
   // out [m][w.rows] = x [m][w.cols] · Wᵀ
   virtual void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out) = 0;
+  // Two or three products of the same x at once (Q/K/V, gate/up); same results.
+  virtual void MatMul2(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
+                       const WeightMatrix& w1, float* out1) = 0;
+  virtual void MatMul3(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
+                       const WeightMatrix& w1, float* out1, const WeightMatrix& w2, float* out2) = 0;
   virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                        float* out) = 0;
   // x [n][n_heads][head_dim] rotated in place by the angles of `table` (one row per

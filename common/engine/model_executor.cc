@@ -91,9 +91,7 @@ absl::Status ModelExecutor::Forward(const ForwardBatch& b, std::vector<float>* l
   for (int32_t l = 0; l < static_cast<int32_t>(c.n_layers); ++l) {
     const LayerWeights& L = w_.layers()[l];
     backend_->RmsNorm(x_.data(), L.attn_norm, T, H, eps, h_.data());
-    backend_->MatMul(h_.data(), T, L.wq, q_.data());
-    backend_->MatMul(h_.data(), T, L.wk, k_.data());
-    backend_->MatMul(h_.data(), T, L.wv, v_.data());
+    backend_->MatMul3(h_.data(), T, L.wq, q_.data(), L.wk, k_.data(), L.wv, v_.data());
     if (L.bq != nullptr) backend_->AddBias(q_.data(), L.bq, T, q_dim);
     if (L.bk != nullptr) backend_->AddBias(k_.data(), L.bk, T, kv_dim);
     if (L.bv != nullptr) backend_->AddBias(v_.data(), L.bv, T, kv_dim);
@@ -105,8 +103,7 @@ absl::Status ModelExecutor::Forward(const ForwardBatch& b, std::vector<float>* l
     backend_->Add(x_.data(), proj_.data(), T * H);
 
     backend_->RmsNorm(x_.data(), L.ffn_norm, T, H, eps, h_.data());
-    backend_->MatMul(h_.data(), T, L.w_gate, gate_.data());
-    backend_->MatMul(h_.data(), T, L.w_up, up_.data());
+    backend_->MatMul2(h_.data(), T, L.w_gate, gate_.data(), L.w_up, up_.data());
     backend_->SwiGlu(gate_.data(), up_.data(), T * F, gate_.data());
     backend_->MatMul(gate_.data(), T, L.w_down, proj_.data());
     backend_->Add(x_.data(), proj_.data(), T * H);

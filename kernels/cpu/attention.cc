@@ -94,19 +94,36 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
   scores.resize(static_cast<size_t>(group) * padded);
   const __m512 scale = _mm512_set1_ps(sh.scale);
   // Scores, 16 keys at a time (a chunk never crosses a block: block sizes are
-  // multiples of 16, or chunks shrink to the block).
+  // multiples of 16, or chunks shrink to the block). Each score is a sequential FMA
+  // chain over d; up to 4 heads × 2 chunks run side by side to hide FMA latency.
   const int32_t chunk = bs >= 16 ? 16 : bs;
-  for (int32_t j0 = 0; j0 < n; j0 += chunk) {
+  auto mask_of = [&](int32_t j0) {
     const int32_t len = std::min(chunk, n - j0);
-    const __mmask16 m = static_cast<__mmask16>((1u << len) - 1);
-    const float* k = KColumn(cache, table, j0, layer, kvh);
-    for (int32_t g = 0; g < group; ++g) {
-      const float* qg = q + static_cast<int64_t>(g) * hd;
-      __m512 s = _mm512_setzero_ps();
+    return static_cast<__mmask16>((1u << len) - 1);
+  };
+  for (int32_t j0 = 0; j0 < n; j0 += 2 * chunk) {
+    const bool two = j0 + chunk < n;
+    const __mmask16 m0 = mask_of(j0), m1 = two ? mask_of(j0 + chunk) : 0;
+    const float* k0 = KColumn(cache, table, j0, layer, kvh);
+    const float* k1 = two ? KColumn(cache, table, j0 + chunk, layer, kvh) : k0;
+    for (int32_t g0 = 0; g0 < group; g0 += 4) {
+      const int32_t ng = std::min(4, group - g0);
+      __m512 s0[4], s1[4];
+      for (int32_t g = 0; g < 4; ++g) s0[g] = s1[g] = _mm512_setzero_ps();
       for (int32_t d = 0; d < hd; ++d) {
-        s = _mm512_fmadd_ps(_mm512_set1_ps(qg[d]), _mm512_maskz_loadu_ps(m, k + static_cast<int64_t>(d) * bs), s);
+        const __m512 ka = _mm512_maskz_loadu_ps(m0, k0 + static_cast<int64_t>(d) * bs);
+        const __m512 kb = _mm512_maskz_loadu_ps(m1, k1 + static_cast<int64_t>(d) * bs);
+        for (int32_t g = 0; g < ng; ++g) {
+          const __m512 qd = _mm512_set1_ps(q[static_cast<int64_t>(g0 + g) * hd + d]);
+          s0[g] = _mm512_fmadd_ps(qd, ka, s0[g]);
+          s1[g] = _mm512_fmadd_ps(qd, kb, s1[g]);
+        }
       }
-      _mm512_mask_storeu_ps(scores.data() + static_cast<int64_t>(g) * padded + j0, m, _mm512_mul_ps(s, scale));
+      for (int32_t g = 0; g < ng; ++g) {
+        float* sc = scores.data() + static_cast<int64_t>(g0 + g) * padded;
+        _mm512_mask_storeu_ps(sc + j0, m0, _mm512_mul_ps(s0[g], scale));
+        if (two) _mm512_mask_storeu_ps(sc + j0 + chunk, m1, _mm512_mul_ps(s1[g], scale));
+      }
     }
   }
   for (int32_t g = 0; g < group; ++g) {
@@ -129,10 +146,15 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
     __m512 acc[16];
     const int32_t nv = hd / 16;
     for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_setzero_ps();
-    for (int32_t j = 0; j < n; ++j) {
-      const float* vr = VRow(cache, table, j, layer, kvh);
-      const __m512 p = _mm512_set1_ps(sc[j]);
-      for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * v), acc[v]);
+    // Walk the blocks (no division per key); keys stay in order.
+    const int64_t vstride = static_cast<int64_t>(cache.layout().n_kv_heads) * hd;
+    for (int32_t j0 = 0; j0 < n; j0 += bs) {
+      const float* vr = VRow(cache, table, j0, layer, kvh);
+      const int32_t len = std::min(bs, n - j0);
+      for (int32_t i = 0; i < len; ++i, vr += vstride) {
+        const __m512 p = _mm512_set1_ps(sc[j0 + i]);
+        for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * v), acc[v]);
+      }
     }
     float* o = out + static_cast<int64_t>(g) * hd;
     const __m512 vinv = _mm512_set1_ps(inv);

@@ -19,6 +19,16 @@ void CpuBackend::MatMul(const float* x, int64_t m, const WeightMatrix& w, float*
   kernels::MatMul(x, m, w, out, pool_.get());
 }
 
+void CpuBackend::MatMul2(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
+                         const WeightMatrix& w1, float* out1) {
+  MatMulGroup(x, m, {&w0, &w1}, {&out0, &out1}, pool_.get());
+}
+
+void CpuBackend::MatMul3(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
+                         const WeightMatrix& w1, float* out1, const WeightMatrix& w2, float* out2) {
+  MatMulGroup(x, m, {&w0, &w1, &w2}, {&out0, &out1, &out2}, pool_.get());
+}
+
 void CpuBackend::RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                          float* out) {
   pool_->ParallelFor(rows, [&](int64_t b, int64_t e, int) {

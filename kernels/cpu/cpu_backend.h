@@ -17,6 +17,10 @@ class CpuBackend : public Backend {
 
   void Embedding(const WeightMatrix& table, std::span<const int32_t> ids, float* out) override;
   void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out) override;
+  void MatMul2(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
+               const WeightMatrix& w1, float* out1) override;
+  void MatMul3(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
+               const WeightMatrix& w1, float* out1, const WeightMatrix& w2, float* out2) override;
   void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                float* out) override;
   void Rope(float* x, int64_t n, int32_t n_heads, const RopeTable& table,

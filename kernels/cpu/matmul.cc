@@ -262,13 +262,37 @@ bool HaveAvx512() {
 const char* MatMulIsa() { return HaveAvx512() ? "avx512" : "generic"; }
 
 void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out, ThreadPool* pool) {
-  TANDEM_CHECK(MatMulSupports(w.type));
-  if (m <= 0 || w.rows <= 0) return;
-  // Split the weight rows; a chunk boundary never changes any output's arithmetic.
+  MatMulGroup(x, m, {&w}, {&out}, pool);
+}
+
+void MatMulGroup(const float* x, int64_t m, std::initializer_list<const WeightMatrix*> ws,
+                 std::initializer_list<float* const*> outs, ThreadPool* pool) {
+  TANDEM_CHECK(ws.size() == outs.size() && ws.size() <= 4);
+  const WeightMatrix* w[4];
+  float* o[4];
+  int64_t start[5] = {0};
+  int n = 0;
+  for (const WeightMatrix* wi : ws) {
+    TANDEM_CHECK(MatMulSupports(wi->type));
+    TANDEM_CHECK(wi->cols == (*ws.begin())->cols);
+    w[n] = wi;
+    o[n] = *outs.begin()[n];
+    start[n + 1] = start[n] + wi->rows;
+    ++n;
+  }
+  if (m <= 0 || start[n] == 0) return;
+  // Split the rows of all matrices as one range; a chunk boundary never changes any
+  // output's arithmetic. Matrix row counts are multiples of the grain in practice;
+  // when not, a chunk just covers a ragged piece of two matrices.
+  auto run = [&](int64_t b, int64_t e, int) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t lo = std::max(b, start[i]), hi = std::min(e, start[i + 1]);
+      if (lo < hi) MatMulRange(x, m, *w[i], o[i], lo - start[i], hi - start[i]);
+    }
+  };
   const int64_t grain = m < kPanelMinM ? kMaxN : kPanelRows;
-  if (pool == nullptr) return MatMulRange(x, m, w, out, 0, w.rows);
-  pool->ParallelFor(
-      w.rows, [&](int64_t b, int64_t e, int) { MatMulRange(x, m, w, out, b, e); }, grain);
+  if (pool == nullptr) return run(0, start[n], 0);
+  pool->ParallelFor(start[n], run, grain);
 }
 
 }  // namespace tandem::kernels

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "common/model/ggml_type.h"
 #include "kernels/cpu/thread_pool.h"
@@ -36,6 +37,11 @@ struct WeightMatrix {
 bool MatMulSupports(model::GgmlType type);
 
 void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out, ThreadPool* pool);
+
+// Several matrices with the same input (e.g. Q, K, V) in one parallel loop:
+// *outs[i] [m][ws[i]->rows] = x · ws[i]ᵀ. Same results as separate MatMul calls.
+void MatMulGroup(const float* x, int64_t m, std::initializer_list<const WeightMatrix*> ws,
+                 std::initializer_list<float* const*> outs, ThreadPool* pool);
 
 void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* out);
 
