@@ -113,6 +113,43 @@ TEST(CliTokenize, ReadsStdinAndWorksOnVocabOnlyFiles) {
   EXPECT_EQ(*(*tok)->Decode(ids), "the cat");
 }
 
+// End to end against Hugging Face: the greedy continuations in the engine golden file.
+TEST(CliGenerate, JsonMatchesTheReferenceContinuation) {
+  std::ifstream in(TestDataPath("engine_golden.json"));
+  const auto golden = nlohmann::json::parse(in);
+  for (int i : {0, 1, 4}) {
+    const auto& c = golden.at("cases").at(i);
+    const std::string text = c.at("text");
+    const std::vector<int32_t> want = c.at("continuation_ids");
+    RunResult r = Tandem("generate --json --temperature 0 --ignore-eos --threads 2 -n " +
+                         std::to_string(want.size()) + " --model " + DefaultModelPath() +
+                         " --prompt " + Quote(text));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("token_ids").get<std::vector<int32_t>>(), want) << text;
+    EXPECT_EQ(j.at("finish_reason"), "length");
+    EXPECT_EQ(j.at("usage").at("prompt_tokens"), c.at("n_prompt"));
+    EXPECT_EQ(j.at("usage").at("completion_tokens"), want.size());
+    EXPECT_GT(j.at("timings").at("decode_tokens_per_s").get<double>(), 0.0);
+  }
+}
+
+TEST(CliGenerate, ChatStopsAtEndOfTurnAndRejectsBadParameters) {
+  RunResult r = Tandem("generate --json --chat --temperature 0 -n 64 --model " + DefaultModelPath() +
+                       " --prompt 'What is the capital of France?'");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("finish_reason"), "stop");
+  EXPECT_EQ(j.at("text"), "The capital of France is Paris.");
+  EXPECT_EQ(j.at("token_ids").back(), 2);  // <|im_end|>, not part of the text
+  RunResult bad = Tandem("generate --temperature -1 --model " + DefaultModelPath() + " --prompt hi");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.out, ::testing::HasSubstr("temperature"));
+  RunResult zero = Tandem("generate -n 0 --model " + DefaultModelPath() + " --prompt hi");
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_THAT(zero.out, ::testing::HasSubstr("max_tokens"));
+}
+
 TEST(CliErrors, BadInputsGiveClearMessagesAndExitCodeOne) {
   RunResult missing = Tandem("inspect --model /nonexistent.gguf");
   EXPECT_EQ(missing.exit_code, 1);
