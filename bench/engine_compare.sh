@@ -7,7 +7,7 @@
 #
 # LLAMA_CPP_BIN must hold llama-bench and llama-batched-bench built from a llama.cpp
 # checkout outside this repository (tandem neither vendors nor builds it).
-# Measures, as llama.cpp's tools define them:
+# Measures, as llama.cpp's tools define them (tandem: `tandem bench engine`):
 #   pp512  prompt tokens/s for one 512-token prompt         (llama-bench -p 512)
 #   tg128  generated tokens/s for one stream of 128 tokens  (llama-bench -n 128)
 #   S_TG   aggregate decode tokens/s, 16 sequences of 128 prompt + 128 new tokens
@@ -23,7 +23,9 @@ command -v jq >/dev/null || { echo "needs jq (apt-get install jq)" >&2; exit 1; 
 mkdir -p "$OUT"
 scripts/build.sh tandem >/dev/null
 
+# REPORT_ONLY=1 reprints the table from the JSON files of the last run.
 for r in $(seq 1 "$ROUNDS"); do
+  [ "${REPORT_ONLY:-0}" = 1 ] && break
   build/bin/tandem bench engine --model "$MODEL" --threads "$THREADS" -r 3 --json > "$OUT/tandem.$r.json"
   "$LLAMA_CPP_BIN/llama-bench" -m "$MODEL" -t "$THREADS" -p 512 -n 128 -r 3 -o json \
     > "$OUT/llama-bench.$r.json" 2>/dev/null
@@ -31,7 +33,7 @@ for r in $(seq 1 "$ROUNDS"); do
     -npp 128 -ntg 128 -npl 16 --output-format jsonl 2>/dev/null | grep '^{' > "$OUT/llama-batched.$r.jsonl"
 done
 
-echo "model $MODEL, $THREADS threads, $ROUNDS rounds; llama.cpp $("$LLAMA_CPP_BIN/llama-bench" --version 2>&1 | head -1)"
+echo "model $MODEL, $THREADS threads, $ROUNDS rounds; llama.cpp $(jq -r '.[0].build_commit + " (build " + (.[0].build_number|tostring) + ")"' "$OUT/llama-bench.1.json")"
 printf "%-6s %-8s %12s %12s %8s\n" metric round tandem llama.cpp ratio
 for r in $(seq 1 "$ROUNDS"); do
   t="$OUT/tandem.$r.json"; b="$OUT/llama-bench.$r.json"; bb="$OUT/llama-batched.$r.jsonl"
@@ -40,7 +42,7 @@ for r in $(seq 1 "$ROUNDS"); do
   st_t=$(jq .batch_s_tg "$t");       st_l=$(jq .speed_tg "$bb")
   for row in "pp512 $pp_t $pp_l" "tg128 $tg_t $tg_l" "S_TG16 $st_t $st_l"; do
     set -- $row
-    printf "%-6s %-8s %12.1f %12.1f %7.2fx\n" "$1" "$r" "$2" "$3" "$(echo "$2 / $3" | bc -l)"
+    printf "%-6s %-8s %12.1f %12.1f %7.2fx\n" "$1" "$r" "$2" "$3" "$(awk -v a="$2" -v b="$3" 'BEGIN { print a / b }')"
   done
 done
 jq -r '"tandem: peak RSS \(.peak_rss_mib|round) MiB (256 MiB KV pool); machine: \(.machine_read_gb_per_s*10|round/10) GB/s read, \(.machine_gemm_gflops|round) GFLOP/s f32 GEMM (tandem kernel)"' "$OUT/tandem.$ROUNDS.json"

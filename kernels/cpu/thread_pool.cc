@@ -28,21 +28,31 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   task_ = &fn;
   task_n_ = n;
   task_grain_ = grain;
+  const int64_t units = (n + grain - 1) / grain;
+  num_chunks_ = std::min<int64_t>(units, int64_t{4} * num_threads_);
+  next_chunk_.store(0, std::memory_order_relaxed);
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
     generation_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
-  int64_t b, e;
-  ChunkRange(n, num_threads_, 0, grain, &b, &e);
-  if (b < e) fn(b, e, 0);
+  RunChunks(0);
   while (pending_.load(std::memory_order_acquire) != 0) {
 #if defined(__x86_64__)
     __builtin_ia32_pause();
 #endif
   }
   task_ = nullptr;
+}
+
+void ThreadPool::RunChunks(int thread_index) {
+  for (int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed); c < num_chunks_;
+       c = next_chunk_.fetch_add(1, std::memory_order_relaxed)) {
+    int64_t b, e;
+    ChunkRange(task_n_, static_cast<int>(num_chunks_), static_cast<int>(c), task_grain_, &b, &e);
+    if (b < e) (*task_)(b, e, thread_index);
+  }
 }
 
 void ThreadPool::WorkerLoop(int index) {
@@ -63,9 +73,7 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = gen;
     if (stop_.load()) return;
-    int64_t b, e;
-    ChunkRange(task_n_, num_threads_, index, task_grain_, &b, &e);
-    if (b < e) (*task_)(b, e, index);
+    RunChunks(index);
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

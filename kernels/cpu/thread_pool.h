@@ -1,9 +1,12 @@
 // ThreadPool: a fixed set of worker threads that run one parallel loop at a time.
 //
-// ParallelFor(n, fn) splits [0, n) into one contiguous range per thread (the caller
-// is thread 0) and returns when all ranges are done. Workers spin briefly between
-// loops (a decode step runs hundreds of short loops), then sleep. The split depends
-// only on n and the thread count, never on timing, so results are reproducible.
+// ParallelFor(n, fn) splits [0, n) into a few contiguous chunks per thread; threads
+// (the caller included) take chunks from a shared counter until none are left, so a
+// late or slow thread does not hold the others up. It returns when all chunks are
+// done. Chunk boundaries depend only on n, the grain and the thread count; which
+// thread runs a chunk depends on timing, so `fn` must compute each index the same way
+// whichever thread runs it (every kernel here does). Workers spin briefly between
+// loops (a decode step runs hundreds of short loops), then sleep.
 //
 // One caller at a time: ParallelFor is not reentrant and not thread-safe.
 #ifndef TANDEM_KERNELS_CPU_THREAD_POOL_H_
@@ -30,12 +33,13 @@ class ThreadPool {
   int num_threads() const { return num_threads_; }
 
   // fn(begin, end, thread_index) over contiguous chunks of [0, n); chunk boundaries
-  // are multiples of `grain`.
+  // are multiples of `grain`. thread_index < num_threads() identifies the thread.
   void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                    int64_t grain = 1);
 
  private:
   void WorkerLoop(int index);
+  void RunChunks(int thread_index);
 
   int num_threads_;
   std::vector<std::thread> workers_;
@@ -44,6 +48,8 @@ class ThreadPool {
   int64_t task_grain_ = 1;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
+  std::atomic<int64_t> next_chunk_{0};
+  int64_t num_chunks_ = 0;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_;
