@@ -48,11 +48,12 @@ constexpr int64_t kPanelMinM = 8;
 // AVX-512 path.
 
 
-// A block's f16 scale as a broadcast float (F16C: exact, as HalfToFloat).
+// A block's f16 scale as a broadcast float (F16C: exact, as HalfToFloat). The
+// zero-extending scalar load avoids vpinsrw's false dependency on a register.
 TANDEM_AVX512 inline __m512 Scale(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return _mm512_set1_ps(_cvtsh_ss(h));
+  return _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 
 template <GgmlType T>
@@ -80,7 +81,12 @@ TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, __m512* lo,
     if constexpr (T == GgmlType::kQ4_0) {
       table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), Scale(blk));
     } else {
-      table = _mm512_add_ps(_mm512_mul_ps(iota, Scale(blk)), Scale(blk + 2));
+      // d and m converted together, then broadcast.
+      uint32_t dm_bits;
+      std::memcpy(&dm_bits, blk, 4);
+      const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dm_bits)));
+      table = _mm512_add_ps(_mm512_mul_ps(iota, _mm512_broadcastss_ps(dm)),
+                            _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));
     }
     const __m512i q = _mm512_cvtepu8_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBytes - 16)));
