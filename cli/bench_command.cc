@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/model_loader.h"
 #include "common/engine/engine.h"
 #include "common/model/gguf_file.h"
 #include "kernels/cpu/matmul.h"
@@ -128,19 +129,17 @@ void AddBenchCommand(CLI::App& app, BenchOptions* o) {
 }
 
 int RunBench(const BenchOptions& o) {
-  auto file = model::GgufFile::Open(o.model);
-  if (!file.ok()) return std::fprintf(stderr, "error: %s\n", std::string(file.status().message()).c_str()), 1;
-  auto config = model::ModelConfig::FromGguf(**file);
-  if (!config.ok()) return std::fprintf(stderr, "error: %s\n", std::string(config.status().message()).c_str()), 1;
-  auto weights = engine::ModelWeights::Load(**file, *config);
-  if (!weights.ok()) return std::fprintf(stderr, "error: %s\n", std::string(weights.status().message()).c_str()), 1;
+  auto loaded = LoadModel(o.model);
+  if (!loaded.ok()) return Fail(loaded.status());
+  const model::ModelConfig* config = &loaded->config;
+  const std::unique_ptr<engine::ModelWeights>& weights = loaded->weights;
   engine::EngineOptions eo;
   eo.num_threads = o.threads;
   eo.kv_cache_bytes = o.kv_cache_bytes;
   eo.scheduler.max_running = std::max(64, o.batch);
   eo.scheduler.max_batched_tokens = std::max(2048, o.batch * o.batch_prompt);
-  auto eng = engine::Engine::Create(**weights, eo);
-  if (!eng.ok()) return std::fprintf(stderr, "error: %s\n", std::string(eng.status().message()).c_str()), 1;
+  auto eng = engine::Engine::Create(*weights, eo);
+  if (!eng.ok()) return Fail(eng.status());
   engine::Engine& e = **eng;
   const int32_t vocab = static_cast<int32_t>(config->vocab_size);
   const int threads = e.num_threads();
@@ -159,7 +158,7 @@ int RunBench(const BenchOptions& o) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const double peak_rss_mib = ru.ru_maxrss / 1024.0;
-  const double weight_mb = (*weights)->weight_bytes() / 1e6;
+  const double weight_mb = weights->weight_bytes() / 1e6;
   const double bw = ReadBandwidthGBs(threads);
   const double gemm = GemmGflops(threads);
   // Prefill FLOPs per token ≈ 2 × parameters in the matmuls (attention excluded).

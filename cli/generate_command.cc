@@ -7,6 +7,7 @@
 #include <iostream>
 #include <iterator>
 
+#include "cli/model_loader.h"
 #include "common/engine/engine.h"
 #include "common/model/gguf_file.h"
 #include "common/tokenizer/chat_template.h"
@@ -22,11 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-int Fail(const absl::Status& st) {
-  std::fprintf(stderr, "error: %s\n", std::string(st.message()).c_str());
-  return 1;
 }
 
 }  // namespace
@@ -56,26 +52,23 @@ void AddGenerateCommand(CLI::App& app, GenerateOptions* o) {
 int RunGenerate(const GenerateOptions& o) {
   const auto t_start = Clock::now();
   const bool tty = isatty(fileno(stderr));
-  auto file = model::GgufFile::Open(o.model);
-  if (!file.ok()) return Fail(file.status());
-  auto config = model::ModelConfig::FromGguf(**file);
-  if (!config.ok()) return Fail(config.status());
-  auto tok = tokenizer::Tokenizer::FromGguf(**file);
-  if (!tok.ok()) return Fail(tok.status());
-  auto weights = engine::ModelWeights::Load(**file, *config, [&](int done, int total) {
+  auto loaded = LoadModel(o.model, [&](int done, int total) {
     if (tty && !o.json) {
       const int width = 30, filled = done * width / total;
-      std::fprintf(stderr, "\rloading %-30s [%.*s%*s] %d/%d layers", config->name.substr(0, 30).c_str(),
-                   filled, "##############################", width - filled, "", done, total);
-      if (done == total) std::fprintf(stderr, "\r%*s\r", 80, "");
+      std::fprintf(stderr, "\rloading [%.*s%*s] %d/%d layers", filled,
+                   "##############################", width - filled, "", done, total);
+      if (done == total) std::fprintf(stderr, "\r%*s\r", 60, "");
     }
   });
-  if (!weights.ok()) return Fail(weights.status());
+  if (!loaded.ok()) return Fail(loaded.status());
+  const model::ModelConfig* config = &loaded->config;
+  const std::unique_ptr<tokenizer::Tokenizer>& tok = loaded->tokenizer;
+  const std::unique_ptr<engine::ModelWeights>& weights = loaded->weights;
   engine::EngineOptions eo;
   eo.num_threads = o.threads;
   eo.kv_cache_bytes = o.kv_cache_bytes;
   eo.block_size = o.block_size;
-  auto eng = engine::Engine::Create(**weights, eo);
+  auto eng = engine::Engine::Create(*weights, eo);
   if (!eng.ok()) return Fail(eng.status());
   const auto t_loaded = Clock::now();
 
@@ -89,7 +82,7 @@ int RunGenerate(const GenerateOptions& o) {
     if (!rendered.ok()) return Fail(rendered.status());
     text = *rendered;
   }
-  auto prompt = (*tok)->Encode(text);
+  auto prompt = tok->Encode(text);
   if (!prompt.ok()) return Fail(prompt.status());
 
   engine::SamplingParams sp;
@@ -107,7 +100,7 @@ int RunGenerate(const GenerateOptions& o) {
   auto id = (*eng)->AddRequest(*std::move(prompt), sp);
   if (!id.ok()) return Fail(id.status());
 
-  tokenizer::Detokenizer detok(**tok);
+  tokenizer::Detokenizer detok(*tok);
   std::vector<int32_t> out_ids;
   std::string out_text;
   engine::FinishReason reason = engine::FinishReason::kNone;
