@@ -24,13 +24,19 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--model") model = next();
-    else if (a == "--text") text_path = next();
-    else if (a == "--repeat") repeat = std::stoi(next());
-    else if (a == "--dump-ids") dump_path = next();
-    else if (a == "--json") json = true;
+    if (a == "--model")
+      model = next();
+    else if (a == "--text")
+      text_path = next();
+    else if (a == "--repeat")
+      repeat = std::stoi(next());
+    else if (a == "--dump-ids")
+      dump_path = next();
+    else if (a == "--json")
+      json = true;
     else {
-      std::fprintf(stderr, "usage: %s --model M --text FILE [--repeat N] [--json] [--dump-ids F]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s --model M --text FILE [--repeat N] [--json] [--dump-ids F]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -75,9 +81,9 @@ int main(int argc, char** argv) {
   }
   const double mb = text.size() / 1e6;
   if (json) {
-    nlohmann::json j = {{"impl", "tandem"},        {"bytes", text.size()},
-                        {"tokens", ids.size()},    {"first_s", first_s},
-                        {"best_s", best_s},        {"first_mb_per_s", mb / first_s},
+    nlohmann::json j = {{"impl", "tandem"},       {"bytes", text.size()},
+                        {"tokens", ids.size()},   {"first_s", first_s},
+                        {"best_s", best_s},       {"first_mb_per_s", mb / first_s},
                         {"mb_per_s", mb / best_s}};
     std::printf("%s\n", j.dump().c_str());
   } else {

@@ -44,7 +44,8 @@ struct Run {
 };
 
 // Submits `n` requests at once and runs them to completion.
-Run RunBatch(engine::Engine& e, int n, int32_t prompt_len, int32_t gen, int32_t vocab, uint32_t salt) {
+Run RunBatch(engine::Engine& e, int n, int32_t prompt_len, int32_t gen, int32_t vocab,
+             uint32_t salt) {
   engine::SamplingParams p;
   p.temperature = 0;
   p.max_tokens = gen;
@@ -84,12 +85,15 @@ double ReadBandwidthGBs(int threads) {
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = Clock::now();
-    pool.ParallelFor(static_cast<int64_t>(n), [&](int64_t b, int64_t e, int t) {
-      float acc[16] = {};
-      for (int64_t i = b; i + 16 <= e; i += 16)
-        for (int l = 0; l < 16; ++l) acc[l] += buf[i + l];
-      sums[t] += std::accumulate(acc, acc + 16, 0.0);  // keeps the loads alive
-    }, 1 << 16);
+    pool.ParallelFor(
+        static_cast<int64_t>(n),
+        [&](int64_t b, int64_t e, int t) {
+          float acc[16] = {};
+          for (int64_t i = b; i + 16 <= e; i += 16)
+            for (int l = 0; l < 16; ++l) acc[l] += buf[i + l];
+          sums[t] += std::accumulate(acc, acc + 16, 0.0);  // keeps the loads alive
+        },
+        1 << 16);
     best = std::max(best, n * sizeof(float) / Seconds(t0, Clock::now()) / 1e9);
   }
   return best;
@@ -115,7 +119,8 @@ double GemmGflops(int threads) {
 void AddBenchCommand(CLI::App& app, BenchOptions* o) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
-  CLI::App* cmd = bench->add_subcommand("engine", "Single-process engine: prefill, decode, batched decode");
+  CLI::App* cmd =
+      bench->add_subcommand("engine", "Single-process engine: prefill, decode, batched decode");
   cmd->add_option("--model,-m", o->model, "GGUF model")->required();
   cmd->add_option("--threads,-t", o->threads, "Compute threads (default: all cores)");
   cmd->add_option("--repetitions,-r", o->repetitions)->capture_default_str();
@@ -164,8 +169,9 @@ int RunBench(const BenchOptions& o) {
   // Prefill FLOPs per token ≈ 2 × parameters in the matmuls (attention excluded).
   double params = 0;
   const auto& c0 = *config;
-  params += double(c0.n_layers) * c0.hidden_size *
-            (2.0 * c0.n_heads * c0.head_dim + 2.0 * c0.n_kv_heads * c0.head_dim + 3.0 * c0.ffn_size);
+  params +=
+      double(c0.n_layers) * c0.hidden_size *
+      (2.0 * c0.n_heads * c0.head_dim + 2.0 * c0.n_kv_heads * c0.head_dim + 3.0 * c0.ffn_size);
   params += double(c0.vocab_size) * c0.hidden_size;
   const double pp_gflops = Median(pp) * 2 * params / 1e9;
 
@@ -194,11 +200,14 @@ int RunBench(const BenchOptions& o) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("tandem bench engine: %s, %d threads, %s kernels\n", o.model.c_str(), threads, kernels::MatMulIsa());
-    std::printf("  pp%-5d %8.1f tokens/s  (%.0f GFLOP/s; GEMM bound %.0f tokens/s at %.0f GFLOP/s)\n",
-                o.prompt_tokens, Median(pp), pp_gflops, gemm * 1e9 / (2 * params), gemm);
-    std::printf("  tg%-5d %8.1f tokens/s  (bandwidth bound %.0f tokens/s: %.1f GB/s over %.0f MB)\n",
-                o.gen_tokens, Median(tg), bw * 1e3 / weight_mb, bw, weight_mb);
+    std::printf("tandem bench engine: %s, %d threads, %s kernels\n", o.model.c_str(), threads,
+                kernels::MatMulIsa());
+    std::printf(
+        "  pp%-5d %8.1f tokens/s  (%.0f GFLOP/s; GEMM bound %.0f tokens/s at %.0f GFLOP/s)\n",
+        o.prompt_tokens, Median(pp), pp_gflops, gemm * 1e9 / (2 * params), gemm);
+    std::printf(
+        "  tg%-5d %8.1f tokens/s  (bandwidth bound %.0f tokens/s: %.1f GB/s over %.0f MB)\n",
+        o.gen_tokens, Median(tg), bw * 1e3 / weight_mb, bw, weight_mb);
     std::printf("  B=%d, %d+%d: S_PP %.1f tokens/s, S_TG %.1f tokens/s\n", o.batch, o.batch_prompt,
                 o.batch_gen, s_pp, s_tg);
     std::printf("  peak RSS %.0f MiB with a %lld MiB KV pool\n", peak_rss_mib,

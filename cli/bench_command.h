@@ -14,9 +14,9 @@ struct BenchOptions {
   std::string model;
   int threads = 0;
   int repetitions = 3;
-  int32_t prompt_tokens = 512;   // pp
-  int32_t gen_tokens = 128;      // tg
-  int32_t batch = 16;            // concurrent sequences for the batched run
+  int32_t prompt_tokens = 512;  // pp
+  int32_t gen_tokens = 128;     // tg
+  int32_t batch = 16;           // concurrent sequences for the batched run
   int32_t batch_prompt = 128;
   int32_t batch_gen = 128;
   int64_t kv_cache_bytes = int64_t{256} << 20;

@@ -31,9 +31,11 @@ void AddGenerateCommand(CLI::App& app, GenerateOptions* o) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (single process)");
   cmd->add_option("--model,-m", o->model, "GGUF model")->required();
   cmd->add_option("--prompt,-p", o->prompt, "Prompt (default: read stdin)");
-  cmd->add_flag("--chat", o->chat, "Format the prompt as a user turn with the model's chat template");
+  cmd->add_flag("--chat", o->chat,
+                "Format the prompt as a user turn with the model's chat template");
   cmd->add_option("--system", o->system, "System message for --chat");
-  cmd->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate at most")->capture_default_str();
+  cmd->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate at most")
+      ->capture_default_str();
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", o->top_k, "0 = off")->capture_default_str();
   cmd->add_option("--top-p", o->top_p)->capture_default_str();
@@ -43,9 +45,11 @@ void AddGenerateCommand(CLI::App& app, GenerateOptions* o) {
   cmd->add_option("--frequency-penalty", o->frequency_penalty)->capture_default_str();
   cmd->add_option("--seed", o->seed, "Sampling seed (default: random)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence");
-  cmd->add_flag("--json", o->json, "Print one JSON object {token_ids, text, finish_reason, usage, timings}");
+  cmd->add_flag("--json", o->json,
+                "Print one JSON object {token_ids, text, finish_reason, usage, timings}");
   cmd->add_option("--threads,-t", o->threads, "Compute threads (default: all cores)");
-  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget")->capture_default_str();
+  cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget")
+      ->capture_default_str();
   cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
 }
 
@@ -72,8 +76,8 @@ int RunGenerate(const GenerateOptions& o) {
   if (!eng.ok()) return Fail(eng.status());
   const auto t_loaded = Clock::now();
 
-  std::string text = o.prompt.has_value() ? *o.prompt
-                                          : std::string(std::istreambuf_iterator<char>(std::cin), {});
+  std::string text =
+      o.prompt.has_value() ? *o.prompt : std::string(std::istreambuf_iterator<char>(std::cin), {});
   if (o.chat) {
     std::vector<tokenizer::ChatMessage> messages;
     if (!o.system.empty()) messages.push_back({"system", o.system});
@@ -137,13 +141,17 @@ int RunGenerate(const GenerateOptions& o) {
         {"token_ids", out_ids},
         {"text", out_text},
         {"finish_reason", std::string(engine::FinishReasonName(reason))},
-        {"usage", {{"prompt_tokens", n_prompt}, {"completion_tokens", out_ids.size()},
-                   {"total_tokens", n_prompt + out_ids.size()}}},
-        {"timings", {{"load_ms", Ms(t_start, t_loaded)}, {"prefill_ms", prefill_ms},
-                     {"decode_ms", decode_ms},
-                     {"prefill_tokens_per_s", prefill_ms > 0 ? n_prompt * 1000.0 / prefill_ms : 0.0},
-                     {"decode_tokens_per_s",
-                      decode_ms > 0 ? (out_ids.size() - 1) * 1000.0 / decode_ms : 0.0}}}};
+        {"usage",
+         {{"prompt_tokens", n_prompt},
+          {"completion_tokens", out_ids.size()},
+          {"total_tokens", n_prompt + out_ids.size()}}},
+        {"timings",
+         {{"load_ms", Ms(t_start, t_loaded)},
+          {"prefill_ms", prefill_ms},
+          {"decode_ms", decode_ms},
+          {"prefill_tokens_per_s", prefill_ms > 0 ? n_prompt * 1000.0 / prefill_ms : 0.0},
+          {"decode_tokens_per_s",
+           decode_ms > 0 ? (out_ids.size() - 1) * 1000.0 / decode_ms : 0.0}}}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::fwrite(tail.data(), 1, tail.size(), stdout);

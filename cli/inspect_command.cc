@@ -4,12 +4,11 @@
 #include <map>
 #include <string>
 
-#include "common/util/strings.h"
-#include "common/util/strings.h"
 #include "common/model/ggml_type.h"
 #include "common/model/gguf_file.h"
 #include "common/model/model_config.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/strings.h"
 
 namespace tandem::cli {
 
@@ -29,7 +28,8 @@ std::string ValueSummary(const model::GgufValue& v) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, std::string_view>) {
           std::string s(x.substr(0, 80));
-          for (char& c : s) if (c == '\n') c = ' ';
+          for (char& c : s)
+            if (c == '\n') c = ' ';
           return StrCat("\"", s, x.size() > 80 ? "...\"" : "\"");
         } else if constexpr (std::is_same_v<T, GgufArray>) {
           return StrCat("[", model::GgufValueTypeName(x.element_type), " × ", x.count, "]");
@@ -80,7 +80,7 @@ int RunInspect(const InspectOptions& o) {
                 c->rope_scaling.type == model::RopeScalingType::kNone     ? "none"
                 : c->rope_scaling.type == model::RopeScalingType::kLinear ? "linear"
                 : c->rope_scaling.type == model::RopeScalingType::kYarn   ? "yarn"
-                                                                           : "llama3");
+                                                                          : "llama3");
     std::printf("  tied embeddings   %s\n", c->tied_embeddings ? "yes" : "no");
     std::printf("  kv bytes/token    %lld (f32), %lld (bf16)\n",
                 static_cast<long long>(c->KvElementsPerToken() * 4),
@@ -95,7 +95,8 @@ int RunInspect(const InspectOptions& o) {
   std::printf("\ntokenizer:\n");
   if (auto t = tokenizer::Tokenizer::FromGguf(f); t.ok()) {
     const auto& v = (*t)->vocab();
-    std::printf("  model             %s (pre-tokenizer '%s')\n", v.model_name.c_str(), v.pre.c_str());
+    std::printf("  model             %s (pre-tokenizer '%s')\n", v.model_name.c_str(),
+                v.pre.c_str());
     std::printf("  vocab             %d tokens, %zu merges, %zu special\n", v.size(),
                 v.merges.size(), (*t)->num_special_tokens());
     std::printf("  add bos / eos     %s / %s, space prefix %s\n", v.add_bos ? "yes" : "no",

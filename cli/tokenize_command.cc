@@ -33,9 +33,8 @@ int RunTokenize(const TokenizeOptions& o) {
                  std::string(tok.status().message()).c_str());
     return 1;
   }
-  std::string text = o.text.has_value()
-                         ? *o.text
-                         : std::string(std::istreambuf_iterator<char>(std::cin), {});
+  std::string text =
+      o.text.has_value() ? *o.text : std::string(std::istreambuf_iterator<char>(std::cin), {});
   tokenizer::EncodeOptions eo;
   eo.add_special = !o.no_special;
   eo.parse_special = !o.no_parse_special;
@@ -49,7 +48,8 @@ int RunTokenize(const TokenizeOptions& o) {
   } else if (o.show_pieces) {
     for (int32_t id : *ids) {
       nlohmann::json piece = (*tok)->vocab().tokens[id];
-      std::printf("%d\t%s\n", id, piece.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::printf("%d\t%s\n", id,
+                  piece.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
   } else {
     for (size_t i = 0; i < ids->size(); ++i) std::printf(i ? " %d" : "%d", (*ids)[i]);

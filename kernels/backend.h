@@ -31,7 +31,8 @@ class Backend {
   virtual void MatMul2(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
                        const WeightMatrix& w1, float* out1) = 0;
   virtual void MatMul3(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
-                       const WeightMatrix& w1, float* out1, const WeightMatrix& w2, float* out2) = 0;
+                       const WeightMatrix& w1, float* out1, const WeightMatrix& w2,
+                       float* out2) = 0;
   virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                        float* out) = 0;
   // x [n][n_heads][head_dim] rotated in place by the angles of `table` (one row per

@@ -10,6 +10,7 @@ PACKAGES=(
   libabsl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
   clang libclang-rt-14-dev   # libFuzzer target for the GGUF reader
+  clang-format
 )
 
 missing=()

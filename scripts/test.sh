@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The test command: installs what is missing, fetches the default model, builds,
-# runs every CTest test, then fuzzes the GGUF reader for 60 s.
+# The test command: installs what is missing, checks formatting, fetches the default
+# model, builds, runs every CTest test, then fuzzes the GGUF reader for 60 s.
 # Works on a fresh Debian 12 machine; CI (.ci/run) calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
+scripts/format.sh --check
 scripts/fetch-model.sh
 scripts/build.sh
 (cd build && ctest --output-on-failure -j "$(nproc)")

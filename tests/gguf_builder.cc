@@ -30,7 +30,8 @@ GgufBuilder& GgufBuilder::Float32(std::string_view key, float value) {
 GgufBuilder& GgufBuilder::Bool(std::string_view key, bool value) {
   return RawKv(key, kBool, ByteWriter().U8(value ? 1 : 0).str());
 }
-GgufBuilder& GgufBuilder::StringArray(std::string_view key, const std::vector<std::string>& values) {
+GgufBuilder& GgufBuilder::StringArray(std::string_view key,
+                                      const std::vector<std::string>& values) {
   ByteWriter w;
   w.U32(kString).U64(values.size());
   for (const auto& v : values) w.Str(v);

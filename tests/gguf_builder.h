@@ -50,8 +50,14 @@ class GgufBuilder {
     std::optional<uint64_t> offset;  // explicit offset; default: next aligned position
   };
 
-  GgufBuilder& Version(uint32_t v) { version_ = v; return *this; }
-  GgufBuilder& Alignment(uint32_t a) { alignment_ = a; return *this; }
+  GgufBuilder& Version(uint32_t v) {
+    version_ = v;
+    return *this;
+  }
+  GgufBuilder& Alignment(uint32_t a) {
+    alignment_ = a;
+    return *this;
+  }
 
   GgufBuilder& String(std::string_view key, std::string_view value);
   GgufBuilder& Uint32(std::string_view key, uint32_t value);

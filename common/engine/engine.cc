@@ -15,8 +15,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   std::unique_ptr<Engine> e(new Engine());
   e->weights_ = &weights;
   const auto& c = weights.config();
-  int threads = options.num_threads > 0 ? options.num_threads
-                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = options.num_threads > 0
+                    ? options.num_threads
+                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   e->backend_ = std::make_unique<kernels::CpuBackend>(threads);
   kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
                       static_cast<int32_t>(c.head_dim), options.block_size};
@@ -34,19 +35,22 @@ absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const 
   if (prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
   for (int32_t t : prompt) {
     if (t < 0 || t >= c.vocab_size) {
-      return absl::InvalidArgumentError(StrCat("prompt: token id ", t, " is outside the vocabulary of ", c.vocab_size));
+      return absl::InvalidArgumentError(
+          StrCat("prompt: token id ", t, " is outside the vocabulary of ", c.vocab_size));
     }
   }
   RETURN_IF_ERROR(p.Validate(static_cast<int32_t>(c.vocab_size), c.context_length));
   const int64_t total = static_cast<int64_t>(prompt.size()) + p.max_tokens;
   if (total > c.context_length) {
-    return absl::InvalidArgumentError(StrCat("max_tokens: prompt (", prompt.size(), " tokens) + max_tokens (",
-                                             p.max_tokens, ") exceeds the context of ", c.context_length));
+    return absl::InvalidArgumentError(StrCat("max_tokens: prompt (", prompt.size(),
+                                             " tokens) + max_tokens (", p.max_tokens,
+                                             ") exceeds the context of ", c.context_length));
   }
   const int64_t capacity = int64_t{blocks_->num_blocks()} * blocks_->block_size();
   if (total > capacity) {
     return absl::InvalidArgumentError(StrCat("max_tokens: prompt + max_tokens (", total,
-                                             " tokens) exceeds the KV cache (", capacity, " tokens)"));
+                                             " tokens) exceeds the KV cache (", capacity,
+                                             " tokens)"));
   }
   auto seq = std::make_unique<Sequence>();
   seq->id = next_id_++;
@@ -125,7 +129,8 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
       blocks_->HashFullBlocks(seq->id, tokens);
     }
     const std::span<const float> row(logits_.data() + s * vocab, vocab);
-    SampleResult r = Sampler::Sample(row, seq->params, seq->seed, seq->size(), seq->prompt, seq->output);
+    SampleResult r =
+        Sampler::Sample(row, seq->params, seq->seed, seq->size(), seq->prompt, seq->output);
     seq->output.push_back(r.token);
     if (seq->output.size() == 1) seq->first_token = Sequence::Clock::now();
     ++stats_.generated_tokens;

@@ -73,8 +73,8 @@ class EngineTest : public ::testing::Test {
   }
 
   // Drives the engine until idle; returns each request's tokens.
-  static std::map<kv::SeqId, std::vector<int32_t>> Drain(Engine& e,
-                                                         std::map<kv::SeqId, std::vector<int32_t>> out = {}) {
+  static std::map<kv::SeqId, std::vector<int32_t>> Drain(
+      Engine& e, std::map<kv::SeqId, std::vector<int32_t>> out = {}) {
     while (e.HasWork()) {
       auto events = e.Step();
       EXPECT_TRUE(events.ok()) << events.status();
@@ -133,18 +133,22 @@ TEST_F(EngineTest, TokensDoNotDependOnBatchingOrPreemption) {
     {  // All 16 in one batch.
       auto e = MakeEngine();
       std::vector<kv::SeqId> ids;
-      for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(*e->AddRequest(prompts[i], params[i]));
+      for (size_t i = 0; i < prompts.size(); ++i)
+        ids.push_back(*e->AddRequest(prompts[i], params[i]));
       auto out = Drain(*e);
-      for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(out[ids[i]], alone[i]) << "batched request " << i;
+      for (size_t i = 0; i < ids.size(); ++i)
+        EXPECT_EQ(out[ids[i]], alone[i]) << "batched request " << i;
       ExpectNoLeak(*e);
     }
     {  // A KV pool too small for all of them at once: preemption by recompute.
       auto e = MakeEngine(int64_t{12} * 16 * 2 * 30 * 3 * 64 * 4, 16);  // 12 blocks of 16 tokens
       std::vector<kv::SeqId> ids;
-      for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(*e->AddRequest(prompts[i], params[i]));
+      for (size_t i = 0; i < prompts.size(); ++i)
+        ids.push_back(*e->AddRequest(prompts[i], params[i]));
       auto out = Drain(*e);
       EXPECT_GT(e->Stats().preemptions, 0) << "the test meant to force preemption";
-      for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(out[ids[i]], alone[i]) << "preempted request " << i;
+      for (size_t i = 0; i < ids.size(); ++i)
+        EXPECT_EQ(out[ids[i]], alone[i]) << "preempted request " << i;
       ExpectNoLeak(*e);
     }
     {  // Joining and leaving mid-way, block size 1.
@@ -185,7 +189,8 @@ TEST_F(EngineTest, CancelFreesBlocksAndOthersContinue) {
   }
   const int32_t used_before = total - e->Stats().blocks.free_blocks;
   e->Cancel(a);
-  EXPECT_LT(total - e->Stats().blocks.free_blocks, used_before) << "cancel must free blocks at once";
+  EXPECT_LT(total - e->Stats().blocks.free_blocks, used_before)
+      << "cancel must free blocks at once";
   bool saw_cancel = false;
   for (const auto& ev : StepOk(*e)) {
     if (ev.id == a) {
@@ -198,8 +203,8 @@ TEST_F(EngineTest, CancelFreesBlocksAndOthersContinue) {
   }
   EXPECT_TRUE(saw_cancel);
   e->Cancel(b);
-  e->Cancel(b);        // twice: harmless
-  e->Cancel(123456);   // unknown: harmless
+  e->Cancel(b);       // twice: harmless
+  e->Cancel(123456);  // unknown: harmless
   out = Drain(*e, out);
   EXPECT_EQ(out[c], expect);
   ExpectNoLeak(*e);

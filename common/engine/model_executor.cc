@@ -40,31 +40,37 @@ ModelExecutor::ModelExecutor(const ModelWeights& weights, kernels::Backend* back
 
 absl::Status ModelExecutor::Validate(const ForwardBatch& b) const {
   const int32_t S = static_cast<int32_t>(b.kv_len.size());
-  if (b.q_indptr.size() != static_cast<size_t>(S) + 1 || b.block_indptr.size() != static_cast<size_t>(S) + 1 ||
-      b.q_indptr.back() != b.num_tokens() || b.positions.size() != b.tokens.size() ||
+  if (b.q_indptr.size() != static_cast<size_t>(S) + 1 ||
+      b.block_indptr.size() != static_cast<size_t>(S) + 1 || b.q_indptr.back() != b.num_tokens() ||
+      b.positions.size() != b.tokens.size() ||
       b.block_indptr.back() != static_cast<int32_t>(b.block_ids.size())) {
     return absl::InvalidArgumentError("forward batch: inconsistent index arrays");
   }
   const int32_t vocab = static_cast<int32_t>(w_.config().vocab_size);
   for (int32_t t : b.tokens) {
-    if (t < 0 || t >= vocab) return absl::InvalidArgumentError(StrCat("forward batch: token id ", t, " out of range"));
+    if (t < 0 || t >= vocab)
+      return absl::InvalidArgumentError(StrCat("forward batch: token id ", t, " out of range"));
   }
   const int32_t bs = cache_->layout().block_size;
   for (int32_t s = 0; s < S; ++s) {
     const int32_t n = b.q_indptr[s + 1] - b.q_indptr[s];
-    if (n < 0 || b.kv_len[s] < n) return absl::InvalidArgumentError("forward batch: kv_len shorter than new tokens");
+    if (n < 0 || b.kv_len[s] < n)
+      return absl::InvalidArgumentError("forward batch: kv_len shorter than new tokens");
     if (static_cast<int64_t>(b.block_indptr[s + 1] - b.block_indptr[s]) * bs < b.kv_len[s]) {
-      return absl::InvalidArgumentError(StrCat("forward batch: sequence ", s, " needs ", b.kv_len[s],
+      return absl::InvalidArgumentError(StrCat("forward batch: sequence ", s, " needs ",
+                                               b.kv_len[s],
                                                " cache slots, its block table is too short"));
     }
     for (int32_t i = b.block_indptr[s]; i < b.block_indptr[s + 1]; ++i) {
       if (b.block_ids[i] < 0 || b.block_ids[i] >= cache_->num_blocks()) {
-        return absl::InvalidArgumentError(StrCat("forward batch: block id ", b.block_ids[i], " out of range"));
+        return absl::InvalidArgumentError(
+            StrCat("forward batch: block id ", b.block_ids[i], " out of range"));
       }
     }
   }
   for (int32_t r : b.logit_rows) {
-    if (r < 0 || r >= b.num_tokens()) return absl::InvalidArgumentError("forward batch: logit row out of range");
+    if (r < 0 || r >= b.num_tokens())
+      return absl::InvalidArgumentError("forward batch: logit row out of range");
   }
   return absl::OkStatus();
 }
@@ -75,14 +81,14 @@ absl::Status ModelExecutor::Forward(const ForwardBatch& b, std::vector<float>* l
   const int64_t T = b.num_tokens(), H = c.hidden_size;
   const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim, F = c.ffn_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  x_.resize(T * H);        // residual stream [T][H]
-  h_.resize(T * H);        // normed input    [T][H]
-  q_.resize(T * q_dim);    // [T][n_heads][head_dim]
-  k_.resize(T * kv_dim);   // [T][n_kv_heads][head_dim]
+  x_.resize(T * H);       // residual stream [T][H]
+  h_.resize(T * H);       // normed input    [T][H]
+  q_.resize(T * q_dim);   // [T][n_heads][head_dim]
+  k_.resize(T * kv_dim);  // [T][n_kv_heads][head_dim]
   v_.resize(T * kv_dim);
   attn_out_.resize(T * q_dim);
   proj_.resize(T * H);
-  gate_.resize(T * F);     // [T][F]
+  gate_.resize(T * F);  // [T][F]
   up_.resize(T * F);
   const kernels::PagedBatch pb{b.q_indptr, b.kv_len, b.block_indptr, b.block_ids};
 

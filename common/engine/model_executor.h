@@ -22,13 +22,13 @@
 namespace tandem::engine {
 
 struct ForwardBatch {
-  std::vector<int32_t> tokens;        // [T] new tokens of every sequence, in order
-  std::vector<int32_t> positions;     // [T]
-  std::vector<int32_t> q_indptr{0};   // [S+1] sequence s owns rows q_indptr[s]..q_indptr[s+1]
-  std::vector<int32_t> kv_len;        // [S] tokens in the cache after this pass
+  std::vector<int32_t> tokens;           // [T] new tokens of every sequence, in order
+  std::vector<int32_t> positions;        // [T]
+  std::vector<int32_t> q_indptr{0};      // [S+1] sequence s owns rows q_indptr[s]..q_indptr[s+1]
+  std::vector<int32_t> kv_len;           // [S] tokens in the cache after this pass
   std::vector<int32_t> block_indptr{0};  // [S+1]
-  std::vector<int32_t> block_ids;     // block tables, concatenated
-  std::vector<int32_t> logit_rows;    // rows whose logits are returned, in this order
+  std::vector<int32_t> block_ids;        // block tables, concatenated
+  std::vector<int32_t> logit_rows;       // rows whose logits are returned, in this order
 
   // Appends a sequence whose cache will hold `kv_len` tokens, the last `new_tokens`
   // of them computed now; `want_logits`: return the last row's logits.

@@ -98,16 +98,19 @@ TEST_F(GoldenTest, TeacherForcedLogitsMatchTransformersAtEveryPosition) {
       for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
       worst = std::max(worst, std::fabs(mx + std::log(sum) - lse[pos]));
       for (int64_t j = 0; j < k_top; ++j) {
-        worst = std::max<double>(worst, std::fabs(row[top_ids[pos * k_top + j]] - top_logits[pos * k_top + j]));
+        worst = std::max<double>(
+            worst, std::fabs(row[top_ids[pos * k_top + j]] - top_logits[pos * k_top + j]));
       }
       for (int64_t j = 0; j < k_sample; ++j) {
-        worst = std::max<double>(worst, std::fabs(row[sample_ids[j]] - sample_logits[pos * k_sample + j]));
+        worst = std::max<double>(worst,
+                                 std::fabs(row[sample_ids[j]] - sample_logits[pos * k_sample + j]));
       }
       ASSERT_LE(worst, 1e-2) << "prompt " << i << " position " << pos;
     }
     positions += n;
   }
-  std::printf("max |logit difference| over %lld positions: %.3g\n", static_cast<long long>(positions), worst);
+  std::printf("max |logit difference| over %lld positions: %.3g\n",
+              static_cast<long long>(positions), worst);
 }
 
 TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
@@ -136,7 +139,8 @@ TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
       if (got[j] == want[j]) continue;
       // A divergence is only acceptable at a near-tie of the reference.
       const float m = margin[n_prompt - 1 + j];
-      EXPECT_LT(m, 1e-3) << "prompt " << i << " diverges at step " << j << " with reference margin " << m;
+      EXPECT_LT(m, 1e-3) << "prompt " << i << " diverges at step " << j << " with reference margin "
+                         << m;
       ++diverged;
       break;
     }

@@ -15,10 +15,12 @@ using model::GgufFile;
 absl::StatusOr<WeightMatrix> ModelWeights::Matrix(const GgufFile& f, const std::string& name,
                                                   int64_t rows, int64_t cols) {
   const model::GgufTensorInfo* t = f.FindTensor(name);
-  if (t == nullptr) return absl::InvalidArgumentError(StrCat("model: tensor '", name, "' is missing"));
+  if (t == nullptr)
+    return absl::InvalidArgumentError(StrCat("model: tensor '", name, "' is missing"));
   if (t->n_dims != 2 || t->ne[0] != cols || t->ne[1] != rows) {
-    return absl::InvalidArgumentError(StrCat("model: tensor '", name, "' has shape [", t->ne[0], ", ",
-                                             t->ne[1], "], expected [", cols, ", ", rows, "]"));
+    return absl::InvalidArgumentError(StrCat("model: tensor '", name, "' has shape [", t->ne[0],
+                                             ", ", t->ne[1], "], expected [", cols, ", ", rows,
+                                             "]"));
   }
   WeightMatrix w{t->type, rows, cols, t->data.data()};
   if (kernels::MatMulSupports(t->type) && cols % 32 == 0) {
@@ -26,8 +28,8 @@ absl::StatusOr<WeightMatrix> ModelWeights::Matrix(const GgufFile& f, const std::
     return w;
   }
   if (!model::Traits(t->type).can_dequantize) {
-    return absl::UnimplementedError(StrCat("model: tensor '", name, "' has unsupported type ",
-                                           model::GgmlTypeName(t->type)));
+    return absl::UnimplementedError(
+        StrCat("model: tensor '", name, "' has unsupported type ", model::GgmlTypeName(t->type)));
   }
   ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(*t));
   owned_.push_back(std::move(values));
@@ -50,7 +52,8 @@ absl::StatusOr<const float*> ModelWeights::Vector(const GgufFile& f, const std::
         StrCat("model: tensor '", name, "' has ", t->n_elements, " elements, expected ", n));
   }
   weight_bytes_ += n * 4;
-  if (t->type == GgmlType::kF32 && reinterpret_cast<uintptr_t>(t->data.data()) % alignof(float) == 0) {
+  if (t->type == GgmlType::kF32 &&
+      reinterpret_cast<uintptr_t>(t->data.data()) % alignof(float) == 0) {
     return reinterpret_cast<const float*>(t->data.data());
   }
   ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(*t));
@@ -67,7 +70,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
   std::unique_ptr<ModelWeights> w(new ModelWeights());
   w->config_ = c;
   w->owned_.reserve(8 * c.n_layers + 8);  // pointers into owned_ must stay valid
-  const int64_t h = c.hidden_size, q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim;
+  const int64_t h = c.hidden_size, q_dim = c.n_heads * c.head_dim,
+                kv_dim = c.n_kv_heads * c.head_dim;
   ASSIGN_OR_RETURN(w->token_embd_, w->Matrix(f, "token_embd.weight", c.vocab_size, h));
   if (c.tied_embeddings) {
     w->output_ = w->token_embd_;

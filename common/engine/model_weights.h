@@ -28,11 +28,11 @@ struct LayerWeights {
   const float* bq = nullptr;         // qwen2 only: [n_heads·head_dim]
   const float* bk = nullptr;         // [n_kv_heads·head_dim]
   const float* bv = nullptr;
-  WeightMatrix wo;                   // [hidden][n_heads·head_dim]
-  const float* ffn_norm = nullptr;   // [hidden]
-  WeightMatrix w_gate;               // [ffn][hidden]
-  WeightMatrix w_up;                 // [ffn][hidden]
-  WeightMatrix w_down;               // [hidden][ffn]
+  WeightMatrix wo;                  // [hidden][n_heads·head_dim]
+  const float* ffn_norm = nullptr;  // [hidden]
+  WeightMatrix w_gate;              // [ffn][hidden]
+  WeightMatrix w_up;                // [ffn][hidden]
+  WeightMatrix w_down;              // [hidden][ffn]
 };
 
 class ModelWeights {
@@ -56,8 +56,8 @@ class ModelWeights {
   ModelWeights() = default;
   absl::StatusOr<WeightMatrix> Matrix(const model::GgufFile& f, const std::string& name,
                                       int64_t rows, int64_t cols);
-  absl::StatusOr<const float*> Vector(const model::GgufFile& f, const std::string& name,
-                                      int64_t n, bool optional = false);
+  absl::StatusOr<const float*> Vector(const model::GgufFile& f, const std::string& name, int64_t n,
+                                      bool optional = false);
 
   model::ModelConfig config_;
   WeightMatrix token_embd_, output_;

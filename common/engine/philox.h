@@ -11,7 +11,8 @@
 
 namespace tandem::engine {
 
-inline std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> ctr, std::array<uint32_t, 2> key) {
+inline std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> ctr,
+                                          std::array<uint32_t, 2> key) {
   constexpr uint32_t kM0 = 0xD2511F53, kM1 = 0xCD9E8D57;
   constexpr uint32_t kW0 = 0x9E3779B9, kW1 = 0xBB67AE85;
   for (int round = 0; round < 10; ++round) {
@@ -27,9 +28,9 @@ inline std::array<uint32_t, 4> Philox4x32(std::array<uint32_t, 4> ctr, std::arra
 
 // A uniform double in [0, 1) from (seed, position, stream): 53 random bits.
 inline double PhiloxUniform(uint64_t seed, uint64_t position, uint32_t stream = 0) {
-  const auto r = Philox4x32({static_cast<uint32_t>(position), static_cast<uint32_t>(position >> 32),
-                             stream, 0},
-                            {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const auto r = Philox4x32(
+      {static_cast<uint32_t>(position), static_cast<uint32_t>(position >> 32), stream, 0},
+      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
   const uint64_t bits = (static_cast<uint64_t>(r[0]) << 21) ^ (static_cast<uint64_t>(r[1]) >> 11);
   return static_cast<double>(bits & ((uint64_t{1} << 53) - 1)) * 0x1.0p-53;
 }

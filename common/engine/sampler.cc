@@ -108,7 +108,8 @@ SampleResult Sampler::Sample(std::span<const float> raw, const SamplingParams& p
       std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
         return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
       });
-      for (size_t i = 0; i < n; ++i) r.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - lse)});
+      for (size_t i = 0; i < n; ++i)
+        r.top.push_back({ids[i], static_cast<float>(logits[ids[i]] - lse)});
     }
   }
   return r;

@@ -32,16 +32,16 @@ struct TokenLogprob {
 
 struct SampleResult {
   int32_t token = -1;
-  float logprob = 0;               // of `token` (set when params.logprobs ≥ 0)
-  std::vector<TokenLogprob> top;   // the params.logprobs most likely, best first
+  float logprob = 0;              // of `token` (set when params.logprobs ≥ 0)
+  std::vector<TokenLogprob> top;  // the params.logprobs most likely, best first
 };
 
 class Sampler {
  public:
   // `logits` [vocab] of the position being sampled, which is `position` in the
   // sequence (its index counting prompt tokens from 0).
-  static SampleResult Sample(std::span<const float> logits, const SamplingParams& p,
-                             uint64_t seed, int64_t position, std::span<const int32_t> prompt,
+  static SampleResult Sample(std::span<const float> logits, const SamplingParams& p, uint64_t seed,
+                             int64_t position, std::span<const int32_t> prompt,
                              std::span<const int32_t> output);
 
   // Step 1 in place.

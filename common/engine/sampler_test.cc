@@ -24,7 +24,8 @@ std::vector<double> Analytic(const SamplingParams& p) {
   for (auto& x : prob) x /= z;
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return prob[a] > prob[b]; });
   std::vector<bool> keep(n, true);
   if (p.top_k > 0) {
     for (size_t r = p.top_k; r < n; ++r) keep[order[r]] = false;
@@ -141,9 +142,9 @@ TEST(Sampler, PenaltiesChangeLogitsExactlyAsSpecified) {
   const std::vector<int32_t> prompt = {0, 1};
   const std::vector<int32_t> output = {3, 3, 4, 3};
   Sampler::ApplyPenalties(l, p, prompt, output);
-  EXPECT_FLOAT_EQ(l[0], 1.0f);                       // seen in prompt, positive: ÷ 2
-  EXPECT_FLOAT_EQ(l[1], -2.0f);                      // seen in prompt, negative: × 2
-  EXPECT_FLOAT_EQ(l[2], 0.5f);                       // unseen
+  EXPECT_FLOAT_EQ(l[0], 1.0f);                         // seen in prompt, positive: ÷ 2
+  EXPECT_FLOAT_EQ(l[1], -2.0f);                        // seen in prompt, negative: × 2
+  EXPECT_FLOAT_EQ(l[2], 0.5f);                         // unseen
   EXPECT_FLOAT_EQ(l[3], 3.0f / 2 - 0.25f * 3 - 0.5f);  // 3 times in output
   EXPECT_FLOAT_EQ(l[4], -2.0f * 2 - 0.25f - 0.5f);     // once in output
 }

@@ -40,7 +40,8 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int64_t max_context) c
     return Bad("stop_token_ids", StrCat("at most ", kMaxStopTokenIds, " ids"));
   }
   for (int32_t id : stop_token_ids) {
-    if (id < 0 || id >= vocab_size) return Bad("stop_token_ids", StrCat("id ", id, " is outside the vocabulary"));
+    if (id < 0 || id >= vocab_size)
+      return Bad("stop_token_ids", StrCat("id ", id, " is outside the vocabulary"));
   }
   return absl::OkStatus();
 }

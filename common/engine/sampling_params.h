@@ -15,11 +15,11 @@ namespace tandem::engine {
 
 struct SamplingParams {
   int32_t max_tokens = 16;
-  double temperature = 1.0;        // 0 = greedy
-  int32_t top_k = 0;               // 0 or -1: off
-  double top_p = 1.0;              // (0, 1]
-  double min_p = 0.0;              // [0, 1]
-  std::optional<uint64_t> seed;    // unset: the engine draws one
+  double temperature = 1.0;      // 0 = greedy
+  int32_t top_k = 0;             // 0 or -1: off
+  double top_p = 1.0;            // (0, 1]
+  double min_p = 0.0;            // [0, 1]
+  std::optional<uint64_t> seed;  // unset: the engine draws one
   std::vector<int32_t> stop_token_ids;
   double repetition_penalty = 1.0;  // > 0; 1 = off (applies to prompt and output tokens)
   double presence_penalty = 0.0;    // [-2, 2] (output tokens)

@@ -23,7 +23,7 @@
 namespace tandem::engine {
 
 struct SchedulerOptions {
-  int32_t max_running = 64;          // sequences in one batch
+  int32_t max_running = 64;           // sequences in one batch
   int32_t max_batched_tokens = 2048;  // tokens per forward pass (a longer prompt runs alone)
 };
 

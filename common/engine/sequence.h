@@ -38,7 +38,7 @@ struct Sequence {
   uint64_t seed = 0;
   SequenceState state = SequenceState::kWaiting;
   FinishReason finish = FinishReason::kNone;
-  int64_t num_cached = 0;   // leading tokens whose K/V are in the cache
+  int64_t num_cached = 0;  // leading tokens whose K/V are in the cache
   int32_t preemptions = 0;
   Clock::time_point arrival, first_token, finished_at;
 

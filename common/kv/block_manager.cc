@@ -32,8 +32,8 @@ absl::Status BlockManager::Allocate(SeqId seq, int64_t num_tokens) {
     return absl::AlreadyExistsError(StrCat("sequence ", seq, " already has blocks"));
   }
   if (!CanAllocate(num_tokens)) {
-    return absl::ResourceExhaustedError(StrCat("need ", BlocksFor(num_tokens), " KV blocks, ",
-                                               num_free_blocks(), " free"));
+    return absl::ResourceExhaustedError(
+        StrCat("need ", BlocksFor(num_tokens), " KV blocks, ", num_free_blocks(), " free"));
   }
   Table& t = tables_[seq];
   for (int32_t i = 0; i < BlocksFor(num_tokens); ++i) t.blocks.push_back(TakeFree());

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "common/util/strings.h"
 #include "common/util/half.h"
+#include "common/util/strings.h"
 
 namespace tandem::model {
 
@@ -116,14 +116,12 @@ absl::Status Dequantize(GgmlType type, std::span<const uint8_t> src, std::span<f
   const size_t n = dst.size();
   if (n % t.block_size != 0) {
     return absl::InvalidArgumentError(
-        StrCat(n, " elements is not a multiple of the ", t.name, " block size ",
-                     t.block_size));
+        StrCat(n, " elements is not a multiple of the ", t.name, " block size ", t.block_size));
   }
   const size_t n_blocks = n / t.block_size;
   if (src.size() != n_blocks * t.type_size) {
     return absl::InvalidArgumentError(StrCat(t.name, ": ", n, " elements need ",
-                                                   n_blocks * t.type_size, " bytes, got ",
-                                                   src.size()));
+                                             n_blocks * t.type_size, " bytes, got ", src.size()));
   }
   const uint8_t* s = src.data();
   float* y = dst.data();
@@ -142,11 +140,21 @@ absl::Status Dequantize(GgmlType type, std::span<const uint8_t> src, std::span<f
   }
   void (*block_fn)(const uint8_t*, float*) = nullptr;
   switch (type) {
-    case GgmlType::kQ4_0: block_fn = DequantizeQ4_0; break;
-    case GgmlType::kQ4_1: block_fn = DequantizeQ4_1; break;
-    case GgmlType::kQ8_0: block_fn = DequantizeQ8_0; break;
-    case GgmlType::kQ4_K: block_fn = DequantizeQ4_K; break;
-    case GgmlType::kQ6_K: block_fn = DequantizeQ6_K; break;
+    case GgmlType::kQ4_0:
+      block_fn = DequantizeQ4_0;
+      break;
+    case GgmlType::kQ4_1:
+      block_fn = DequantizeQ4_1;
+      break;
+    case GgmlType::kQ8_0:
+      block_fn = DequantizeQ8_0;
+      break;
+    case GgmlType::kQ4_K:
+      block_fn = DequantizeQ4_K;
+      break;
+    case GgmlType::kQ6_K:
+      block_fn = DequantizeQ6_K;
+      break;
     default:
       return absl::UnimplementedError(StrCat("dequantizing ", t.name, " is not supported"));
   }

@@ -49,8 +49,8 @@ enum class GgmlType : uint32_t {
 struct GgmlTypeTraits {
   GgmlType type;
   std::string_view name;
-  int64_t block_size;  // elements per block
-  int64_t type_size;   // bytes per block
+  int64_t block_size;   // elements per block
+  int64_t type_size;    // bytes per block
   bool can_dequantize;  // tandem implements DequantizeRow for it
 };
 

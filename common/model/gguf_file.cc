@@ -6,8 +6,8 @@
 #include <numeric>
 
 #include "absl/status/status.h"
-#include "common/util/strings.h"
 #include "common/util/status_macros.h"
+#include "common/util/strings.h"
 
 namespace tandem::model {
 
@@ -70,7 +70,7 @@ class Cursor {
   absl::StatusOr<std::span<const uint8_t>> Take(uint64_t n, std::string_view what) {
     if (n > remaining()) {
       return Malformed(StrCat(what, " at offset ", pos_, " declares ", n, " bytes but only ",
-                                    remaining(), " remain in the file"));
+                              remaining(), " remain in the file"));
     }
     auto out = bytes_.subspan(pos_, n);
     pos_ += n;
@@ -96,16 +96,26 @@ absl::StatusOr<GgufValue> ReadScalarAs(Cursor& c, std::string_view what) {
 
 absl::StatusOr<GgufValue> ReadScalar(Cursor& c, GgufValueType t, std::string_view what) {
   switch (t) {
-    case GgufValueType::kUint8: return ReadScalarAs<uint8_t>(c, what);
-    case GgufValueType::kInt8: return ReadScalarAs<int8_t>(c, what);
-    case GgufValueType::kUint16: return ReadScalarAs<uint16_t>(c, what);
-    case GgufValueType::kInt16: return ReadScalarAs<int16_t>(c, what);
-    case GgufValueType::kUint32: return ReadScalarAs<uint32_t>(c, what);
-    case GgufValueType::kInt32: return ReadScalarAs<int32_t>(c, what);
-    case GgufValueType::kFloat32: return ReadScalarAs<float>(c, what);
-    case GgufValueType::kUint64: return ReadScalarAs<uint64_t>(c, what);
-    case GgufValueType::kInt64: return ReadScalarAs<int64_t>(c, what);
-    case GgufValueType::kFloat64: return ReadScalarAs<double>(c, what);
+    case GgufValueType::kUint8:
+      return ReadScalarAs<uint8_t>(c, what);
+    case GgufValueType::kInt8:
+      return ReadScalarAs<int8_t>(c, what);
+    case GgufValueType::kUint16:
+      return ReadScalarAs<uint16_t>(c, what);
+    case GgufValueType::kInt16:
+      return ReadScalarAs<int16_t>(c, what);
+    case GgufValueType::kUint32:
+      return ReadScalarAs<uint32_t>(c, what);
+    case GgufValueType::kInt32:
+      return ReadScalarAs<int32_t>(c, what);
+    case GgufValueType::kFloat32:
+      return ReadScalarAs<float>(c, what);
+    case GgufValueType::kUint64:
+      return ReadScalarAs<uint64_t>(c, what);
+    case GgufValueType::kInt64:
+      return ReadScalarAs<int64_t>(c, what);
+    case GgufValueType::kFloat64:
+      return ReadScalarAs<double>(c, what);
     case GgufValueType::kBool: {
       ASSIGN_OR_RETURN(uint8_t b, c.Read<uint8_t>(what));
       if (b > 1) return Malformed(StrCat(what, ": bool value ", int{b}, " is not 0 or 1"));
@@ -137,9 +147,8 @@ absl::StatusOr<GgufValue> ReadValue(Cursor& c, GgufValueType t, std::string_view
   if (arr.element_type == GgufValueType::kString) {
     // Each string takes at least its 8-byte length: bound the count before reserving.
     if (arr.count > c.remaining() / sizeof(uint64_t)) {
-      return Malformed(StrCat(what, ": array of ", arr.count,
-                                    " strings cannot fit in the ", c.remaining(),
-                                    " bytes that remain"));
+      return Malformed(StrCat(what, ": array of ", arr.count, " strings cannot fit in the ",
+                              c.remaining(), " bytes that remain"));
     }
     arr.strings.reserve(arr.count);
     for (uint64_t i = 0; i < arr.count; ++i) {
@@ -151,8 +160,8 @@ absl::StatusOr<GgufValue> ReadValue(Cursor& c, GgufValueType t, std::string_view
   size_t elem = ScalarSize(arr.element_type);
   if (arr.count > c.remaining() / elem) {
     return Malformed(StrCat(what, ": array of ", arr.count, " ",
-                                  GgufValueTypeName(arr.element_type), " elements cannot fit in the ",
-                                  c.remaining(), " bytes that remain"));
+                            GgufValueTypeName(arr.element_type), " elements cannot fit in the ",
+                            c.remaining(), " bytes that remain"));
   }
   ASSIGN_OR_RETURN(arr.raw, c.Take(arr.count * elem, what));
   if (arr.element_type == GgufValueType::kBool) {
@@ -210,19 +219,32 @@ absl::Status CheckSchema(std::string_view key, const GgufValue& v) {
 
 std::string_view GgufValueTypeName(GgufValueType type) {
   switch (type) {
-    case GgufValueType::kUint8: return "UINT8";
-    case GgufValueType::kInt8: return "INT8";
-    case GgufValueType::kUint16: return "UINT16";
-    case GgufValueType::kInt16: return "INT16";
-    case GgufValueType::kUint32: return "UINT32";
-    case GgufValueType::kInt32: return "INT32";
-    case GgufValueType::kFloat32: return "FLOAT32";
-    case GgufValueType::kBool: return "BOOL";
-    case GgufValueType::kString: return "STRING";
-    case GgufValueType::kArray: return "ARRAY";
-    case GgufValueType::kUint64: return "UINT64";
-    case GgufValueType::kInt64: return "INT64";
-    case GgufValueType::kFloat64: return "FLOAT64";
+    case GgufValueType::kUint8:
+      return "UINT8";
+    case GgufValueType::kInt8:
+      return "INT8";
+    case GgufValueType::kUint16:
+      return "UINT16";
+    case GgufValueType::kInt16:
+      return "INT16";
+    case GgufValueType::kUint32:
+      return "UINT32";
+    case GgufValueType::kInt32:
+      return "INT32";
+    case GgufValueType::kFloat32:
+      return "FLOAT32";
+    case GgufValueType::kBool:
+      return "BOOL";
+    case GgufValueType::kString:
+      return "STRING";
+    case GgufValueType::kArray:
+      return "ARRAY";
+    case GgufValueType::kUint64:
+      return "UINT64";
+    case GgufValueType::kInt64:
+      return "INT64";
+    case GgufValueType::kFloat64:
+      return "FLOAT64";
   }
   return "UNKNOWN";
 }
@@ -266,12 +288,12 @@ absl::Status GgufFile::ParseAll() {
   constexpr uint64_t kMinKv = 8 + 1 + 4 + 1;
   constexpr uint64_t kMinTensor = 8 + 4 + 8 + 4 + 8;
   if (n_kv > c.remaining() / kMinKv) {
-    return Malformed(StrCat("metadata count ", n_kv, " cannot fit in a file of ",
-                                  bytes_.size(), " bytes"));
+    return Malformed(
+        StrCat("metadata count ", n_kv, " cannot fit in a file of ", bytes_.size(), " bytes"));
   }
   if (n_tensors > c.remaining() / kMinTensor) {
-    return Malformed(StrCat("tensor count ", n_tensors, " cannot fit in a file of ",
-                                  bytes_.size(), " bytes"));
+    return Malformed(
+        StrCat("tensor count ", n_tensors, " cannot fit in a file of ", bytes_.size(), " bytes"));
   }
 
   kv_.reserve(n_kv);
@@ -280,8 +302,7 @@ absl::Status GgufFile::ParseAll() {
     ASSIGN_OR_RETURN(std::string_view key, c.ReadString(what));
     if (key.empty()) return Malformed(StrCat(what, " is empty"));
     if (key.size() > kMaxKeyLength) {
-      return Malformed(StrCat(what, " is ", key.size(), " bytes (at most ", kMaxKeyLength,
-                                    ")"));
+      return Malformed(StrCat(what, " is ", key.size(), " bytes (at most ", kMaxKeyLength, ")"));
     }
     what = StrCat("metadata key '", key, "'");
     ASSIGN_OR_RETURN(uint32_t type_raw, c.Read<uint32_t>(StrCat(what, " type")));
@@ -311,21 +332,21 @@ absl::Status GgufFile::ParseAll() {
     ASSIGN_OR_RETURN(t.name, c.ReadString(StrCat(what, " name")));
     if (t.name.empty() || t.name.size() >= kGgufMaxTensorName) {
       return Malformed(StrCat(what, " name has ", t.name.size(), " bytes (1..",
-                                    kGgufMaxTensorName - 1, " allowed)"));
+                              kGgufMaxTensorName - 1, " allowed)"));
     }
     what = StrCat("tensor '", t.name, "'");
     ASSIGN_OR_RETURN(uint32_t n_dims, c.Read<uint32_t>(StrCat(what, " n_dims")));
     if (n_dims < 1 || n_dims > kGgufMaxDims) {
-      return Malformed(StrCat(what, " has ", n_dims, " dimensions (1..", kGgufMaxDims,
-                                    " allowed)"));
+      return Malformed(
+          StrCat(what, " has ", n_dims, " dimensions (1..", kGgufMaxDims, " allowed)"));
     }
     t.n_dims = static_cast<int>(n_dims);
     int64_t n_elements = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       ASSIGN_OR_RETURN(uint64_t ne, c.Read<uint64_t>(StrCat(what, " dimension")));
       if (ne == 0 || ne > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return Malformed(StrCat(what, " dimension ", d, " is ", ne,
-                                      " (must be positive and fit in int64)"));
+        return Malformed(
+            StrCat(what, " dimension ", d, " is ", ne, " (must be positive and fit in int64)"));
       }
       t.ne[d] = static_cast<int64_t>(ne);
       if (__builtin_mul_overflow(n_elements, t.ne[d], &n_elements)) {
@@ -339,9 +360,8 @@ absl::Status GgufFile::ParseAll() {
     }
     t.type = traits->type;
     if (t.ne[0] % traits->block_size != 0) {
-      return Malformed(StrCat(what, " row length ", t.ne[0],
-                                    " is not a multiple of the ", traits->name, " block size ",
-                                    traits->block_size));
+      return Malformed(StrCat(what, " row length ", t.ne[0], " is not a multiple of the ",
+                              traits->name, " block size ", traits->block_size));
     }
     int64_t n_bytes = 0;
     if (__builtin_mul_overflow(n_elements / traits->block_size, traits->type_size, &n_bytes)) {
@@ -351,8 +371,8 @@ absl::Status GgufFile::ParseAll() {
     t.n_bytes = static_cast<uint64_t>(n_bytes);
     ASSIGN_OR_RETURN(t.offset, c.Read<uint64_t>(StrCat(what, " offset")));
     if (t.offset % alignment_ != 0) {
-      return Malformed(StrCat(what, " offset ", t.offset, " is not a multiple of the alignment ",
-                                    alignment_));
+      return Malformed(
+          StrCat(what, " offset ", t.offset, " is not a multiple of the alignment ", alignment_));
     }
     if (!tensor_index_.emplace(t.name, tensors_.size()).second) {
       return Malformed(StrCat("duplicate tensor name '", t.name, "'"));
@@ -366,13 +386,13 @@ absl::Status GgufFile::ParseAll() {
   if (tensors_.empty()) return absl::OkStatus();
   if (data_offset_ > bytes_.size()) {
     return Malformed(StrCat("tensor data section starts at ", data_offset_,
-                                  " past the end of the file (", bytes_.size(), " bytes)"));
+                            " past the end of the file (", bytes_.size(), " bytes)"));
   }
   const uint64_t data_size = bytes_.size() - data_offset_;
   for (auto& t : tensors_) {
     if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
       return Malformed(StrCat("tensor '", t.name, "' data [", t.offset, ", +", t.n_bytes,
-                                    ") lies outside the ", data_size, "-byte data section"));
+                              ") lies outside the ", data_size, "-byte data section"));
     }
     t.data = bytes_.subspan(data_offset_ + t.offset, t.n_bytes);
   }
@@ -384,8 +404,8 @@ absl::Status GgufFile::ParseAll() {
     const auto& prev = tensors_[order[i - 1]];
     const auto& cur = tensors_[order[i]];
     if (prev.offset + prev.n_bytes > cur.offset) {
-      return Malformed(StrCat("tensors '", prev.name, "' and '", cur.name,
-                                    "' overlap in the data section"));
+      return Malformed(
+          StrCat("tensors '", prev.name, "' and '", cur.name, "' overlap in the data section"));
     }
   }
   return absl::OkStatus();

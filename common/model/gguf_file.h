@@ -61,8 +61,8 @@ std::string_view GgufValueTypeName(GgufValueType type);
 struct GgufArray {
   GgufValueType element_type;
   uint64_t count = 0;
-  std::span<const uint8_t> raw;            // numeric/bool element bytes
-  std::vector<std::string_view> strings;   // string elements, size() == count
+  std::span<const uint8_t> raw;           // numeric/bool element bytes
+  std::vector<std::string_view> strings;  // string elements, size() == count
 };
 
 // The alternative index of a GgufValue equals its GgufValueType id.
@@ -85,7 +85,7 @@ struct GgufTensorInfo {
   GgmlType type;
   int n_dims = 0;
   std::array<int64_t, kGgufMaxDims> ne{1, 1, 1, 1};  // ne[0] varies fastest (a row)
-  uint64_t offset = 0;      // relative to the data section
+  uint64_t offset = 0;                               // relative to the data section
   uint64_t n_elements = 0;
   uint64_t n_bytes = 0;
   std::span<const uint8_t> data;  // n_bytes bytes inside the file
@@ -121,8 +121,7 @@ class GgufFile {
   // FLOAT32 or FLOAT64.
   absl::StatusOr<double> GetFloat(std::string_view key) const;
   // An array whose elements have type `element_type`.
-  absl::StatusOr<const GgufArray*> GetArray(std::string_view key,
-                                            GgufValueType element_type) const;
+  absl::StatusOr<const GgufArray*> GetArray(std::string_view key, GgufValueType element_type) const;
 
  private:
   GgufFile() = default;

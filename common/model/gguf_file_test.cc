@@ -142,7 +142,9 @@ TEST(GgufMalformed, EmptyFile) { ExpectRejected("", "magic"); }
 
 TEST(GgufMalformed, BadMagic) { ExpectRejected("GGML\x03\0\0\0", "bad magic"); }
 
-TEST(GgufMalformed, TruncatedHeader) { ExpectRejected(std::string("GGUF\x03\0\0\0\x01\0", 10), "tensor count"); }
+TEST(GgufMalformed, TruncatedHeader) {
+  ExpectRejected(std::string("GGUF\x03\0\0\0\x01\0", 10), "tensor count");
+}
 
 TEST(GgufMalformed, UnsupportedVersions) {
   ExpectRejected(GgufBuilder().Version(1).Build(), "version 1");
@@ -237,7 +239,8 @@ TEST(GgufMalformed, DimensionTooLargeOrZero) {
 }
 
 TEST(GgufMalformed, ElementCountOverflow) {
-  ExpectRejected(OneTensor(0, {(1ull << 42) + 1, 1ull << 22}, 4).Build(), "element count overflows");
+  ExpectRejected(OneTensor(0, {(1ull << 42) + 1, 1ull << 22}, 4).Build(),
+                 "element count overflows");
 }
 
 TEST(GgufMalformed, ByteSizeOverflow) {
@@ -254,7 +257,8 @@ TEST(GgufMalformed, UnknownTensorType) {
 }
 
 TEST(GgufMalformed, RowNotMultipleOfBlockSize) {
-  ExpectRejected(OneTensor(2 /* Q4_0 */, {33}, 36).Build(), "not a multiple of the Q4_0 block size 32");
+  ExpectRejected(OneTensor(2 /* Q4_0 */, {33}, 36).Build(),
+                 "not a multiple of the Q4_0 block size 32");
 }
 
 TEST(GgufMalformed, MisalignedOffset) {
@@ -297,7 +301,8 @@ TEST(GgufMalformed, TruncatedTensorData) {
 }
 
 TEST(GgufMalformed, EveryTruncationOfAValidFileIsRejectedCleanly) {
-  std::string bytes = ::tandem::testing::TinyGpt2Vocab().F32Tensor("t", {8}, std::vector<float>(8, 1.0f)).Build();
+  std::string bytes =
+      ::tandem::testing::TinyGpt2Vocab().F32Tensor("t", {8}, std::vector<float>(8, 1.0f)).Build();
   for (size_t n = 0; n < bytes.size(); ++n) {
     absl::Status st = ParseStatus(bytes.substr(0, n));
     EXPECT_FALSE(st.ok()) << "prefix of " << n << " bytes parsed";

@@ -3,8 +3,8 @@
 #include <cmath>
 
 #include "absl/status/status.h"
-#include "common/util/strings.h"
 #include "common/util/status_macros.h"
+#include "common/util/strings.h"
 
 namespace tandem::model {
 
@@ -80,7 +80,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
     return Invalid(p + "rope.dimension_count", "must be even and at most the head dim");
   }
   ASSIGN_OR_RETURN(c.rms_norm_eps, FloatOr(f, p + "attention.layer_norm_rms_epsilon", 1e-5));
-  if (c.rms_norm_eps <= 0) return Invalid(p + "attention.layer_norm_rms_epsilon", "must be positive");
+  if (c.rms_norm_eps <= 0)
+    return Invalid(p + "attention.layer_norm_rms_epsilon", "must be positive");
   ASSIGN_OR_RETURN(c.rope_theta, FloatOr(f, p + "rope.freq_base", 10000.0));
   if (c.rope_theta <= 0) return Invalid(p + "rope.freq_base", "must be positive");
 
@@ -116,9 +117,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(c.eos_token_id, TokenIdOr(f, "tokenizer.ggml.eos_token_id"));
   ASSIGN_OR_RETURN(c.pad_token_id, TokenIdOr(f, "tokenizer.ggml.padding_token_id"));
   ASSIGN_OR_RETURN(c.unk_token_id, TokenIdOr(f, "tokenizer.ggml.unknown_token_id"));
-  for (auto [key, id] : {std::pair{"bos", c.bos_token_id}, std::pair{"eos", c.eos_token_id},
-                         std::pair{"padding", c.pad_token_id},
-                         std::pair{"unknown", c.unk_token_id}}) {
+  for (auto [key, id] :
+       {std::pair{"bos", c.bos_token_id}, std::pair{"eos", c.eos_token_id},
+        std::pair{"padding", c.pad_token_id}, std::pair{"unknown", c.unk_token_id}}) {
     if (id >= c.vocab_size) {
       return Invalid(StrCat("tokenizer.ggml.", key, "_token_id"),
                      StrCat("= ", id, " is outside the vocabulary of ", c.vocab_size));

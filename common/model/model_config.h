@@ -30,18 +30,18 @@ struct ModelConfig {
   std::string architecture;  // general.architecture
   std::string name;          // general.name, may be empty
   int64_t n_layers = 0;
-  int64_t hidden_size = 0;         // embedding_length
+  int64_t hidden_size = 0;  // embedding_length
   int64_t n_heads = 0;
-  int64_t n_kv_heads = 0;          // GQA: n_heads / n_kv_heads queries share a KV head
+  int64_t n_kv_heads = 0;  // GQA: n_heads / n_kv_heads queries share a KV head
   int64_t head_dim = 0;
-  int64_t ffn_size = 0;            // feed_forward_length
+  int64_t ffn_size = 0;  // feed_forward_length
   int64_t vocab_size = 0;
   int64_t context_length = 0;
-  int64_t rope_dim = 0;            // rotated dims per head (usually head_dim)
+  int64_t rope_dim = 0;  // rotated dims per head (usually head_dim)
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
-  bool tied_embeddings = false;    // no output.weight: logits reuse token_embd.weight
+  bool tied_embeddings = false;  // no output.weight: logits reuse token_embd.weight
   bool qkv_bias = false;
   // RoPE pairs (i, i + rope_dim/2) as NeoX does (qwen2); llama/mistral GGUF files store
   // Q/K permuted for adjacent pairs (2i, 2i+1).

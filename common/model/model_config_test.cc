@@ -85,15 +85,18 @@ TEST(ModelConfig, ReadsQwen2AndRopeScaling) {
 }
 
 TEST(ModelConfig, RejectsInconsistentShapes) {
-  EXPECT_THAT(std::string(Parse(Llama().Uint32("llama.attention.head_count_kv", 3)).status().message()),
-              HasSubstr("head_count_kv"));
+  EXPECT_THAT(
+      std::string(Parse(Llama().Uint32("llama.attention.head_count_kv", 3)).status().message()),
+      HasSubstr("head_count_kv"));
   EXPECT_THAT(std::string(Parse(Llama(5)).status().message()),
               HasSubstr("must divide embedding_length"));
-  EXPECT_THAT(std::string(Parse(Llama().Uint32("tokenizer.ggml.eos_token_id", 100)).status().message()),
-              HasSubstr("outside the vocabulary"));
+  EXPECT_THAT(
+      std::string(Parse(Llama().Uint32("tokenizer.ggml.eos_token_id", 100)).status().message()),
+      HasSubstr("outside the vocabulary"));
   GgufBuilder no_layers;
   no_layers.String("general.architecture", "llama");
-  EXPECT_THAT(std::string(Parse(no_layers).status().message()), HasSubstr("llama.block_count is missing"));
+  EXPECT_THAT(std::string(Parse(no_layers).status().message()),
+              HasSubstr("llama.block_count is missing"));
   GgufBuilder other;
   other.String("general.architecture", "mamba");
   EXPECT_EQ(Parse(other).status().code(), absl::StatusCode::kUnimplemented);

@@ -71,7 +71,8 @@ class ByteLevelBpe {
   static constexpr size_t kCacheCapacity = 1 << 16;
   static constexpr size_t kMaxCachedPiece = 64;  // bytes
   mutable absl::Mutex cache_mu_;
-  mutable absl::flat_hash_map<std::string, std::vector<int32_t>, StringViewHash, StringViewEq> cache_ ABSL_GUARDED_BY(cache_mu_);
+  mutable absl::flat_hash_map<std::string, std::vector<int32_t>, StringViewHash, StringViewEq>
+      cache_ ABSL_GUARDED_BY(cache_mu_);
 };
 
 }  // namespace tandem::tokenizer

@@ -46,21 +46,25 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::string_view tpl,
     if (!system.empty() && messages.front().role != "system") {
       out += StrCat("<|im_start|>system\n", system, "<|im_end|>\n");
     }
-    for (const auto& m : messages) out += StrCat("<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
+    for (const auto& m : messages)
+      out += StrCat("<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
     if (add_generation_prompt) out += "<|im_start|>assistant\n";
     return out;
   }
   if (tpl.find("<|start_header_id|>") != std::string_view::npos) {
     out += "<|begin_of_text|>";
     for (const auto& m : messages) {
-      out += StrCat("<|start_header_id|>", m.role, "<|end_header_id|>\n\n", Trim(m.content), "<|eot_id|>");
+      out += StrCat("<|start_header_id|>", m.role, "<|end_header_id|>\n\n", Trim(m.content),
+                    "<|eot_id|>");
     }
     if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
     return out;
   }
-  if (tpl.empty()) return absl::UnimplementedError("the model has no chat template; use a raw prompt");
+  if (tpl.empty())
+    return absl::UnimplementedError("the model has no chat template; use a raw prompt");
   return absl::UnimplementedError(
-      "this model's chat template is not one tandem can render yet (ChatML, Llama 3); use a raw prompt");
+      "this model's chat template is not one tandem can render yet (ChatML, Llama 3); use a raw "
+      "prompt");
 }
 
 }  // namespace tandem::tokenizer

@@ -30,8 +30,9 @@ TEST(ChatTemplate, RejectsWhatItCannotRender) {
             absl::StatusCode::kUnimplemented);
   EXPECT_EQ(ChatTemplate::Render("", {{"user", "hi"}}, true).status().code(),
             absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(ChatTemplate::Render("<|im_start|>", {{"robot", "hi"}}, true).status().message()),
-              ::testing::HasSubstr("role"));
+  EXPECT_THAT(
+      std::string(ChatTemplate::Render("<|im_start|>", {{"robot", "hi"}}, true).status().message()),
+      ::testing::HasSubstr("role"));
   EXPECT_EQ(ChatTemplate::Render("<|im_start|>", {}, true).status().code(),
             absl::StatusCode::kInvalidArgument);
 }

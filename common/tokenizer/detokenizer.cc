@@ -1,8 +1,8 @@
 #include "common/tokenizer/detokenizer.h"
 
 #include "absl/status/status.h"
-#include "common/util/strings.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/strings.h"
 #include "common/util/utf8.h"
 
 namespace tandem::tokenizer {
@@ -17,11 +17,20 @@ size_t MaximalSubpart(std::string_view s) {
   if (n <= 1) return 1;
   uint8_t lo = 0x80, hi = 0xBF;
   switch (b(0)) {
-    case 0xE0: lo = 0xA0; break;
-    case 0xED: hi = 0x9F; break;
-    case 0xF0: lo = 0x90; break;
-    case 0xF4: hi = 0x8F; break;
-    default: break;
+    case 0xE0:
+      lo = 0xA0;
+      break;
+    case 0xED:
+      hi = 0x9F;
+      break;
+    case 0xF0:
+      lo = 0x90;
+      break;
+    case 0xF4:
+      hi = 0x8F;
+      break;
+    default:
+      break;
   }
   size_t i = 1;
   if (i < s.size() && b(i) >= lo && b(i) <= hi) {

@@ -17,13 +17,15 @@ class ByteVocab : public ::testing::Test {
  protected:
   void SetUp() override {
     std::vector<std::string> tokens;
-    for (int b = 0; b < 256; ++b) tokens.emplace_back(GetByteAlphabet().Spell(static_cast<uint8_t>(b)));
+    for (int b = 0; b < 256; ++b)
+      tokens.emplace_back(GetByteAlphabet().Spell(static_cast<uint8_t>(b)));
     ::tandem::testing::GgufBuilder builder;
     builder.String("tokenizer.ggml.model", "gpt2")
         .StringArray("tokenizer.ggml.tokens", tokens)
         .StringArray("tokenizer.ggml.merges", {});
     bytes_ = builder.Build();
-    auto f = model::GgufFile::Parse({reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size()});
+    auto f =
+        model::GgufFile::Parse({reinterpret_cast<const uint8_t*>(bytes_.data()), bytes_.size()});
     ASSERT_TRUE(f.ok()) << f.status();
     file_ = std::move(*f);
     auto t = Tokenizer::FromGguf(*file_);
@@ -43,7 +45,9 @@ class ByteVocab : public ::testing::Test {
 
 TEST_F(ByteVocab, HoldsBackIncompleteCharacters) {
   Detokenizer d(*tok_);
-  auto out = Stream(d, "a\xE4\xB8\xAD" "b");  // a 中 b
+  auto out = Stream(d,
+                    "a\xE4\xB8\xAD"
+                    "b");  // a 中 b
   EXPECT_EQ(out, (std::vector<std::string>{"a", "", "", "\xE4\xB8\xAD", "b"}));
   EXPECT_EQ(d.Finish(), "");
 }
@@ -52,7 +56,10 @@ TEST_F(ByteVocab, ReplacesBytesThatCanNeverBeValid) {
   Detokenizer d(*tok_);
   // A truncated 3-byte sequence followed by ASCII is one U+FFFD (maximal subpart),
   // then the ASCII.
-  EXPECT_EQ(Stream(d, "\xE4\xB8" "x"), (std::vector<std::string>{"", "", "\xEF\xBF\xBDx"}));
+  EXPECT_EQ(Stream(d,
+                   "\xE4\xB8"
+                   "x"),
+            (std::vector<std::string>{"", "", "\xEF\xBF\xBDx"}));
   EXPECT_EQ(Stream(d, "\xFF"), (std::vector<std::string>{"\xEF\xBF\xBD"}));
   // Overlong lead E0 80: two replacement characters, as Python decodes it.
   EXPECT_EQ(Stream(d, "\xE0\x80"), (std::vector<std::string>{"", "\xEF\xBF\xBD\xEF\xBF\xBD"}));
@@ -90,7 +97,9 @@ TEST_F(ByteVocab, RandomBytesAlwaysGiveValidUtf8) {
     joined += d.Finish();
     EXPECT_TRUE(utf8::IsValid(joined));
     // Valid input passes through unchanged.
-    if (utf8::IsValid(bytes)) EXPECT_EQ(joined, bytes);
+    if (utf8::IsValid(bytes)) {
+      EXPECT_EQ(joined, bytes);
+    }
   }
 }
 

@@ -5,7 +5,6 @@
 
 #include "absl/status/status.h"
 #include "common/util/strings.h"
-#include "common/util/strings.h"
 
 namespace tandem::tokenizer {
 
@@ -80,8 +79,8 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromPatterns(
     if (pat->code == nullptr) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof(msg));
-      return absl::InvalidArgumentError(StrCat("tokenizer: bad pattern at ", err_off, ": ",
-                                                     reinterpret_cast<const char*>(msg)));
+      return absl::InvalidArgumentError(
+          StrCat("tokenizer: bad pattern at ", err_off, ": ", reinterpret_cast<const char*>(msg)));
     }
     // JIT is an optimization; the interpreter is the fallback where it is unavailable.
     pcre2_jit_compile(pat->code, PCRE2_JIT_COMPLETE);
@@ -101,8 +100,8 @@ void PreTokenizer::Split(std::string_view text, std::vector<std::string_view>* o
       while (start < piece.size()) {
         // The text was validated once up front: skip PCRE2's per-call UTF-8 check,
         // which would otherwise rescan the whole subject on every match.
-        int rc = pcre2_match(pat->code, subject, piece.size(), start, PCRE2_NO_UTF_CHECK, md,
-                             nullptr);
+        int rc =
+            pcre2_match(pat->code, subject, piece.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
         if (rc < 0) break;
         const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         size_t s = ov[0], e = ov[1];
@@ -114,7 +113,8 @@ void PreTokenizer::Split(std::string_view text, std::vector<std::string_view>* o
         } else {
           // Empty match: step over one character.
           start = e + 1;
-          while (start < piece.size() && (static_cast<uint8_t>(piece[start]) & 0xC0) == 0x80) ++start;
+          while (start < piece.size() && (static_cast<uint8_t>(piece[start]) & 0xC0) == 0x80)
+            ++start;
         }
       }
       if (last < piece.size()) next.push_back(piece.substr(last));

@@ -40,13 +40,20 @@ TEST(PreTokenizer, Qwen2) {
 
 TEST(PreTokenizer, WhiteSpaceIsUnicodeWhiteSpace) {
   // U+3000 is White_Space; U+180E (which PCRE2's \s would accept) is not.
-  EXPECT_THAT(Split("gpt2", "a\xE3\x80\x80" "b"), ElementsAre("a", "\xE3\x80\x80", "b"));
-  EXPECT_THAT(Split("gpt2", "a\xE1\xA0\x8E" "b"), ElementsAre("a", "\xE1\xA0\x8E", "b"));
+  EXPECT_THAT(Split("gpt2",
+                    "a\xE3\x80\x80"
+                    "b"),
+              ElementsAre("a", "\xE3\x80\x80", "b"));
+  EXPECT_THAT(Split("gpt2",
+                    "a\xE1\xA0\x8E"
+                    "b"),
+              ElementsAre("a", "\xE1\xA0\x8E", "b"));
 }
 
 TEST(PreTokenizer, PiecesAlwaysConcatenateToTheInput) {
   std::mt19937 rng(3);
-  const std::vector<uint32_t> pool = {'a', 'Z', '1', ' ', '\n', '\t', '\'', '!', 0xA0, 0xE9, 0x4E2D, 0x1F600, 0x3000, 0x2028};
+  const std::vector<uint32_t> pool = {'a', 'Z',  '1',  ' ',    '\n',    '\t',   '\'',
+                                      '!', 0xA0, 0xE9, 0x4E2D, 0x1F600, 0x3000, 0x2028};
   for (const char* name : {"gpt2", "smollm", "llama3", "qwen2"}) {
     for (int trial = 0; trial < 100; ++trial) {
       std::string text;

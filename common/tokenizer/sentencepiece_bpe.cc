@@ -36,7 +36,8 @@ int32_t SentencePieceBpe::MergeableId(std::string_view text) const {
   return t == TokenType::kNormal || t == TokenType::kUserDefined ? it->second : -1;
 }
 
-void SentencePieceBpe::Encode(std::string_view raw, bool at_start, std::vector<int32_t>* out) const {
+void SentencePieceBpe::Encode(std::string_view raw, bool at_start,
+                              std::vector<int32_t>* out) const {
   std::string text;
   if (at_start && vocab_.add_space_prefix) text.append(kSpaceMarker);
   text.append(ReplaceAll(raw, " ", kSpaceMarker));

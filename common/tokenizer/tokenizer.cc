@@ -3,12 +3,12 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
-#include "common/util/strings.h"
 #include "common/tokenizer/byte_level_bpe.h"
 #include "common/tokenizer/detokenizer.h"
 #include "common/tokenizer/pre_tokenizer.h"
 #include "common/tokenizer/sentencepiece_bpe.h"
 #include "common/util/status_macros.h"
+#include "common/util/strings.h"
 #include "common/util/utf8.h"
 
 namespace tandem::tokenizer {
@@ -41,9 +41,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::Gguf
     tok->special_by_first_byte_[static_cast<uint8_t>(v.tokens[id][0])].push_back(id);
   }
   for (auto& bucket : tok->special_by_first_byte_) {
-    std::stable_sort(bucket.begin(), bucket.end(), [&](int32_t a, int32_t b) {
-      return v.tokens[a].size() > v.tokens[b].size();
-    });
+    std::stable_sort(bucket.begin(), bucket.end(),
+                     [&](int32_t a, int32_t b) { return v.tokens[a].size() > v.tokens[b].size(); });
   }
   return tok;
 }

@@ -186,7 +186,9 @@ namespace {
 TEST(SentencePieceBpe, IgnoresMalformedByteTokens) {
   GgufBuilder b;
   b.String("tokenizer.ggml.model", "llama")
-      .StringArray("tokenizer.ggml.tokens", {"<unk>", "<0x-1>", "<0x41>", "<0xzz>", "\xE2\x96\x81" "a"})
+      .StringArray("tokenizer.ggml.tokens", {"<unk>", "<0x-1>", "<0x41>", "<0xzz>",
+                                             "\xE2\x96\x81"
+                                             "a"})
       .Float32Array("tokenizer.ggml.scores", {0, 0, 0, 0, 1})
       .Int32Array("tokenizer.ggml.token_type", {2, 6, 6, 6, 1})
       .Uint32("tokenizer.ggml.unknown_token_id", 0);

@@ -1,8 +1,8 @@
 #include "common/tokenizer/vocab.h"
 
 #include "absl/status/status.h"
-#include "common/util/strings.h"
 #include "common/util/status_macros.h"
+#include "common/util/strings.h"
 
 namespace tandem::tokenizer {
 
@@ -42,15 +42,16 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
   } else if (model_name == "llama") {
     v.model = TokenizerModel::kSentencePieceBpe;
   } else {
-    return absl::UnimplementedError(StrCat(
-        "tokenizer: tokenizer.ggml.model '", model_name, "' is not supported (gpt2, llama)"));
+    return absl::UnimplementedError(StrCat("tokenizer: tokenizer.ggml.model '", model_name,
+                                           "' is not supported (gpt2, llama)"));
   }
   if (f.Find("tokenizer.ggml.pre") != nullptr) {
     ASSIGN_OR_RETURN(std::string_view pre, f.GetString("tokenizer.ggml.pre"));
     v.pre = std::string(pre);
   }
 
-  ASSIGN_OR_RETURN(const GgufArray* tokens, f.GetArray("tokenizer.ggml.tokens", GgufValueType::kString));
+  ASSIGN_OR_RETURN(const GgufArray* tokens,
+                   f.GetArray("tokenizer.ggml.tokens", GgufValueType::kString));
   if (tokens->count == 0 || tokens->count > INT32_MAX) {
     return Invalid(StrCat("tokenizer.ggml.tokens has ", tokens->count, " entries"));
   }
@@ -59,10 +60,11 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
 
   v.types.assign(n, TokenType::kNormal);
   if (f.Find("tokenizer.ggml.token_type") != nullptr) {
-    ASSIGN_OR_RETURN(const GgufArray* types, f.GetArray("tokenizer.ggml.token_type", GgufValueType::kInt32));
+    ASSIGN_OR_RETURN(const GgufArray* types,
+                     f.GetArray("tokenizer.ggml.token_type", GgufValueType::kInt32));
     if (types->count != tokens->count) {
-      return Invalid(StrCat("tokenizer.ggml.token_type has ", types->count, " entries for ",
-                                  n, " tokens"));
+      return Invalid(
+          StrCat("tokenizer.ggml.token_type has ", types->count, " entries for ", n, " tokens"));
     }
     for (int32_t i = 0; i < n; ++i) {
       int32_t t = ArrayElement<int32_t>(*types, i);
@@ -73,10 +75,11 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
     }
   }
   if (f.Find("tokenizer.ggml.scores") != nullptr) {
-    ASSIGN_OR_RETURN(const GgufArray* scores, f.GetArray("tokenizer.ggml.scores", GgufValueType::kFloat32));
+    ASSIGN_OR_RETURN(const GgufArray* scores,
+                     f.GetArray("tokenizer.ggml.scores", GgufValueType::kFloat32));
     if (scores->count != tokens->count) {
-      return Invalid(StrCat("tokenizer.ggml.scores has ", scores->count, " entries for ", n,
-                                  " tokens"));
+      return Invalid(
+          StrCat("tokenizer.ggml.scores has ", scores->count, " entries for ", n, " tokens"));
     }
     v.scores.resize(n);
     for (int32_t i = 0; i < n; ++i) v.scores[i] = ArrayElement<float>(*scores, i);
@@ -84,7 +87,8 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
     return Invalid("a SentencePiece vocabulary needs tokenizer.ggml.scores");
   }
   if (f.Find("tokenizer.ggml.merges") != nullptr) {
-    ASSIGN_OR_RETURN(const GgufArray* merges, f.GetArray("tokenizer.ggml.merges", GgufValueType::kString));
+    ASSIGN_OR_RETURN(const GgufArray* merges,
+                     f.GetArray("tokenizer.ggml.merges", GgufValueType::kString));
     v.merges.assign(merges->strings.begin(), merges->strings.end());
   } else if (v.model == TokenizerModel::kByteLevelBpe) {
     return Invalid("a byte-level BPE vocabulary needs tokenizer.ggml.merges");
@@ -100,11 +104,14 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
   const bool spm = v.model == TokenizerModel::kSentencePieceBpe;
   // Defaults follow llama.cpp and transformers: SentencePiece vocabularies add BOS and
   // the "▁" prefix unless the file says otherwise.
-  ASSIGN_OR_RETURN(v.add_bos, OptionalBool(f, "tokenizer.ggml.add_bos_token", spm && v.bos_id >= 0));
+  ASSIGN_OR_RETURN(v.add_bos,
+                   OptionalBool(f, "tokenizer.ggml.add_bos_token", spm && v.bos_id >= 0));
   ASSIGN_OR_RETURN(v.add_eos, OptionalBool(f, "tokenizer.ggml.add_eos_token", false));
   ASSIGN_OR_RETURN(v.add_space_prefix, OptionalBool(f, "tokenizer.ggml.add_space_prefix", spm));
-  if (v.add_bos && v.bos_id < 0) return Invalid("add_bos_token is set but there is no bos_token_id");
-  if (v.add_eos && v.eos_id < 0) return Invalid("add_eos_token is set but there is no eos_token_id");
+  if (v.add_bos && v.bos_id < 0)
+    return Invalid("add_bos_token is set but there is no bos_token_id");
+  if (v.add_eos && v.eos_id < 0)
+    return Invalid("add_eos_token is set but there is no eos_token_id");
   return v;
 }
 

@@ -35,13 +35,14 @@ enum class TokenizerModel {
 
 struct Vocab {
   TokenizerModel model = TokenizerModel::kByteLevelBpe;
-  std::string model_name;  // tokenizer.ggml.model
-  std::string pre;         // tokenizer.ggml.pre ("" when absent)
+  std::string model_name;           // tokenizer.ggml.model
+  std::string pre;                  // tokenizer.ggml.pre ("" when absent)
   std::vector<std::string> tokens;  // [n_vocab] token text as stored
   std::vector<TokenType> types;     // [n_vocab]
   std::vector<float> scores;        // [n_vocab] (SentencePiece) or empty
   std::vector<std::string> merges;  // "left right", highest priority first (byte-level BPE)
-  absl::flat_hash_map<std::string, int32_t, StringViewHash, StringViewEq> token_to_id;  // a duplicated text maps to its last id
+  absl::flat_hash_map<std::string, int32_t, StringViewHash, StringViewEq>
+      token_to_id;  // a duplicated text maps to its last id
 
   int32_t bos_id = -1;  // -1: none
   int32_t eos_id = -1;

@@ -32,7 +32,7 @@ inline uint16_t FloatToHalf(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
   const uint32_t abs = x & 0x7FFFFFFF;
-  if (abs > 0x7F800000) return sign | 0x7E00;  // NaN
+  if (abs > 0x7F800000) return sign | 0x7E00;   // NaN
   if (abs >= 0x477FF000) return sign | 0x7C00;  // rounds to inf
   if (abs < 0x38800000) {                       // subnormal or zero in half
     float a = std::bit_cast<float>(abs);
@@ -51,7 +51,9 @@ inline uint16_t FloatToHalf(float f) {
   return sign | static_cast<uint16_t>(h);
 }
 
-inline float Bf16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float Bf16ToFloat(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 // Round-to-nearest-even float32 → bfloat16 (NaN stays NaN).
 inline uint16_t FloatToBf16(float f) {

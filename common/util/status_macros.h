@@ -11,10 +11,10 @@
 #define TANDEM_CONCAT_INNER_(a, b) a##b
 #define TANDEM_CONCAT_(a, b) TANDEM_CONCAT_INNER_(a, b)
 
-#define RETURN_IF_ERROR(expr)                          \
-  do {                                                 \
-    const ::absl::Status tandem_status_ = (expr);      \
-    if (!tandem_status_.ok()) return tandem_status_;   \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    const ::absl::Status tandem_status_ = (expr);    \
+    if (!tandem_status_.ok()) return tandem_status_; \
   } while (0)
 
 #define ASSIGN_OR_RETURN(lhs, expr) \

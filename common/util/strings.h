@@ -26,16 +26,17 @@ inline void Append(std::string* out, const std::string& s) { out->append(s); }
 inline void Append(std::string* out, char c) { out->push_back(c); }
 // absl::string_view (a distinct type in Debian's Abseil), e.g. absl::Status::message().
 template <typename T>
-  requires(std::same_as<T, absl::string_view> && !std::same_as<T, std::string_view>)
-void Append(std::string* out, const T& s) {
+requires(std::same_as<T, absl::string_view> &&
+         !std::same_as<T, std::string_view>) void Append(std::string* out, const T& s) {
   out->append(s.data(), s.size());
 }
 inline void Append(std::string* out, bool b) { out->append(b ? "true" : "false"); }
 template <std::integral T>
-  requires(!std::same_as<T, char> && !std::same_as<T, bool>)
-void Append(std::string* out, T v) {
+requires(!std::same_as<T, char> && !std::same_as<T, bool>) void Append(std::string* out, T v) {
   char buf[24];
-  auto r = std::to_chars(buf, buf + sizeof(buf), static_cast<std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>>(v));
+  auto r = std::to_chars(
+      buf, buf + sizeof(buf),
+      static_cast<std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>>(v));
   out->append(buf, r.ptr);
 }
 template <std::floating_point T>

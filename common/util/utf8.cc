@@ -19,11 +19,20 @@ size_t SequenceLength(std::string_view s) {
   if (n == 1) return 1;
   uint8_t lo = 0x80, hi = 0xBF;
   switch (b(0)) {
-    case 0xE0: lo = 0xA0; break;
-    case 0xED: hi = 0x9F; break;
-    case 0xF0: lo = 0x90; break;
-    case 0xF4: hi = 0x8F; break;
-    default: break;
+    case 0xE0:
+      lo = 0xA0;
+      break;
+    case 0xED:
+      hi = 0x9F;
+      break;
+    case 0xF0:
+      lo = 0x90;
+      break;
+    case 0xF4:
+      hi = 0x8F;
+      break;
+    default:
+      break;
   }
   if (b(1) < lo || b(1) > hi) return 0;
   for (size_t i = 2; i < n; ++i) {
@@ -72,9 +81,12 @@ uint32_t DecodeCodepoint(std::string_view s, size_t* len) {
   if (n == 0) return 0;
   const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(s[i])); };
   switch (n) {
-    case 1: return b(0);
-    case 2: return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
-    case 3: return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+    case 1:
+      return b(0);
+    case 2:
+      return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+    case 3:
+      return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
     default:
       return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
   }

@@ -17,12 +17,12 @@ TEST(Utf8, AcceptsWellFormedSequences) {
 }
 
 TEST(Utf8, RejectsIllFormedSequences) {
-  EXPECT_EQ(FirstInvalid("ab\x80"), 2u);             // lone continuation
-  EXPECT_EQ(FirstInvalid("\xC0\xAF"), 0u);           // overlong
-  EXPECT_EQ(FirstInvalid("\xE0\x80\xAF"), 0u);       // overlong 3-byte
-  EXPECT_EQ(FirstInvalid("x\xED\xA0\x80"), 1u);      // surrogate
-  EXPECT_EQ(FirstInvalid("\xF4\x90\x80\x80"), 0u);   // > U+10FFFF
-  EXPECT_EQ(FirstInvalid("\xE4\xB8"), 0u);           // truncated
+  EXPECT_EQ(FirstInvalid("ab\x80"), 2u);            // lone continuation
+  EXPECT_EQ(FirstInvalid("\xC0\xAF"), 0u);          // overlong
+  EXPECT_EQ(FirstInvalid("\xE0\x80\xAF"), 0u);      // overlong 3-byte
+  EXPECT_EQ(FirstInvalid("x\xED\xA0\x80"), 1u);     // surrogate
+  EXPECT_EQ(FirstInvalid("\xF4\x90\x80\x80"), 0u);  // > U+10FFFF
+  EXPECT_EQ(FirstInvalid("\xE4\xB8"), 0u);          // truncated
   EXPECT_EQ(FirstInvalid("\xFF"), 0u);
 }
 

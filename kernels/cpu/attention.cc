@@ -40,8 +40,8 @@ std::span<const int32_t> Table(const PagedBatch& b, int32_t s) {
 inline const float* KColumn(const kv::KvCache& c, std::span<const int32_t> table, int32_t j,
                             int32_t layer, int32_t h) {
   const kv::KvLayout& L = c.layout();
-  return c.Part(table[j / L.block_size], layer, 0) + static_cast<int64_t>(h) * L.head_dim * L.block_size +
-         j % L.block_size;
+  return c.Part(table[j / L.block_size], layer, 0) +
+         static_cast<int64_t>(h) * L.head_dim * L.block_size + j % L.block_size;
 }
 inline const float* VRow(const kv::KvCache& c, std::span<const int32_t> table, int32_t j,
                          int32_t layer, int32_t h) {
@@ -153,7 +153,8 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
       const int32_t len = std::min(bs, n - j0);
       for (int32_t i = 0; i < len; ++i, vr += vstride) {
         const __m512 p = _mm512_set1_ps(sc[j0 + i]);
-        for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * v), acc[v]);
+        for (int32_t v = 0; v < nv; ++v)
+          acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * v), acc[v]);
       }
     }
     float* o = out + static_cast<int64_t>(g) * hd;
@@ -177,7 +178,8 @@ void WriteKv(const float* k, const float* v, const PagedBatch& batch, int32_t la
       float* kt = cache->Part(block, layer, 0) + slot;  // [kv_head][d][slot]
       const float* src = k + (q0 + t) * row;
       for (int64_t i = 0; i < row; ++i) kt[i * L.block_size] = src[i];
-      std::memcpy(cache->Part(block, layer, 1) + slot * row, v + (q0 + t) * row, row * sizeof(float));
+      std::memcpy(cache->Part(block, layer, 1) + slot * row, v + (q0 + t) * row,
+                  row * sizeof(float));
     }
   }
 }
@@ -202,7 +204,8 @@ void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShap
         AttendAvx512(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o);
       } else {
         for (int32_t g = 0; g < group; ++g) {
-          AttendGeneric(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o + g * hd);
+          AttendGeneric(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores,
+                        o + g * hd);
         }
       }
     }

@@ -36,11 +36,13 @@ struct Fixture {
     for (auto [len, n_new] : seqs) {
       kv_len.push_back(len);
       q_indptr.push_back(q_indptr.back() + n_new);
-      for (int32_t b = 0; b < (len + block_size - 1) / block_size; ++b) block_ids.push_back(order[next++]);
+      for (int32_t b = 0; b < (len + block_size - 1) / block_size; ++b)
+        block_ids.push_back(order[next++]);
       block_indptr.push_back(static_cast<int32_t>(block_ids.size()));
     }
     // Fill the whole cache with noise: only the right rows may be read.
-    for (int64_t i = 0; i < int64_t{blocks} * layout.BlockElements(); ++i) cache->Block(0)[i] = g(rng);
+    for (int64_t i = 0; i < int64_t{blocks} * layout.BlockElements(); ++i)
+      cache->Block(0)[i] = g(rng);
     q.resize(static_cast<size_t>(q_indptr.back()) * n_heads * head_dim);
     for (auto& v : q) v = g(rng);
     shape = {n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
@@ -77,9 +79,11 @@ TEST_P(PagedAttentionPaths, RowsDoNotDependOnTheBatch) {
   // Sequence 2 alone, same cache, same blocks.
   const int32_t rows = 5, first = f.q_indptr[2], row = 9 * 64;
   std::vector<int32_t> qi = {0, rows}, len = {64}, bi = {0, f.block_indptr[3] - f.block_indptr[2]};
-  std::vector<int32_t> ids(f.block_ids.begin() + f.block_indptr[2], f.block_ids.begin() + f.block_indptr[3]);
+  std::vector<int32_t> ids(f.block_ids.begin() + f.block_indptr[2],
+                           f.block_ids.begin() + f.block_indptr[3]);
   std::vector<float> alone(rows * row);
-  PagedAttention(f.q.data() + first * row, {qi, len, bi, ids}, f.shape, 0, *f.cache, alone.data(), nullptr);
+  PagedAttention(f.q.data() + first * row, {qi, len, bi, ids}, f.shape, 0, *f.cache, alone.data(),
+                 nullptr);
   EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + first * row, alone.size() * sizeof(float)));
 }
 
@@ -99,7 +103,7 @@ TEST(WriteKv, PlacesRowsAtTheirPositions) {
   EXPECT_EQ(kt0[(0 * 16 + 0) * 4 + 3], 0.0f);
   EXPECT_EQ(kt0[(1 * 16 + 15) * 4 + 3], 31.0f);
   const float* kt1 = f.cache->Part(f.block_ids[1], 1, 0);
-  EXPECT_EQ(kt1[(0 * 16 + 1) * 4 + 1], 2 * 32 + 1.0f);  // position 5, head 0, d 1
+  EXPECT_EQ(kt1[(0 * 16 + 1) * 4 + 1], 2 * 32 + 1.0f);             // position 5, head 0, d 1
   const float* v5 = f.cache->Part(f.block_ids[1], 1, 1) + 1 * 32;  // V: [slot][head][d]
   EXPECT_EQ(v5[0], 1000.0f + 64);
 }

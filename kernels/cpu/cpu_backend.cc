@@ -45,7 +45,8 @@ void CpuBackend::Rope(float* x, int64_t n, int32_t n_heads, const RopeTable& tab
 
 void CpuBackend::SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
   pool_->ParallelFor(
-      n, [&](int64_t b, int64_t e, int) { kernels::SwiGlu(gate + b, up + b, e - b, out + b); }, 1024);
+      n, [&](int64_t b, int64_t e, int) { kernels::SwiGlu(gate + b, up + b, e - b, out + b); },
+      1024);
 }
 
 void CpuBackend::Add(float* x, const float* y, int64_t n) { AddInPlace(x, y, n); }

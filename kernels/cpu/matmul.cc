@@ -39,14 +39,13 @@ void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* ou
 
 namespace {
 
-constexpr int kMaxM = 6;      // rows of x per micro-tile
-constexpr int kMaxN = 4;      // weight rows per micro-tile
+constexpr int kMaxM = 6;        // rows of x per micro-tile
+constexpr int kMaxN = 4;        // weight rows per micro-tile
 constexpr int kPanelRows = 16;  // weight rows decoded together on the panel path
 constexpr int64_t kPanelMinM = 8;
 
 // ---------------------------------------------------------------------------
 // AVX-512 path.
-
 
 // A block's f16 scale as a broadcast float (F16C: exact, as HalfToFloat). The
 // zero-extending scalar load avoids vpinsrw's false dependency on a register.
@@ -88,8 +87,8 @@ TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, __m512* lo,
       table = _mm512_add_ps(_mm512_mul_ps(iota, _mm512_broadcastss_ps(dm)),
                             _mm512_broadcastss_ps(_mm_movehdup_ps(dm)));
     }
-    const __m512i q = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBytes - 16)));
+    const __m512i q =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBytes - 16)));
     *lo = _mm512_permutexvar_ps(q, table);
     *hi = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
   }
@@ -154,10 +153,14 @@ TANDEM_AVX512 void DirectDispatch(int mt, int nt, const float* x, int64_t k,
   if constexpr (MT > 0) {
     if (mt == MT) {
       switch (nt) {
-        case 1: return TileDirect<T, MT, 1>(x, k, wrows, out, ldo);
-        case 2: return TileDirect<T, MT, 2>(x, k, wrows, out, ldo);
-        case 3: return TileDirect<T, MT, 3>(x, k, wrows, out, ldo);
-        default: return TileDirect<T, MT, 4>(x, k, wrows, out, ldo);
+        case 1:
+          return TileDirect<T, MT, 1>(x, k, wrows, out, ldo);
+        case 2:
+          return TileDirect<T, MT, 2>(x, k, wrows, out, ldo);
+        case 3:
+          return TileDirect<T, MT, 3>(x, k, wrows, out, ldo);
+        default:
+          return TileDirect<T, MT, 4>(x, k, wrows, out, ldo);
       }
     }
     DirectDispatch<T, MT - 1>(mt, nt, x, k, wrows, out, ldo);
@@ -170,10 +173,14 @@ TANDEM_AVX512 void PanelDispatch(int mt, int nt, const float* x, int64_t k, cons
   if constexpr (MT > 0) {
     if (mt == MT) {
       switch (nt) {
-        case 1: return TilePanel<MT, 1>(x, k, panel, out, ldo);
-        case 2: return TilePanel<MT, 2>(x, k, panel, out, ldo);
-        case 3: return TilePanel<MT, 3>(x, k, panel, out, ldo);
-        default: return TilePanel<MT, 4>(x, k, panel, out, ldo);
+        case 1:
+          return TilePanel<MT, 1>(x, k, panel, out, ldo);
+        case 2:
+          return TilePanel<MT, 2>(x, k, panel, out, ldo);
+        case 3:
+          return TilePanel<MT, 3>(x, k, panel, out, ldo);
+        default:
+          return TilePanel<MT, 4>(x, k, panel, out, ldo);
       }
     }
     PanelDispatch<MT - 1>(mt, nt, x, k, panel, out, ldo);
@@ -216,7 +223,8 @@ TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatr
 // Portable path: the same lane structure in plain C++ (16 partial sums per output).
 
 void DecodeRowGeneric(const WeightMatrix& w, const uint8_t* row, float* dst) {
-  TANDEM_CHECK(model::Dequantize(w.type, {row, w.RowBytes()}, {dst, static_cast<size_t>(w.cols)}).ok());
+  TANDEM_CHECK(
+      model::Dequantize(w.type, {row, w.RowBytes()}, {dst, static_cast<size_t>(w.cols)}).ok());
 }
 
 void MatMulRangeGeneric(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
@@ -241,11 +249,16 @@ void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, i
                  int64_t n1) {
   if (!HaveAvx512() || w.cols % 32 != 0) return MatMulRangeGeneric(x, m, w, out, n0, n1);
   switch (w.type) {
-    case GgmlType::kF32: return MatMulRangeAvx512<GgmlType::kF32>(x, m, w, out, n0, n1);
-    case GgmlType::kQ8_0: return MatMulRangeAvx512<GgmlType::kQ8_0>(x, m, w, out, n0, n1);
-    case GgmlType::kQ4_0: return MatMulRangeAvx512<GgmlType::kQ4_0>(x, m, w, out, n0, n1);
-    case GgmlType::kQ4_1: return MatMulRangeAvx512<GgmlType::kQ4_1>(x, m, w, out, n0, n1);
-    default: TANDEM_CHECK(false);
+    case GgmlType::kF32:
+      return MatMulRangeAvx512<GgmlType::kF32>(x, m, w, out, n0, n1);
+    case GgmlType::kQ8_0:
+      return MatMulRangeAvx512<GgmlType::kQ8_0>(x, m, w, out, n0, n1);
+    case GgmlType::kQ4_0:
+      return MatMulRangeAvx512<GgmlType::kQ4_0>(x, m, w, out, n0, n1);
+    case GgmlType::kQ4_1:
+      return MatMulRangeAvx512<GgmlType::kQ4_1>(x, m, w, out, n0, n1);
+    default:
+      TANDEM_CHECK(false);
   }
 }
 
@@ -259,9 +272,10 @@ void ForcePortableKernels(bool force) { g_force_portable = force; }
 
 bool HaveAvx512() {
   if (g_force_portable.load(std::memory_order_relaxed)) return false;
-  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return have;
 }
 

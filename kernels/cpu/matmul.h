@@ -27,8 +27,8 @@ namespace tandem::kernels {
 
 struct WeightMatrix {
   model::GgmlType type = model::GgmlType::kF32;
-  int64_t rows = 0;  // n: output features
-  int64_t cols = 0;  // k: input features (a multiple of the type's block size)
+  int64_t rows = 0;               // n: output features
+  int64_t cols = 0;               // k: input features (a multiple of the type's block size)
   const uint8_t* data = nullptr;  // rows × RowBytes()
   size_t RowBytes() const;
 };

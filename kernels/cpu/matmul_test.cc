@@ -65,7 +65,8 @@ TEST_P(MatMulTest, MatchesReferenceAtAwkwardSizes) {
         MatMulReference(x.data(), m, w, want.data());
         for (int64_t i = 0; i < m * n; ++i) {
           // float32 accumulation of k products: error ≲ k·eps·Σ|x·w|; bound it loosely.
-          ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(static_cast<double>(k)) * (1 + std::fabs(want[i])))
+          ASSERT_NEAR(got[i], want[i],
+                      1e-4 * std::sqrt(static_cast<double>(k)) * (1 + std::fabs(want[i])))
               << "m=" << m << " n=" << n << " k=" << k << " i=" << i;
         }
       }
@@ -85,7 +86,8 @@ TEST_P(MatMulTest, EachRowIsIndependentOfTheBatchAndThreads) {
   for (int64_t i = 0; i < m; ++i) {
     std::vector<float> alone(n), small(3 * n);
     MatMul(x.data() + i * k, 1, w, alone.data(), nullptr);  // direct path, one thread
-    ASSERT_EQ(0, std::memcmp(alone.data(), batched.data() + i * n, n * sizeof(float))) << "row " << i;
+    ASSERT_EQ(0, std::memcmp(alone.data(), batched.data() + i * n, n * sizeof(float)))
+        << "row " << i;
     if (i + 3 <= m) {
       MatMul(x.data() + i * k, 3, w, small.data(), &two);
       ASSERT_EQ(0, std::memcmp(small.data(), batched.data() + i * n, 3 * n * sizeof(float)));

@@ -6,7 +6,8 @@
 
 namespace tandem::kernels {
 
-void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* out) {
+void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
+             float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     float lanes[16] = {};
@@ -28,7 +29,8 @@ void RmsNormReference(const float* x, const float* weight, int64_t rows, int64_t
     double ss = 0;
     for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
     const double scale = 1.0 / std::sqrt(ss / dim + eps);
-    for (int64_t i = 0; i < dim; ++i) out[r * dim + i] = static_cast<float>(x[r * dim + i] * scale * weight[i]);
+    for (int64_t i = 0; i < dim; ++i)
+      out[r * dim + i] = static_cast<float>(x[r * dim + i] * scale * weight[i]);
   }
 }
 

@@ -26,7 +26,7 @@ struct RopeParams {
   int32_t head_dim = 0;
   int32_t rope_dim = 0;  // leading dims that rotate (≤ head_dim, even)
   float theta = 10000.0f;
-  float position_scale = 1.0f;         // linear scaling: position / factor
+  float position_scale = 1.0f;          // linear scaling: position / factor
   const float* freq_factors = nullptr;  // [rope_dim / 2] divisors (Llama 3), or null
   RopeStyle style = RopeStyle::kAdjacent;
 };

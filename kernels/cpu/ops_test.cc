@@ -24,7 +24,8 @@ TEST(Ops, RmsNormMatchesReference) {
       std::vector<float> got(rows * dim), want(rows * dim);
       RmsNorm(x.data(), w.data(), rows, dim, 1e-5f, got.data());
       RmsNormReference(x.data(), w.data(), rows, dim, 1e-5f, want.data());
-      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])));
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * (1 + std::fabs(want[i])));
     }
   }
 }

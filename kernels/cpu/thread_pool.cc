@@ -4,6 +4,17 @@
 
 namespace tandem::kernels {
 
+namespace {
+constexpr int kSpinPauses = 20000;  // ≈ 0.5 ms of pause instructions
+constexpr int kSpinYields = 2000;
+
+inline void Pause() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
@@ -38,10 +49,14 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   }
   cv_.notify_all();
   RunChunks(0);
-  while (pending_.load(std::memory_order_acquire) != 0) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+  // Spin briefly, then yield: when cores are oversubscribed (two engines, or ctest -j)
+  // the worker we wait for may need this core to run at all.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinPauses) {
+      Pause();
+    } else {
+      std::this_thread::yield();
+    }
   }
   task_ = nullptr;
 }
@@ -58,12 +73,15 @@ void ThreadPool::RunChunks(int thread_index) {
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   while (true) {
-    // Spin for a while: the next loop of a forward pass usually starts within µs.
+    // Spin, then yield, then sleep: the next loop of a forward pass usually starts
+    // within microseconds, but an idle engine must not burn a core.
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < 200000; ++spin) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
+    for (int spin = 0; gen == seen && spin < kSpinPauses + kSpinYields; ++spin) {
+      if (spin < kSpinPauses) {
+        Pause();
+      } else {
+        std::this_thread::yield();
+      }
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {

@@ -24,7 +24,8 @@ bool HaveAvx512();
 void ForcePortableKernels(bool force);
 
 TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.3762626647949f));
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)),
+                    _mm512_set1_ps(88.3762626647949f));
   const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);

@@ -1,11 +1,10 @@
-#include "kernels/cuda/cuda_device.h"
-
 #include <cuda_runtime.h>
 
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_device.h"
 
 namespace tandem::kernels::cuda {
 
@@ -20,10 +19,10 @@ absl::Status CudaStatus(cudaError_t err, const char* what) {
   return absl::InternalError(msg);
 }
 
-#define TANDEM_CUDA_RETURN_IF_ERROR(expr)                          \
-  do {                                                             \
-    absl::Status tandem_cuda_st_ = CudaStatus((expr), #expr);      \
-    if (!tandem_cuda_st_.ok()) return tandem_cuda_st_;             \
+#define TANDEM_CUDA_RETURN_IF_ERROR(expr)                     \
+  do {                                                        \
+    absl::Status tandem_cuda_st_ = CudaStatus((expr), #expr); \
+    if (!tandem_cuda_st_.ok()) return tandem_cuda_st_;        \
   } while (0)
 
 __global__ void AxpyKernel(int n, float a, const float* x, float* y) {
@@ -43,8 +42,8 @@ absl::StatusOr<int> DeviceCount() {
 absl::StatusOr<std::string> DeviceName(int index) {
   cudaDeviceProp prop;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, index));
-  return absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ", ",
-                      prop.totalGlobalMem >> 30, " GiB)");
+  return absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.totalGlobalMem >> 30,
+                      " GiB)");
 }
 
 absl::Status SmokeTest(int n) {

@@ -86,7 +86,8 @@ TEST(CliTokenize, JsonIdsMatchTheReference) {
   for (const auto& c : golden.at("cases")) {
     std::string text = c.at("text");
     if (text.find('\0') != std::string::npos || text.size() > 200) continue;
-    RunResult r = Tandem("tokenize --json --model " + DefaultModelPath() + " --text " + Quote(text));
+    RunResult r =
+        Tandem("tokenize --json --model " + DefaultModelPath() + " --text " + Quote(text));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_EQ(nlohmann::json::parse(r.out), c.at("ids")) << text;
     if (++checked == 20) break;
@@ -95,7 +96,8 @@ TEST(CliTokenize, JsonIdsMatchTheReference) {
 }
 
 TEST(CliTokenize, ReadsStdinAndWorksOnVocabOnlyFiles) {
-  RunResult r = Tandem("tokenize --json --no-special --model " + TestDataPath("spm_tiny.gguf") + " < /dev/null");
+  RunResult r = Tandem("tokenize --json --no-special --model " + TestDataPath("spm_tiny.gguf") +
+                       " < /dev/null");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(nlohmann::json::parse(r.out), nlohmann::json::array());
   std::string cmd = "printf 'the cat' | " + std::string(TANDEM_BIN_DIR) +
@@ -135,14 +137,15 @@ TEST(CliGenerate, JsonMatchesTheReferenceContinuation) {
 }
 
 TEST(CliGenerate, ChatStopsAtEndOfTurnAndRejectsBadParameters) {
-  RunResult r = Tandem("generate --json --chat --temperature 0 -n 64 --model " + DefaultModelPath() +
-                       " --prompt 'What is the capital of France?'");
+  RunResult r = Tandem("generate --json --chat --temperature 0 -n 64 --model " +
+                       DefaultModelPath() + " --prompt 'What is the capital of France?'");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("finish_reason"), "stop");
   EXPECT_EQ(j.at("text"), "The capital of France is Paris.");
   EXPECT_EQ(j.at("token_ids").back(), 2);  // <|im_end|>, not part of the text
-  RunResult bad = Tandem("generate --temperature -1 --model " + DefaultModelPath() + " --prompt hi");
+  RunResult bad =
+      Tandem("generate --temperature -1 --model " + DefaultModelPath() + " --prompt hi");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_THAT(bad.out, ::testing::HasSubstr("temperature"));
   RunResult zero = Tandem("generate -n 0 --model " + DefaultModelPath() + " --prompt hi");
@@ -154,10 +157,12 @@ TEST(CliErrors, BadInputsGiveClearMessagesAndExitCodeOne) {
   RunResult missing = Tandem("inspect --model /nonexistent.gguf");
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_THAT(missing.out, ::testing::HasSubstr("/nonexistent.gguf"));
-  RunResult not_gguf = Tandem("tokenize --model " + TestDataPath("smollm2_tensors.json") + " --text hi");
+  RunResult not_gguf =
+      Tandem("tokenize --model " + TestDataPath("smollm2_tensors.json") + " --text hi");
   EXPECT_EQ(not_gguf.exit_code, 1);
   EXPECT_THAT(not_gguf.out, ::testing::HasSubstr("not a GGUF file"));
-  RunResult bad_utf8 = Tandem("tokenize --model " + DefaultModelPath() + " --text $(printf 'a\\377')");
+  RunResult bad_utf8 =
+      Tandem("tokenize --model " + DefaultModelPath() + " --text $(printf 'a\\377')");
   EXPECT_EQ(bad_utf8.exit_code, 1);
   EXPECT_THAT(bad_utf8.out, ::testing::HasSubstr("not valid UTF-8"));
 }
