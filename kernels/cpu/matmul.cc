@@ -195,6 +195,13 @@ TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatr
   if (m < kPanelMinM) {
     for (int64_t j = n0; j < n1; j += kMaxN) {
       const int nt = static_cast<int>(std::min<int64_t>(kMaxN, n1 - j));
+      // Weights stream from L3 or DRAM once per token: ask for the tile after next now.
+      const int64_t ahead = j + 2 * kMaxN;
+      if (ahead < n1) {
+        const uint8_t* p = w.data + ahead * rb;
+        const uint8_t* end = w.data + std::min<int64_t>(n1, ahead + kMaxN) * rb;
+        for (; p < end; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+      }
       const uint8_t* rows[kMaxN];
       for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
       for (int64_t i = 0; i < m; i += kMaxM) {
