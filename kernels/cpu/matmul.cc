@@ -47,6 +47,16 @@ constexpr int64_t kPanelMinM = 8;
 // ---------------------------------------------------------------------------
 // AVX-512 path.
 
+// out[j] = ReduceAdd512(acc[j]) for the NT sums of one row of a tile.
+template <int NT>
+TANDEM_AVX512 inline void StoreSums(const __m512* acc, float* out) {
+  if constexpr (NT == 4) {
+    ReduceAdd512x4(acc[0], acc[1], acc[2], acc[3], out);
+  } else {
+    for (int j = 0; j < NT; ++j) out[j] = ReduceAdd512(acc[j]);
+  }
+}
+
 // A block's f16 scale as a broadcast float (F16C: exact, as HalfToFloat). The
 // zero-extending scalar load avoids vpinsrw's false dependency on a register.
 TANDEM_AVX512 inline __m512 Scale(const uint8_t* p) {
@@ -113,8 +123,7 @@ TANDEM_AVX512 void TileDirect(const float* x, int64_t k, const uint8_t* const* w
       }
     }
   }
-  for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd512(acc[i][j]);
+  for (int i = 0; i < MT; ++i) StoreSums<NT>(acc[i], out + i * ldo);
 }
 
 // Same arithmetic with weights already decoded into `panel` rows of k floats.
@@ -132,8 +141,7 @@ TANDEM_AVX512 void TilePanel(const float* x, int64_t k, const float* panel, floa
       for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_fmadd_ps(xv, w[j], acc[i][j]);
     }
   }
-  for (int i = 0; i < MT; ++i)
-    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd512(acc[i][j]);
+  for (int i = 0; i < MT; ++i) StoreSums<NT>(acc[i], out + i * ldo);
 }
 
 template <GgmlType T>

@@ -106,3 +106,31 @@ INSTANTIATE_TEST_SUITE_P(Types, MatMulTest,
 
 }  // namespace
 }  // namespace tandem::kernels
+
+namespace tandem::kernels {
+namespace {
+
+TEST(ReduceAdd512x4, IsBitIdenticalToFourSingleSums) {
+  if (!HaveAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> g(0.0f, 1e3f);
+  for (int trial = 0; trial < 1000; ++trial) {
+    alignas(64) float v[4][16];
+    for (auto& row : v)
+      for (float& x : row) x = g(rng) * (trial % 2 ? 1e-6f : 1.0f);
+    float got[4], want[4];
+    [&]() TANDEM_AVX512 {
+      __m512 a = _mm512_load_ps(v[0]), b = _mm512_load_ps(v[1]);
+      __m512 c = _mm512_load_ps(v[2]), d = _mm512_load_ps(v[3]);
+      ReduceAdd512x4(a, b, c, d, got);
+      want[0] = ReduceAdd512(a);
+      want[1] = ReduceAdd512(b);
+      want[2] = ReduceAdd512(c);
+      want[3] = ReduceAdd512(d);
+    }();
+    ASSERT_EQ(0, std::memcmp(got, want, sizeof(got))) << "trial " << trial;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::kernels

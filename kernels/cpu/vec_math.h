@@ -49,6 +49,24 @@ TANDEM_AVX512 inline float ReduceAdd512(__m512 v) {
   return _mm512_cvtss_f32(v);
 }
 
+// ReduceAdd512 of four vectors at once, stored to out[0..3]. Every sum is built by
+// exactly the same additions as ReduceAdd512 (float addition is commutative), so the
+// results are bit-identical; it only shares the shuffles.
+TANDEM_AVX512 inline void ReduceAdd512x4(__m512 a, __m512 b, __m512 c, __m512 d, float* out) {
+  // Halves: [a_lo + a_hi | b_lo + b_hi], [c_lo + c_hi | d_lo + d_hi].
+  const __m512 ab =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+  const __m512 cd =
+      _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+  // Quarters: one 128-bit lane per input.
+  __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+  x = _mm512_add_ps(x, _mm512_permute_ps(x, 0x4E));
+  x = _mm512_add_ps(x, _mm512_permute_ps(x, 0xB1));
+  // Lanes 0, 4, 8, 12 hold the sums. (The register form of compress: its memory form
+  // is microcoded and slow on AMD Zen 4.)
+  _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, x)));
+}
+
 }  // namespace tandem::kernels
 
 #endif  // TANDEM_KERNELS_CPU_VEC_MATH_H_
