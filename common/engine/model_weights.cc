@@ -69,7 +69,6 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
   }
   std::unique_ptr<ModelWeights> w(new ModelWeights());
   w->config_ = c;
-  w->owned_.reserve(8 * c.n_layers + 8);  // pointers into owned_ must stay valid
   const int64_t h = c.hidden_size, q_dim = c.n_heads * c.head_dim,
                 kv_dim = c.n_kv_heads * c.head_dim;
   ASSIGN_OR_RETURN(w->token_embd_, w->Matrix(f, "token_embd.weight", c.vocab_size, h));

@@ -64,7 +64,9 @@ class ModelWeights {
   const float* output_norm_ = nullptr;
   const float* rope_freqs_ = nullptr;
   std::vector<LayerWeights> layers_;
-  std::vector<std::vector<float>> owned_;  // converted tensors
+  // Converted tensors. Views point into the inner vectors' buffers, which moving the
+  // outer vector does not relocate.
+  std::vector<std::vector<float>> owned_;
   int64_t weight_bytes_ = 0;
   int64_t converted_bytes_ = 0;
 };
