@@ -7,41 +7,6 @@
 
 namespace tandem::tokenizer {
 
-namespace {
-
-// Length of the longest prefix of `s` that could begin a well-formed sequence (what
-// Unicode calls a maximal subpart), at least 1 for a non-empty `s`.
-size_t MaximalSubpart(std::string_view s) {
-  const auto b = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
-  size_t n = utf8::DeclaredLength(b(0));
-  if (n <= 1) return 1;
-  uint8_t lo = 0x80, hi = 0xBF;
-  switch (b(0)) {
-    case 0xE0:
-      lo = 0xA0;
-      break;
-    case 0xED:
-      hi = 0x9F;
-      break;
-    case 0xF0:
-      lo = 0x90;
-      break;
-    case 0xF4:
-      hi = 0x8F;
-      break;
-    default:
-      break;
-  }
-  size_t i = 1;
-  if (i < s.size() && b(i) >= lo && b(i) <= hi) {
-    ++i;
-    while (i < n && i < s.size() && (b(i) & 0xC0) == 0x80) ++i;
-  }
-  return i;
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> Detokenizer::Push(int32_t id) {
   if (id < 0 || id >= tokenizer_.vocab_size()) {
     return absl::InvalidArgumentError(
@@ -64,7 +29,7 @@ absl::StatusOr<std::string> Detokenizer::Push(int32_t id) {
       i += len;
       continue;
     }
-    size_t part = MaximalSubpart(s.substr(i));
+    size_t part = utf8::MaximalSubpart(s.substr(i));
     if (i + part == s.size() && part < utf8::DeclaredLength(static_cast<uint8_t>(s[i]))) {
       break;  // an incomplete character at the end: wait for more bytes
     }

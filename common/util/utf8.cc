@@ -11,13 +11,12 @@ size_t DeclaredLength(uint8_t lead) {
 }
 
 // Table 3-7 of the Unicode standard: the only well-formed byte sequences.
-size_t SequenceLength(std::string_view s) {
+size_t MaximalSubpart(std::string_view s) {
   if (s.empty()) return 0;
   const auto b = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
-  size_t n = DeclaredLength(b(0));
-  if (n == 0 || s.size() < n) return 0;
-  if (n == 1) return 1;
-  uint8_t lo = 0x80, hi = 0xBF;
+  const size_t n = DeclaredLength(b(0));
+  if (n <= 1) return 1;
+  uint8_t lo = 0x80, hi = 0xBF;  // the second byte's range depends on the lead
   switch (b(0)) {
     case 0xE0:
       lo = 0xA0;
@@ -34,11 +33,18 @@ size_t SequenceLength(std::string_view s) {
     default:
       break;
   }
-  if (b(1) < lo || b(1) > hi) return 0;
-  for (size_t i = 2; i < n; ++i) {
-    if ((b(i) & 0xC0) != 0x80) return 0;
+  size_t i = 1;
+  if (i < s.size() && b(i) >= lo && b(i) <= hi) {
+    ++i;
+    while (i < n && i < s.size() && (b(i) & 0xC0) == 0x80) ++i;
   }
-  return n;
+  return i;
+}
+
+size_t SequenceLength(std::string_view s) {
+  if (s.empty()) return 0;
+  const size_t n = DeclaredLength(static_cast<uint8_t>(s[0]));
+  return n != 0 && MaximalSubpart(s) == n ? n : 0;
 }
 
 size_t FirstInvalid(std::string_view s) {

@@ -18,6 +18,11 @@ inline constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
 // or truncated).
 size_t SequenceLength(std::string_view s);
 
+// Length of the longest prefix of `s` that is, or could begin, a well-formed sequence
+// (Unicode's "maximal subpart"): at least 1 for a non-empty `s`, 0 for an empty one.
+// An ill-formed stretch is replaced by one U+FFFD per maximal subpart.
+size_t MaximalSubpart(std::string_view s);
+
 // Number of bytes a sequence starting with `lead` declares (1..4), or 0 for a byte
 // that can never start one (continuation bytes, 0xC0, 0xC1, 0xF5..0xFF).
 size_t DeclaredLength(uint8_t lead);

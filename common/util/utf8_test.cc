@@ -39,3 +39,19 @@ TEST(Utf8, EncodeDecodeRoundTripsEveryPlane) {
 
 }  // namespace
 }  // namespace tandem::utf8
+
+namespace tandem::utf8 {
+namespace {
+
+TEST(Utf8, MaximalSubparts) {
+  EXPECT_EQ(MaximalSubpart(""), 0u);
+  EXPECT_EQ(MaximalSubpart("a"), 1u);
+  EXPECT_EQ(MaximalSubpart("\xE4\xB8\xAD"), 3u);  // complete
+  EXPECT_EQ(MaximalSubpart("\xE4\xB8x"), 2u);     // truncated: one replacement for 2 bytes
+  EXPECT_EQ(MaximalSubpart("\xE0\x80"), 1u);      // overlong: the lead alone
+  EXPECT_EQ(MaximalSubpart("\xF0\x9F\x98"), 3u);  // could still become 😀
+  EXPECT_EQ(MaximalSubpart("\xFF\x80"), 1u);
+}
+
+}  // namespace
+}  // namespace tandem::utf8
