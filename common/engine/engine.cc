@@ -57,7 +57,6 @@ absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const 
   seq->prompt = std::move(prompt);
   seq->params = p;
   seq->seed = p.seed.has_value() ? *p.seed : seed_counter_++;
-  seq->arrival = Sequence::Clock::now();
   Sequence* raw = seq.get();
   sequences_[raw->id] = std::move(seq);
   scheduler_->Enqueue(raw);
@@ -80,7 +79,6 @@ const Sequence* Engine::Find(kv::SeqId id) const {
 void Engine::Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>* events) {
   seq->finish = reason;
   seq->state = SequenceState::kFinished;
-  seq->finished_at = Sequence::Clock::now();
   scheduler_->Remove(seq);
   if (!events->empty() && events->back().id == seq->id && !events->back().finished) {
     events->back().finished = true;
@@ -132,7 +130,6 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     SampleResult r =
         Sampler::Sample(row, seq->params, seq->seed, seq->size(), seq->prompt, seq->output);
     seq->output.push_back(r.token);
-    if (seq->output.size() == 1) seq->first_token = Sequence::Clock::now();
     ++stats_.generated_tokens;
     events.push_back({seq->id, r.token, r.logprob, std::move(r.top), false, FinishReason::kNone});
 

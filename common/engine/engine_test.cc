@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "common/engine/engine_test_util.h"
 #include "common/model/gguf_file.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
@@ -14,13 +15,6 @@
 
 namespace tandem::engine {
 namespace {
-
-// One step's events (the StatusOr must outlive the loop that reads them).
-std::vector<TokenEvent> StepOk(Engine& e) {
-  auto r = e.Step();
-  EXPECT_TRUE(r.ok()) << r.status();
-  return r.ok() ? *std::move(r) : std::vector<TokenEvent>{};
-}
 
 class EngineTest : public ::testing::Test {
  protected:

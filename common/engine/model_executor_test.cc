@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/engine/engine.h"
+#include "common/engine/engine_test_util.h"
 #include "common/model/gguf_file.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -26,12 +27,6 @@ std::vector<T> TensorValues(const model::GgufFile& f, const std::string& name) {
   std::vector<T> v(t->n_elements);
   std::memcpy(v.data(), t->data.data(), t->n_bytes);
   return v;
-}
-
-std::vector<TokenEvent> StepOk(Engine& e) {
-  auto r = e.Step();
-  EXPECT_TRUE(r.ok()) << r.status();
-  return r.ok() ? *std::move(r) : std::vector<TokenEvent>{};
 }
 
 std::string Key(int i, const char* field) {

@@ -7,7 +7,6 @@
 #ifndef TANDEM_COMMON_ENGINE_SEQUENCE_H_
 #define TANDEM_COMMON_ENGINE_SEQUENCE_H_
 
-#include <chrono>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -29,8 +28,6 @@ enum class FinishReason {
 std::string_view FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", ""
 
 struct Sequence {
-  using Clock = std::chrono::steady_clock;
-
   kv::SeqId id = 0;
   std::vector<int32_t> prompt;
   std::vector<int32_t> output;
@@ -40,7 +37,6 @@ struct Sequence {
   FinishReason finish = FinishReason::kNone;
   int64_t num_cached = 0;  // leading tokens whose K/V are in the cache
   int32_t preemptions = 0;
-  Clock::time_point arrival, first_token, finished_at;
 
   int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t TokenAt(int64_t i) const {

@@ -85,9 +85,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(c.rope_theta, FloatOr(f, p + "rope.freq_base", 10000.0));
   if (c.rope_theta <= 0) return Invalid(p + "rope.freq_base", "must be positive");
 
-  if (const GgufValue* v = f.Find(p + "rope.scaling.type")) {
+  if (f.Find(p + "rope.scaling.type") != nullptr) {
     ASSIGN_OR_RETURN(std::string_view type, f.GetString(p + "rope.scaling.type"));
-    (void)v;
     if (type == "linear") {
       c.rope_scaling.type = RopeScalingType::kLinear;
     } else if (type == "yarn") {
