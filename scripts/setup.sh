@@ -9,6 +9,7 @@ PACKAGES=(
   python3 python3-pip python3-venv
   libabsl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto
   clang libclang-rt-14-dev   # libFuzzer target for the GGUF reader
   clang-format
 )

@@ -30,7 +30,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   return e;
 }
 
-absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const SamplingParams& p) {
+absl::Status Engine::ValidateRequest(std::span<const int32_t> prompt,
+                                     const SamplingParams& p) const {
   const auto& c = weights_->config();
   if (prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
   for (int32_t t : prompt) {
@@ -52,23 +53,93 @@ absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const 
                                              " tokens) exceeds the KV cache (", capacity,
                                              " tokens)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const SamplingParams& p,
+                                             RequestMode mode) {
+  RETURN_IF_ERROR(ValidateRequest(prompt, p));
   auto seq = std::make_unique<Sequence>();
   seq->id = next_id_++;
   seq->prompt = std::move(prompt);
   seq->params = p;
   seq->seed = p.seed.has_value() ? *p.seed : seed_counter_++;
+  seq->prefill_only = mode == RequestMode::kPrefillOnly;
   Sequence* raw = seq.get();
   sequences_[raw->id] = std::move(seq);
   scheduler_->Enqueue(raw);
   return raw->id;
 }
 
+absl::StatusOr<kv::SeqId> Engine::Reserve(int64_t num_tokens) {
+  if (num_tokens < 1) return absl::InvalidArgumentError("num_tokens: must be at least 1");
+  const kv::SeqId id = next_id_;
+  if (!blocks_->CanAllocate(num_tokens)) {
+    return absl::ResourceExhaustedError(StrCat("KV cache: ", blocks_->BlocksFor(num_tokens),
+                                               " blocks needed, ", blocks_->num_free_blocks(),
+                                               " free"));
+  }
+  TANDEM_CHECK(blocks_->Allocate(id, num_tokens).ok());
+  ++next_id_;
+  auto seq = std::make_unique<Sequence>();
+  seq->id = id;
+  seq->state = SequenceState::kReserved;
+  sequences_[id] = std::move(seq);
+  return id;
+}
+
+absl::Status Engine::AdmitPrefilled(kv::SeqId id, std::vector<int32_t> prompt, int32_t first_token,
+                                    const SamplingParams& p) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end() || it->second->state != SequenceState::kReserved) {
+    return absl::NotFoundError(StrCat("reservation ", id, ": unknown or already used"));
+  }
+  RETURN_IF_ERROR(ValidateRequest(prompt, p));
+  const auto& c = weights_->config();
+  if (first_token < 0 || first_token >= c.vocab_size) {
+    return absl::InvalidArgumentError(
+        StrCat("first_token_id: ", first_token, " is outside the vocabulary of ", c.vocab_size));
+  }
+  const int32_t have = static_cast<int32_t>(blocks_->BlockTable(id).size());
+  if (blocks_->BlocksFor(static_cast<int64_t>(prompt.size())) > have) {
+    return absl::InvalidArgumentError(StrCat("prompt_token_ids: ", prompt.size(),
+                                             " tokens do not fit the ", have, " reserved blocks"));
+  }
+  Sequence* seq = it->second.get();
+  seq->prompt = std::move(prompt);
+  seq->output = {first_token};
+  seq->params = p;
+  seq->seed = p.seed.has_value() ? *p.seed : seed_counter_++;
+  seq->num_cached = static_cast<int64_t>(seq->prompt.size());
+  blocks_->HashFullBlocks(id, seq->prompt);
+  if (const FinishReason r = CheckFinish(*seq); r != FinishReason::kNone) {
+    blocks_->Free(id);
+    seq->state = SequenceState::kFinished;
+    ended_.emplace_back(id, r);
+    return absl::OkStatus();
+  }
+  scheduler_->Enqueue(seq);
+  return absl::OkStatus();
+}
+
+bool Engine::Release(kv::SeqId id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return false;
+  const SequenceState st = it->second->state;
+  if (st != SequenceState::kReserved && st != SequenceState::kHeld) return false;
+  blocks_->Free(id);
+  sequences_.erase(it);
+  return true;
+}
+
 void Engine::Cancel(kv::SeqId id) {
   auto it = sequences_.find(id);
-  if (it == sequences_.end() || it->second->state == SequenceState::kFinished) return;
+  if (it == sequences_.end()) return;
+  const SequenceState st = it->second->state;
+  if (st != SequenceState::kWaiting && st != SequenceState::kRunning) return;
   scheduler_->Remove(it->second.get());
   it->second->state = SequenceState::kFinished;
-  cancelled_.push_back(id);
+  ended_.emplace_back(id, FinishReason::kCancelled);
 }
 
 const Sequence* Engine::Find(kv::SeqId id) const {
@@ -88,19 +159,35 @@ void Engine::Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>*
   }
 }
 
-absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
+FinishReason Engine::CheckFinish(const Sequence& seq) const {
+  const auto& c = weights_->config();
+  const int32_t token = seq.output.back();
+  const auto& stops = seq.params.stop_token_ids;
+  if ((!seq.params.ignore_eos && token == c.eos_token_id) ||
+      std::find(stops.begin(), stops.end(), token) != stops.end()) {
+    return FinishReason::kStop;
+  }
+  if (static_cast<int32_t>(seq.output.size()) >= seq.params.max_tokens ||
+      seq.size() >= c.context_length) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+absl::StatusOr<std::vector<TokenEvent>> Engine::Step(StepObserver* observer) {
   std::vector<TokenEvent> events;
-  for (kv::SeqId id : cancelled_) {
+  for (const auto& [id, reason] : ended_) {
     auto it = sequences_.find(id);
     if (it == sequences_.end()) continue;
-    it->second->finish = FinishReason::kCancelled;
-    events.push_back({id, -1, 0, {}, true, FinishReason::kCancelled});
+    it->second->finish = reason;
+    events.push_back({id, -1, 0, {}, true, reason});
     sequences_.erase(it);
   }
-  cancelled_.clear();
+  ended_.clear();
 
   ScheduledStep step = scheduler_->Schedule();
   if (step.empty()) return events;
+  if (observer != nullptr) observer->OnScheduled(step.sequences);
 
   batch_ = ForwardBatch();
   std::vector<int32_t> new_tokens;
@@ -111,7 +198,9 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     batch_.AddSequence(new_tokens, static_cast<int32_t>(seq->size()), blocks_->BlockTable(seq->id),
                        /*want_logits=*/true);
   }
-  RETURN_IF_ERROR(executor_->Forward(batch_, &logits_));
+  ModelExecutor::LayerCallback on_layer;
+  if (observer != nullptr) on_layer = [observer](int32_t l) { observer->OnLayerKv(l); };
+  RETURN_IF_ERROR(executor_->Forward(batch_, &logits_, on_layer));
   ++stats_.steps;
 
   const auto& c = weights_->config();
@@ -133,13 +222,15 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step() {
     ++stats_.generated_tokens;
     events.push_back({seq->id, r.token, r.logprob, std::move(r.top), false, FinishReason::kNone});
 
-    const auto& stops = seq->params.stop_token_ids;
-    if ((!seq->params.ignore_eos && r.token == c.eos_token_id) ||
-        std::find(stops.begin(), stops.end(), r.token) != stops.end()) {
-      Finish(seq, FinishReason::kStop, &events);
-    } else if (static_cast<int32_t>(seq->output.size()) >= seq->params.max_tokens ||
-               seq->size() >= c.context_length) {
-      Finish(seq, FinishReason::kLength, &events);
+    const FinishReason reason = CheckFinish(*seq);
+    if (seq->prefill_only) {
+      scheduler_->Detach(seq);
+      seq->state = SequenceState::kHeld;
+      seq->finish = reason;
+      events.back().finished = true;
+      events.back().reason = reason;
+    } else if (reason != FinishReason::kNone) {
+      Finish(seq, reason, &events);
     }
   }
   for (auto it = sequences_.begin(); it != sequences_.end();) {
@@ -155,6 +246,11 @@ EngineStats Engine::Stats() const {
   s.running = static_cast<int32_t>(scheduler_->num_running());
   s.waiting = static_cast<int32_t>(scheduler_->num_waiting());
   s.preemptions = scheduler_->num_preemptions();
+  for (const auto& [id, seq] : sequences_) {
+    s.reserved += seq->state == SequenceState::kReserved;
+    s.held += seq->state == SequenceState::kHeld;
+    if (seq->state == SequenceState::kWaiting) s.waiting_prompt_tokens += seq->num_uncomputed();
+  }
   s.blocks = blocks_->Stats();
   return s;
 }

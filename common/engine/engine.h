@@ -3,13 +3,21 @@
 //
 // Each Step() = scheduler.Schedule() → executor.Forward() → sample → append → finish.
 // Requests join and leave at every step. The engine is driven by one thread (the
-// caller of Step); AddRequest/Cancel must come from that same thread. Tokens are
+// caller of Step); every other method must come from that same thread. Tokens are
 // returned as events from Step.
+//
+// The same engine serves both halves of a disaggregated pair:
+//   prefill worker — AddRequest(..., kPrefillOnly): the request stops after its first
+//     token and keeps its blocks (kHeld) so their K/V can be sent; Release frees them.
+//   decode worker — Reserve blocks for a prompt, let a transport fill them, then
+//     AdmitPrefilled(prompt, first token): the sequence continues as if this engine had
+//     computed the prompt itself.
 #ifndef TANDEM_COMMON_ENGINE_ENGINE_H_
 #define TANDEM_COMMON_ENGINE_ENGINE_H_
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -38,13 +46,33 @@ struct TokenEvent {
   int32_t token = -1;  // -1 when the event only ends the request (cancel)
   float logprob = 0;
   std::vector<TokenLogprob> top_logprobs;
+  // Last event of the request. For a prefill-only request the first token's event is
+  // its last; `reason` then says whether that token itself ends generation (kNone: no).
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
+};
+
+enum class RequestMode {
+  kFull,         // prefill, then decode to the end
+  kPrefillOnly,  // stop after the first token; keep the blocks until Release
+};
+
+// Watches a step from inside (the prefill worker's KV sender).
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  // Before the forward pass: the sequences it computes.
+  virtual void OnScheduled(std::span<Sequence* const> sequences) = 0;
+  // Layer `layer`'s K/V of every scheduled sequence are in the cache.
+  virtual void OnLayerKv(int32_t layer) = 0;
 };
 
 struct EngineStats {
   int32_t running = 0;
   int32_t waiting = 0;
+  int32_t reserved = 0;  // kReserved sequences
+  int32_t held = 0;      // kHeld sequences
+  int64_t waiting_prompt_tokens = 0;
   int64_t preemptions = 0;
   kv::BlockManagerStats blocks;
   int64_t steps = 0;
@@ -60,23 +88,47 @@ class Engine {
   // Validates and queues a request. InvalidArgument names the bad field: empty
   // prompt, token ids out of range, prompt + max_tokens over the context or over the
   // whole KV cache, bad sampling parameters.
-  absl::StatusOr<kv::SeqId> AddRequest(std::vector<int32_t> prompt, const SamplingParams& params);
+  absl::StatusOr<kv::SeqId> AddRequest(std::vector<int32_t> prompt, const SamplingParams& params,
+                                       RequestMode mode = RequestMode::kFull);
 
-  // Ends a request at the next step boundary (its blocks are freed now); the next
-  // Step reports it finished with kCancelled. Unknown ids are ignored.
+  // Allocates blocks for `num_tokens` tokens under a new kReserved sequence, to be
+  // filled from outside (KvCache::Block of each id in BlockTable). ResourceExhausted
+  // (nothing changes) when they do not fit.
+  absl::StatusOr<kv::SeqId> Reserve(int64_t num_tokens);
+  // Turns a kReserved sequence whose blocks hold `prompt`'s K/V into a waiting one
+  // with `first_token` generated; it runs from the next step. Validates like
+  // AddRequest; a first token that already ends the request is reported by the next
+  // Step. On error the reservation is left as it was.
+  absl::Status AdmitPrefilled(kv::SeqId id, std::vector<int32_t> prompt, int32_t first_token,
+                              const SamplingParams& params);
+  // Frees a kReserved or kHeld sequence; false (and nothing changes) otherwise.
+  bool Release(kv::SeqId id);
+
+  // Ends a waiting or running request at the next step boundary (its blocks are freed
+  // now); the next Step reports it finished with kCancelled. Other ids are ignored.
   void Cancel(kv::SeqId id);
 
   // Runs one forward pass over the scheduled batch; returns the tokens it produced.
-  absl::StatusOr<std::vector<TokenEvent>> Step();
+  absl::StatusOr<std::vector<TokenEvent>> Step(StepObserver* observer = nullptr);
 
-  bool HasWork() const { return !sequences_.empty(); }
+  // Whether Step has anything to do.
+  bool HasWork() const {
+    return scheduler_->num_waiting() + scheduler_->num_running() > 0 || !ended_.empty();
+  }
   const Sequence* Find(kv::SeqId id) const;
   EngineStats Stats() const;
   const kv::KvCache& cache() const { return *cache_; }
+  // Writable cache bytes, for transports filling reserved blocks (see kv_cache.h for
+  // who may write where).
+  kv::KvCache* mutable_cache() { return cache_.get(); }
+  const std::vector<int32_t>& BlockTable(kv::SeqId id) const { return blocks_->BlockTable(id); }
   int num_threads() const { return backend_->num_threads(); }
 
  private:
   Engine() = default;
+  absl::Status ValidateRequest(std::span<const int32_t> prompt, const SamplingParams& p) const;
+  // Whether `seq`, whose last output token was just appended, is done.
+  FinishReason CheckFinish(const Sequence& seq) const;
   void Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>* events);
 
   const ModelWeights* weights_ = nullptr;
@@ -86,7 +138,9 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelExecutor> executor_;
   absl::flat_hash_map<kv::SeqId, std::unique_ptr<Sequence>> sequences_;
-  std::vector<kv::SeqId> cancelled_;
+  // Ended between steps (cancelled, or finished by an admitted first token); Step
+  // reports them.
+  std::vector<std::pair<kv::SeqId, FinishReason>> ended_;
   kv::SeqId next_id_ = 1;
   uint64_t seed_counter_ = 0x5eed;
   EngineStats stats_;

@@ -246,5 +246,82 @@ TEST_F(EngineTest, RejectsBadRequestsNamingTheField) {
   ExpectNoLeak(*e);
 }
 
+// The disaggregated path inside one test: a prefill-only engine computes the prompts
+// in one batch, their blocks are copied into another engine's reservations (different
+// block ids), and decoding there gives exactly the tokens of one engine alone.
+TEST_F(EngineTest, PrefillHereDecodeThereGivesTheSameTokens) {
+  const auto prompts = Prompts(6);
+  for (double temperature : {0.0, 0.8}) {
+    SCOPED_TRACE(temperature);
+    auto prefill = MakeEngine();
+    auto decode = MakeEngine();
+    ASSERT_TRUE(decode->Reserve(40).ok());  // shifts the block ids the reservations get
+    std::vector<SamplingParams> params;
+    std::vector<kv::SeqId> pids;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      params.push_back(Params(temperature, 3 + static_cast<int>(i % 4), 7 + i));
+      pids.push_back(*prefill->AddRequest(prompts[i], params[i], RequestMode::kPrefillOnly));
+    }
+    std::map<kv::SeqId, int32_t> first;
+    while (prefill->HasWork()) {
+      for (const auto& ev : StepOk(*prefill)) {
+        EXPECT_TRUE(ev.finished);
+        EXPECT_EQ(ev.reason, FinishReason::kNone);
+        first[ev.id] = ev.token;
+      }
+    }
+    EXPECT_EQ(prefill->Stats().held, static_cast<int32_t>(prompts.size()));
+    std::map<kv::SeqId, size_t> which;
+    const int64_t block_elems = prefill->cache().layout().BlockElements();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto did = decode->Reserve(static_cast<int64_t>(prompts[i].size()) + 1);
+      ASSERT_TRUE(did.ok()) << did.status();
+      const auto& src = prefill->BlockTable(pids[i]);
+      const auto& dst = decode->BlockTable(*did);
+      ASSERT_GE(dst.size(), src.size());
+      for (size_t b = 0; b < src.size(); ++b) {
+        std::copy_n(prefill->mutable_cache()->Block(src[b]), block_elems,
+                    decode->mutable_cache()->Block(dst[b]));
+      }
+      EXPECT_TRUE(prefill->Release(pids[i]));
+      ASSERT_TRUE(decode->AdmitPrefilled(*did, prompts[i], first[pids[i]], params[i]).ok());
+      which[*did] = i;
+    }
+    ExpectNoLeak(*prefill);
+    auto out = Drain(*decode);
+    for (const auto& [id, i] : which) {
+      std::vector<int32_t> got = {first[pids[i]]};
+      got.insert(got.end(), out[id].begin(), out[id].end());
+      EXPECT_EQ(got, Alone(prompts[i], params[i])) << "request " << i;
+    }
+    EXPECT_EQ(decode->Stats().reserved, 1);
+  }
+}
+
+TEST_F(EngineTest, ReservationsAreCheckedThenCommitted) {
+  auto e = MakeEngine(int64_t{4} * 16 * 2 * 30 * 3 * 64 * 4, 16);  // 4 blocks of 16 tokens
+  auto a = e->Reserve(40);                                         // 3 blocks
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(e->Reserve(20).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(e->Stats().blocks.free_blocks, 1);
+  // A prompt longer than the reservation is refused and the reservation stays usable.
+  std::vector<int32_t> long_prompt(49, 5);
+  EXPECT_EQ(e->AdmitPrefilled(*a, long_prompt, 1, Params(0, 2, 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->AdmitPrefilled(*a + 100, {1}, 1, Params(0, 2, 1)).code(),
+            absl::StatusCode::kNotFound);
+  // A first token that already ends the request: reported by the next step, blocks freed.
+  ASSERT_TRUE(e->AdmitPrefilled(*a, {1, 2, 3}, 9, Params(0, 1, 1)).ok());
+  auto events = StepOk(*e);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_TRUE(events[0].finished);
+  EXPECT_EQ(events[0].reason, FinishReason::kLength);
+  EXPECT_FALSE(e->Release(*a));
+  auto b = e->Reserve(20);
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(e->Release(*b));
+  ExpectNoLeak(*e);
+}
+
 }  // namespace
 }  // namespace tandem::engine

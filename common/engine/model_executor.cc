@@ -75,7 +75,8 @@ absl::Status ModelExecutor::Validate(const ForwardBatch& b) const {
   return absl::OkStatus();
 }
 
-absl::Status ModelExecutor::Forward(const ForwardBatch& b, std::vector<float>* logits) {
+absl::Status ModelExecutor::Forward(const ForwardBatch& b, std::vector<float>* logits,
+                                    const LayerCallback& on_layer_kv) {
   if (absl::Status st = Validate(b); !st.ok()) return st;
   const auto& c = w_.config();
   const int64_t T = b.num_tokens(), H = c.hidden_size;
@@ -104,6 +105,7 @@ absl::Status ModelExecutor::Forward(const ForwardBatch& b, std::vector<float>* l
     backend_->Rope(q_.data(), T, attn_.n_heads, rope_table_, rope_);
     backend_->Rope(k_.data(), T, attn_.n_kv_heads, rope_table_, rope_);
     backend_->WriteKv(k_.data(), v_.data(), pb, l, cache_);
+    if (on_layer_kv) on_layer_kv(l);
     backend_->Attention(q_.data(), pb, attn_, l, *cache_, attn_out_.data());
     backend_->MatMul(attn_out_.data(), T, L.wo, proj_.data());
     backend_->Add(x_.data(), proj_.data(), T * H);

@@ -12,6 +12,7 @@
 #define TANDEM_COMMON_ENGINE_MODEL_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -43,8 +44,11 @@ class ModelExecutor {
 
   // logits: [batch.logit_rows.size()][vocab]. InvalidArgument for an inconsistent
   // batch (token ids out of range, block tables too short, ...); nothing is written
-  // to the cache then.
-  absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits);
+  // to the cache then. `on_layer_kv(l)`, when given, runs as soon as layer l's K/V
+  // are in the cache (so they can be sent while later layers compute).
+  using LayerCallback = std::function<void(int32_t layer)>;
+  absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits,
+                       const LayerCallback& on_layer_kv = nullptr);
 
  private:
   absl::Status Validate(const ForwardBatch& batch) const;

@@ -26,9 +26,13 @@ void Scheduler::Enqueue(Sequence* seq) {
 }
 
 void Scheduler::Remove(Sequence* seq) {
+  Detach(seq);
+  blocks_->Free(seq->id);
+}
+
+void Scheduler::Detach(Sequence* seq) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
-  blocks_->Free(seq->id);
 }
 
 void Scheduler::Preempt(Sequence* seq) {
@@ -64,11 +68,16 @@ ScheduledStep Scheduler::Schedule() {
   // Stage 2: admit from the queue, in order, while everything fits.
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front();
-    const int64_t need = seq->size();
+    const int64_t need = seq->num_uncomputed();
     const bool alone = step.sequences.empty();
     if (need > budget && !alone) break;
-    if (!blocks_->CanAllocate(need)) break;
-    TANDEM_CHECK(blocks_->Allocate(seq->id, need).ok());
+    if (blocks_->Has(seq->id)) {
+      if (!blocks_->CanAppend(seq->id, seq->size())) break;
+      TANDEM_CHECK(blocks_->Append(seq->id, seq->size()).ok());
+    } else {
+      if (!blocks_->CanAllocate(seq->size())) break;
+      TANDEM_CHECK(blocks_->Allocate(seq->id, seq->size()).ok());
+    }
     waiting_.pop_front();
     seq->state = SequenceState::kRunning;
     running_.push_back(seq);

@@ -6,7 +6,9 @@
 //      it goes back to the front of the queue to be recomputed) until the rest fit;
 //   2. batch — waiting sequences are admitted in arrival order while the running
 //      count stays under max_running, their tokens fit the step's token budget and
-//      their blocks can be allocated (check, then commit).
+//      their blocks can be allocated (check, then commit). A waiting sequence that
+//      already holds blocks (its prompt's KV arrived from a prefill worker) only needs
+//      room for its next token.
 //
 // Memory is blocks only: the scheduler calls the BlockManager, never the cache bytes.
 // Not thread-safe: owned by the engine thread.
@@ -41,6 +43,8 @@ class Scheduler {
   void Enqueue(Sequence* seq);
   // Removes a sequence from the queues and frees its blocks.
   void Remove(Sequence* seq);
+  // Removes a sequence from the queues and leaves its blocks allocated.
+  void Detach(Sequence* seq);
 
   ScheduledStep Schedule();
 

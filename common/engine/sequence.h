@@ -2,8 +2,11 @@
 //
 // Its life is a small state machine: kWaiting (queued, or preempted back to the
 // queue) → kRunning (holds KV blocks) → kFinished. A preempted sequence drops its KV
-// and is recomputed from prompt + output when readmitted. Owned and mutated only by
-// the engine thread.
+// and is recomputed from prompt + output when readmitted. Two states serve
+// disaggregation: kReserved (a decode worker holds blocks for KV that a prefill worker
+// will push; → kWaiting once prefilled) and kHeld (a prefill worker computed the prompt
+// and keeps its blocks until they are sent). Owned and mutated only by the engine
+// thread.
 #ifndef TANDEM_COMMON_ENGINE_SEQUENCE_H_
 #define TANDEM_COMMON_ENGINE_SEQUENCE_H_
 
@@ -16,7 +19,7 @@
 
 namespace tandem::engine {
 
-enum class SequenceState { kWaiting, kRunning, kFinished };
+enum class SequenceState { kReserved, kWaiting, kRunning, kHeld, kFinished };
 
 enum class FinishReason {
   kNone,
@@ -37,6 +40,7 @@ struct Sequence {
   FinishReason finish = FinishReason::kNone;
   int64_t num_cached = 0;  // leading tokens whose K/V are in the cache
   int32_t preemptions = 0;
+  bool prefill_only = false;  // stop after the first token and hold the blocks
 
   int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t TokenAt(int64_t i) const {
