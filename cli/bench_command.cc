@@ -9,8 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "cli/model_loader.h"
+#include "cli/exit_status.h"
 #include "common/engine/engine.h"
+#include "common/engine/loaded_model.h"
 #include "common/model/gguf_file.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
@@ -134,7 +135,7 @@ void AddBenchCommand(CLI::App& app, BenchOptions* o) {
 }
 
 int RunBench(const BenchOptions& o) {
-  auto loaded = LoadModel(o.model);
+  auto loaded = engine::LoadModel(o.model);
   if (!loaded.ok()) return Fail(loaded.status());
   const model::ModelConfig* config = &loaded->config;
   const std::unique_ptr<engine::ModelWeights>& weights = loaded->weights;

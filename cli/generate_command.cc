@@ -7,8 +7,9 @@
 #include <iostream>
 #include <iterator>
 
-#include "cli/model_loader.h"
+#include "cli/exit_status.h"
 #include "common/engine/engine.h"
+#include "common/engine/loaded_model.h"
 #include "common/model/gguf_file.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/detokenizer.h"
@@ -56,14 +57,16 @@ void AddGenerateCommand(CLI::App& app, GenerateOptions* o) {
 int RunGenerate(const GenerateOptions& o) {
   const auto t_start = Clock::now();
   const bool tty = isatty(fileno(stderr));
-  auto loaded = LoadModel(o.model, [&](int done, int total) {
+  engine::LoadOptions lo;
+  lo.progress = [&](int done, int total) {
     if (tty && !o.json) {
       const int width = 30, filled = done * width / total;
       std::fprintf(stderr, "\rloading [%.*s%*s] %d/%d layers", filled,
                    "##############################", width - filled, "", done, total);
       if (done == total) std::fprintf(stderr, "\r%*s\r", 60, "");
     }
-  });
+  };
+  auto loaded = engine::LoadModel(o.model, lo);
   if (!loaded.ok()) return Fail(loaded.status());
   const model::ModelConfig* config = &loaded->config;
   const std::unique_ptr<tokenizer::Tokenizer>& tok = loaded->tokenizer;

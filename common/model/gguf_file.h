@@ -102,6 +102,7 @@ class GgufFile {
   uint32_t alignment() const { return alignment_; }
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return bytes_.size(); }
+  std::span<const uint8_t> bytes() const { return bytes_; }  // the whole file
   const std::string& path() const { return path_; }
 
   const std::vector<GgufKeyValue>& metadata() const { return kv_; }

@@ -1,0 +1,92 @@
+#include "common/rpc/engine_convert.h"
+
+#include "common/util/strings.h"
+
+namespace tandem::rpc {
+
+void ToProto(const engine::SamplingParams& p, v1::EngineSamplingParams* out) {
+  out->set_max_tokens(p.max_tokens);
+  out->set_temperature(p.temperature);
+  out->set_top_k(p.top_k);
+  out->set_top_p(p.top_p);
+  out->set_min_p(p.min_p);
+  out->set_seed(p.seed.value_or(0));
+  out->mutable_stop_token_ids()->Assign(p.stop_token_ids.begin(), p.stop_token_ids.end());
+  out->set_repetition_penalty(p.repetition_penalty);
+  out->set_presence_penalty(p.presence_penalty);
+  out->set_frequency_penalty(p.frequency_penalty);
+  out->set_logprobs(p.logprobs);
+  out->set_ignore_eos(p.ignore_eos);
+}
+
+engine::SamplingParams FromProto(const v1::EngineSamplingParams& p) {
+  engine::SamplingParams s;
+  s.max_tokens = p.max_tokens();
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p();
+  s.min_p = p.min_p();
+  s.seed = p.seed();
+  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.repetition_penalty = p.repetition_penalty();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  s.logprobs = p.logprobs();
+  s.ignore_eos = p.ignore_eos();
+  return s;
+}
+
+void ToProto(const engine::TokenEvent& ev, v1::WorkerLogprob* out) {
+  out->set_logprob(ev.logprob);
+  for (const auto& t : ev.top_logprobs) {
+    out->add_top_token_ids(t.token);
+    out->add_top_logprobs(t.logprob);
+  }
+}
+
+v1::WorkerFinishReason ToProto(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::kStop:
+      return v1::WORKER_FINISH_REASON_STOP;
+    case engine::FinishReason::kLength:
+      return v1::WORKER_FINISH_REASON_LENGTH;
+    case engine::FinishReason::kNone:
+    case engine::FinishReason::kCancelled:
+      return v1::WORKER_FINISH_REASON_UNSPECIFIED;
+  }
+  return v1::WORKER_FINISH_REASON_UNSPECIFIED;
+}
+
+v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash) {
+  v1::KvLayoutFingerprint f;
+  f.set_model_hash(model_hash);
+  f.set_dtype(v1::KV_DTYPE_FLOAT32);
+  f.set_block_size(layout.block_size);
+  f.set_num_layers(layout.n_layers);
+  f.set_num_kv_heads(layout.n_kv_heads);
+  f.set_head_dim(layout.head_dim);
+  return f;
+}
+
+absl::Status CheckFingerprint(const v1::KvLayoutFingerprint& ours,
+                              const v1::KvLayoutFingerprint& theirs) {
+  auto differ = [](std::string_view field, const auto& a, const auto& b) {
+    return absl::FailedPreconditionError(
+        StrCat("KV layout mismatch: ", field, " is ", a, " here and ", b, " there"));
+  };
+  if (ours.model_hash() != theirs.model_hash())
+    return differ("model_hash", ours.model_hash(), theirs.model_hash());
+  if (ours.dtype() != theirs.dtype())
+    return differ("dtype", v1::KvDtype_Name(ours.dtype()), v1::KvDtype_Name(theirs.dtype()));
+  if (ours.block_size() != theirs.block_size())
+    return differ("block_size", ours.block_size(), theirs.block_size());
+  if (ours.num_layers() != theirs.num_layers())
+    return differ("num_layers", ours.num_layers(), theirs.num_layers());
+  if (ours.num_kv_heads() != theirs.num_kv_heads())
+    return differ("num_kv_heads", ours.num_kv_heads(), theirs.num_kv_heads());
+  if (ours.head_dim() != theirs.head_dim())
+    return differ("head_dim", ours.head_dim(), theirs.head_dim());
+  return absl::OkStatus();
+}
+
+}  // namespace tandem::rpc

@@ -1,0 +1,33 @@
+// Conversions between worker.proto / kv_transfer.proto messages and engine structs.
+// Workers' service files call these; the engine never sees a proto.
+#ifndef TANDEM_COMMON_RPC_ENGINE_CONVERT_H_
+#define TANDEM_COMMON_RPC_ENGINE_CONVERT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/engine/engine.h"
+#include "common/engine/sampling_params.h"
+#include "common/kv/kv_cache.h"
+#include "tandem/v1/kv_transfer.pb.h"
+#include "tandem/v1/worker.pb.h"
+
+namespace tandem::rpc {
+
+void ToProto(const engine::SamplingParams& p, v1::EngineSamplingParams* out);
+engine::SamplingParams FromProto(const v1::EngineSamplingParams& p);
+
+// The sampled token's logprob and its top alternatives.
+void ToProto(const engine::TokenEvent& ev, v1::WorkerLogprob* out);
+
+v1::WorkerFinishReason ToProto(engine::FinishReason r);
+
+// The fingerprint of a float32 cache with `layout` for the model with `model_hash`.
+v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash);
+// FailedPrecondition naming the first field where `theirs` differs from `ours`.
+absl::Status CheckFingerprint(const v1::KvLayoutFingerprint& ours,
+                              const v1::KvLayoutFingerprint& theirs);
+
+}  // namespace tandem::rpc
+
+#endif  // TANDEM_COMMON_RPC_ENGINE_CONVERT_H_

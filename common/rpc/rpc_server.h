@@ -1,0 +1,46 @@
+// RpcServer: a gRPC server with what every tandem process exposes besides its own
+// services — grpc.health.v1 (service "" = live as soon as it listens; named services
+// are NOT_SERVING until SetReady) and server reflection.
+//
+// Thread-safe after Start.
+#ifndef TANDEM_COMMON_RPC_RPC_SERVER_H_
+#define TANDEM_COMMON_RPC_RPC_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::rpc {
+
+class RpcServer {
+ public:
+  // Listens on `address` (host:port; port 0 picks a free one). `ready_services` are
+  // reported NOT_SERVING until SetReady(true).
+  static absl::StatusOr<std::unique_ptr<RpcServer>> Start(
+      const std::string& address, const std::vector<grpc::Service*>& services,
+      const std::vector<std::string>& ready_services);
+
+  int port() const { return port_; }
+  grpc::Server* server() { return server_.get(); }
+  void SetReady(bool ready);
+  // Refuses new calls, waits for running ones up to `grace`, then cancels them.
+  void Shutdown(std::chrono::milliseconds grace);
+
+ private:
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<std::string> ready_services_;
+  int port_ = 0;
+};
+
+// Client channel options shared by every tandem client: large messages (KV chunks)
+// and keepalive so a dead peer is noticed within seconds.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+
+}  // namespace tandem::rpc
+
+#endif  // TANDEM_COMMON_RPC_RPC_SERVER_H_

@@ -1,0 +1,26 @@
+// absl::Status ↔ grpc::Status. The codes share their numbering; messages pass through.
+// Only service and client files use this: everything below them speaks absl::Status.
+#ifndef TANDEM_COMMON_RPC_STATUS_CONVERT_H_
+#define TANDEM_COMMON_RPC_STATUS_CONVERT_H_
+
+#include <grpcpp/support/status.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace tandem::rpc {
+
+inline grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+inline absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace tandem::rpc
+
+#endif  // TANDEM_COMMON_RPC_STATUS_CONVERT_H_

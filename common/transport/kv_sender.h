@@ -1,0 +1,62 @@
+// KvSender: moves one request's KV blocks from this (prefill) worker's cache into
+// blocks a decode worker reserved, layer by layer.
+//
+// A transfer is opened before the forward pass, fed layer numbers as the pass
+// finishes each layer (SendLayer never blocks the engine thread), and closed with
+// Finish, which reports once the receiver has acknowledged every block — or why it
+// did not. A failed transfer fails its request: there is no "successful" stream built
+// on missing KV. Implementations: host (gRPC stream, host_kv_sender.h); NCCL and CUDA
+// IPC come with the GPU backend.
+//
+// Thread-safe: Begin from any thread; one transfer's calls from one thread.
+#ifndef TANDEM_COMMON_TRANSPORT_KV_SENDER_H_
+#define TANDEM_COMMON_TRANSPORT_KV_SENDER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tandem::transport {
+
+// Where the blocks go.
+struct KvDestination {
+  std::string address;              // the decode worker, host:port
+  uint64_t lease_id = 0;            // its reservation
+  std::vector<int32_t> block_ids;   // reserved ids, in sequence order
+};
+
+struct KvTransferStats {
+  int64_t bytes = 0;
+  double ms = 0;  // first byte queued → acknowledgement
+};
+
+class KvTransfer {
+ public:
+  virtual ~KvTransfer() = default;
+  // Queues layer `layer` of every block for sending; the cache bytes must stay put
+  // until Finish's callback has run.
+  virtual void SendLayer(int32_t layer) = 0;
+  // After the last SendLayer: `done` runs (on a transport thread) with the outcome.
+  virtual void Finish(std::function<void(absl::Status, KvTransferStats)> done) = 0;
+};
+
+class KvSender {
+ public:
+  virtual ~KvSender() = default;
+  // Checks that the peer at `address` shares our KV layout (cached per address);
+  // FailedPrecondition on a mismatch, Unavailable when it cannot be reached.
+  virtual absl::Status Connect(const std::string& address) = 0;
+  // A transfer of our blocks `src_blocks` (sequence order) into `dst`. `src_blocks`
+  // and dst.block_ids have the same length.
+  virtual absl::StatusOr<std::unique_ptr<KvTransfer>> Begin(const KvDestination& dst,
+                                                           std::vector<int32_t> src_blocks) = 0;
+};
+
+}  // namespace tandem::transport
+
+#endif  // TANDEM_COMMON_TRANSPORT_KV_SENDER_H_

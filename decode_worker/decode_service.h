@@ -1,0 +1,52 @@
+// The decode worker's gRPC face: tandem.v1.DecodeWorker (Reserve, Release, Decode,
+// GetWorkerStats) and tandem.v1.KvTransfer (Handshake, PushKvBlocks). Converts
+// protos to DecodeWorker calls and back; holds no state of its own beyond streams.
+//
+// The worker pointer is set once the model has loaded; until then every call answers
+// UNAVAILABLE. Decode is a callback reactor (one write in flight, tokens that arrive
+// meanwhile are coalesced into the next message); the rest are synchronous handlers.
+#ifndef TANDEM_DECODE_WORKER_DECODE_SERVICE_H_
+#define TANDEM_DECODE_WORKER_DECODE_SERVICE_H_
+
+#include <atomic>
+
+#include "decode_worker/decode_worker.h"
+#include "tandem/v1/kv_transfer.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::decode {
+
+class DecodeService : public v1::DecodeWorker::WithCallbackMethod_Decode<v1::DecodeWorker::Service> {
+ public:
+  void SetWorker(DecodeWorker* worker) { worker_.store(worker); }
+
+  grpc::Status Reserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
+                       v1::ReserveResponse* resp) override;
+  grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
+                       v1::ReleaseResponse* resp) override;
+  grpc::ServerWriteReactor<v1::DecodeResponse>* Decode(grpc::CallbackServerContext* ctx,
+                                                       const v1::DecodeRequest* req) override;
+  grpc::Status GetWorkerStats(grpc::ServerContext* ctx, const v1::GetWorkerStatsRequest* req,
+                              v1::WorkerStats* resp) override;
+
+ private:
+  std::atomic<DecodeWorker*> worker_{nullptr};
+};
+
+class KvReceiverService : public v1::KvTransfer::Service {
+ public:
+  void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint);
+
+  grpc::Status Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
+                         v1::HandshakeResponse* resp) override;
+  grpc::Status PushKvBlocks(grpc::ServerContext* ctx, grpc::ServerReader<v1::KvBlocksChunk>* reader,
+                            v1::PushKvBlocksResponse* resp) override;
+
+ private:
+  std::atomic<DecodeWorker*> worker_{nullptr};
+  v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
+};
+
+}  // namespace tandem::decode
+
+#endif  // TANDEM_DECODE_WORKER_DECODE_SERVICE_H_

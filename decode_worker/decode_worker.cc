@@ -1,0 +1,228 @@
+#include "decode_worker/decode_worker.h"
+
+#include <cstring>
+
+#include "common/util/check.h"
+#include "common/util/status_macros.h"
+#include "common/util/strings.h"
+
+namespace tandem::decode {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+constexpr auto kIdleWait = std::chrono::milliseconds(50);
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
+    const engine::ModelWeights& weights, const DecodeWorkerOptions& options) {
+  std::unique_ptr<DecodeWorker> w(new DecodeWorker());
+  w->options_ = options;
+  ASSIGN_OR_RETURN(w->engine_, engine::Engine::Create(weights, options.engine));
+  w->layout_ = w->engine_->cache().layout();
+  w->stats_.engine = w->engine_->Stats();
+  w->thread_ = std::make_unique<engine::EngineThread>([p = w.get()] { return p->Iterate(); },
+                                                      kIdleWait);
+  return w;
+}
+
+DecodeWorker::~DecodeWorker() {
+  thread_->Stop();
+  for (auto& [id, sink] : sinks_) sink->OnError(absl::UnavailableError("decode worker stopping"));
+}
+
+absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
+                                                  std::chrono::milliseconds lease) {
+  if (lease <= std::chrono::milliseconds(0) || lease > options_.max_lease) {
+    return absl::InvalidArgumentError(StrCat("lease_ms: must be in [1, ",
+                                             options_.max_lease.count(), "]"));
+  }
+  absl::StatusOr<Reservation> result;
+  thread_->Run([&] {
+    auto id = engine_->Reserve(num_tokens);
+    if (!id.ok()) {
+      result = id.status();
+      return;
+    }
+    Reservation r{*id, engine_->BlockTable(*id)};
+    std::lock_guard<std::mutex> lock(mu_);
+    Lease& l = leases_[*id];
+    l.blocks = r.block_ids;
+    l.expires = Clock::now() + lease;
+    l.layer_received.assign(layout_.n_layers, 0);
+    result = std::move(r);
+  });
+  return result;
+}
+
+bool DecodeWorker::Release(uint64_t lease_id) {
+  bool released = false;
+  thread_->Run([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (leases_.erase(lease_id) == 0) return;
+    released = engine_->Release(lease_id);
+    TANDEM_CHECK(released);
+  });
+  return released;
+}
+
+absl::Status DecodeWorker::BeginKv(uint64_t lease_id, std::span<const int32_t> block_ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) {
+    ++stats_.kv_failures;
+    return absl::FailedPreconditionError(
+        StrCat("lease ", lease_id, ": unknown, expired or already decoding; KV refused"));
+  }
+  Lease& l = it->second;
+  if (block_ids.empty() || block_ids.size() > l.blocks.size() ||
+      !std::equal(block_ids.begin(), block_ids.end(), l.blocks.begin())) {
+    ++stats_.kv_failures;
+    return absl::InvalidArgumentError(
+        StrCat("block_ids: not the blocks reserved under lease ", lease_id));
+  }
+  l.expected_blocks = static_cast<int32_t>(block_ids.size());
+  l.layer_received.assign(layout_.n_layers, 0);
+  l.complete = false;
+  return absl::OkStatus();
+}
+
+absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t first_block,
+                                   int32_t num_blocks, std::span<const uint8_t> payload) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) {
+    ++stats_.kv_failures;
+    return absl::FailedPreconditionError(
+        StrCat("lease ", lease_id, ": unknown, expired or already decoding; KV refused"));
+  }
+  Lease& l = it->second;
+  const int64_t slice_bytes = layout_.LayerStride() * static_cast<int64_t>(sizeof(float));
+  absl::Status bad;
+  if (l.expected_blocks < 0) {
+    bad = absl::InvalidArgumentError("block_ids: the first chunk must name the blocks");
+  } else if (layer < 0 || layer >= layout_.n_layers) {
+    bad = absl::InvalidArgumentError(StrCat("layer: ", layer, " outside [0, ", layout_.n_layers, ")"));
+  } else if (first_block < 0 || num_blocks < 1 || first_block + num_blocks > l.expected_blocks) {
+    bad = absl::InvalidArgumentError(StrCat("first_block/num_blocks: [", first_block, ", ",
+                                            first_block + num_blocks, ") outside the ",
+                                            l.expected_blocks, " blocks of the transfer"));
+  } else if (static_cast<int64_t>(payload.size()) != num_blocks * slice_bytes) {
+    bad = absl::InvalidArgumentError(StrCat("payload: ", payload.size(), " bytes, expected ",
+                                            num_blocks * slice_bytes));
+  }
+  if (!bad.ok()) {
+    ++stats_.kv_failures;
+    return bad;
+  }
+  kv::KvCache* cache = engine_->mutable_cache();
+  for (int32_t i = 0; i < num_blocks; ++i) {
+    std::memcpy(cache->Part(l.blocks[first_block + i], layer, 0), payload.data() + i * slice_bytes,
+                static_cast<size_t>(slice_bytes));
+  }
+  l.layer_received[layer] += num_blocks;
+  stats_.kv_bytes_received += static_cast<int64_t>(payload.size());
+  return absl::OkStatus();
+}
+
+absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) {
+    ++stats_.kv_failures;
+    return absl::FailedPreconditionError(StrCat("lease ", lease_id, ": expired during the transfer"));
+  }
+  Lease& l = it->second;
+  for (int32_t layer = 0; layer < layout_.n_layers; ++layer) {
+    if (l.expected_blocks < 0 || l.layer_received[layer] < l.expected_blocks) {
+      ++stats_.kv_failures;
+      return absl::DataLossError(StrCat("lease ", lease_id, ": layer ", layer, " got ",
+                                        l.layer_received[layer], " of ", l.expected_blocks,
+                                        " blocks"));
+    }
+  }
+  l.complete = true;
+  return absl::OkStatus();
+}
+
+absl::Status DecodeWorker::StartDecode(uint64_t lease_id, std::vector<int32_t> prompt,
+                                       int32_t first_token, const engine::SamplingParams& params,
+                                       std::shared_ptr<TokenSink> sink) {
+  absl::Status result;
+  thread_->Run([&] {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = leases_.find(lease_id);
+      if (it == leases_.end()) {
+        result = absl::FailedPreconditionError(
+            StrCat("lease ", lease_id, ": unknown, expired or already decoding"));
+        return;
+      }
+      if (!it->second.complete) {
+        result = absl::FailedPreconditionError(
+            StrCat("lease ", lease_id, ": its KV has not fully arrived"));
+        return;
+      }
+      leases_.erase(it);
+    }
+    result = engine_->AdmitPrefilled(lease_id, std::move(prompt), first_token, params);
+    if (!result.ok()) {
+      engine_->Release(lease_id);
+      return;
+    }
+    sinks_[lease_id] = std::move(sink);
+  });
+  return result;
+}
+
+void DecodeWorker::CancelDecode(uint64_t lease_id) {
+  thread_->Post([this, lease_id] { engine_->Cancel(lease_id); });
+}
+
+DecodeWorkerStats DecodeWorker::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  DecodeWorkerStats s = stats_;
+  s.leases = static_cast<int32_t>(leases_.size());
+  return s;
+}
+
+void DecodeWorker::ExpireLeases() {
+  const auto now = Clock::now();
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    auto next = std::next(it);
+    if (it->second.expires <= now) {
+      TANDEM_CHECK(engine_->Release(it->first));
+      ++stats_.expired_leases;
+      leases_.erase(it);
+    }
+    it = next;
+  }
+}
+
+bool DecodeWorker::Iterate() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ExpireLeases();
+  }
+  if (engine_->HasWork()) {
+    auto events = engine_->Step();
+    if (!events.ok()) {
+      for (auto& [id, sink] : sinks_) {
+        sink->OnError(events.status());
+        engine_->Cancel(id);
+      }
+      sinks_.clear();
+    } else {
+      for (const engine::TokenEvent& ev : *events) {
+        auto it = sinks_.find(ev.id);
+        if (it == sinks_.end()) continue;
+        it->second->OnToken(ev);
+        if (ev.finished) sinks_.erase(it);
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.engine = engine_->Stats();
+  return engine_->HasWork();
+}
+
+}  // namespace tandem::decode

@@ -1,0 +1,117 @@
+// DecodeWorker: the decode half of a disaggregated pair, without RPC types.
+//
+// Owns one Engine and the one thread that drives it. Requests arrive prefilled: the
+// router Reserves blocks under a lease, a prefill worker writes the prompt's K/V into
+// them (BeginKv / WriteKv / EndKv), then StartDecode admits the sequence at the next
+// step boundary and its tokens flow to a TokenSink. Leases that see no StartDecode in
+// time are reclaimed at a step boundary; KV for an unknown or expired lease is refused.
+//
+// Thread-safe: every public method may be called from any thread (RPC threads). Engine
+// calls happen on the engine thread only; RPC threads queue commands for it. KV bytes
+// are copied under `mu_`, which the engine thread also holds when it frees a lease, so
+// a write never lands in blocks that were handed to someone else.
+#ifndef TANDEM_DECODE_WORKER_DECODE_WORKER_H_
+#define TANDEM_DECODE_WORKER_DECODE_WORKER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/engine/engine.h"
+#include "common/engine/engine_thread.h"
+
+namespace tandem::decode {
+
+struct DecodeWorkerOptions {
+  engine::EngineOptions engine;
+  std::chrono::milliseconds max_lease{60000};
+};
+
+struct Reservation {
+  uint64_t lease_id = 0;
+  std::vector<int32_t> block_ids;
+};
+
+// Receives one sequence's tokens on the engine thread. Must not block.
+class TokenSink {
+ public:
+  virtual ~TokenSink() = default;
+  // A generated token, or (token < 0) only the end. `finished` marks the last call.
+  virtual void OnToken(const engine::TokenEvent& event) = 0;
+  // The engine failed; no further calls.
+  virtual void OnError(const absl::Status& status) = 0;
+};
+
+struct DecodeWorkerStats {
+  engine::EngineStats engine;
+  int32_t leases = 0;
+  int64_t expired_leases = 0;
+  int64_t kv_bytes_received = 0;
+  int64_t kv_failures = 0;
+};
+
+class DecodeWorker {
+ public:
+  // `weights` must outlive the worker.
+  static absl::StatusOr<std::unique_ptr<DecodeWorker>> Create(const engine::ModelWeights& weights,
+                                                              const DecodeWorkerOptions& options);
+  ~DecodeWorker();  // stops the engine thread; open sinks get OnError(Unavailable)
+
+  // Blocks for `num_tokens` tokens, held for `lease`. ResourceExhausted when they do
+  // not fit now.
+  absl::StatusOr<Reservation> Reserve(int64_t num_tokens, std::chrono::milliseconds lease);
+  // Frees an unused reservation; false when the lease is unknown.
+  bool Release(uint64_t lease_id);
+
+  // One KV push: BeginKv with the destination block ids (the reservation's, in order,
+  // possibly fewer), WriteKv per (layer, run of blocks), EndKv to check completeness.
+  absl::Status BeginKv(uint64_t lease_id, std::span<const int32_t> block_ids);
+  // `payload`: num_blocks × (K then V of `layer` for one block), float32.
+  absl::Status WriteKv(uint64_t lease_id, int32_t layer, int32_t first_block, int32_t num_blocks,
+                       std::span<const uint8_t> payload);
+  absl::Status EndKv(uint64_t lease_id);
+
+  // Admits a reservation whose KV has fully arrived; returns once the engine thread
+  // has taken it (next step boundary). The sink then gets every token after `first_token`.
+  absl::Status StartDecode(uint64_t lease_id, std::vector<int32_t> prompt, int32_t first_token,
+                           const engine::SamplingParams& params, std::shared_ptr<TokenSink> sink);
+  // Ends a decoding sequence at the next step boundary (its sink gets kCancelled).
+  void CancelDecode(uint64_t lease_id);
+
+  DecodeWorkerStats Stats() const;
+  const kv::KvLayout& layout() const { return layout_; }
+
+ private:
+  struct Lease {
+    std::vector<int32_t> blocks;
+    std::chrono::steady_clock::time_point expires;
+    int32_t expected_blocks = -1;         // set by BeginKv
+    std::vector<int32_t> layer_received;  // [n_layers] blocks received per layer
+    bool complete = false;
+  };
+  DecodeWorker() = default;
+  // One turn of the engine thread: expire leases, step, hand tokens to sinks.
+  bool Iterate();
+  void ExpireLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::unique_ptr<engine::Engine> engine_;
+  kv::KvLayout layout_;
+  DecodeWorkerOptions options_;
+
+  mutable std::mutex mu_;
+  absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  DecodeWorkerStats stats_ ABSL_GUARDED_BY(mu_);
+  // Engine thread only.
+  absl::flat_hash_map<kv::SeqId, std::shared_ptr<TokenSink>> sinks_;
+  std::unique_ptr<engine::EngineThread> thread_;  // last: stopped first
+};
+
+}  // namespace tandem::decode
+
+#endif  // TANDEM_DECODE_WORKER_DECODE_WORKER_H_

@@ -1,0 +1,48 @@
+// tandem-prefill-worker: computes prompts in batches and pushes their KV blocks to the
+// decode workers the router names. See prefill_worker.h.
+#include <cstdio>
+
+#include "common/engine/loaded_model.h"
+#include "common/rpc/engine_convert.h"
+#include "common/rpc/process_main.h"
+#include "common/transport/host_kv_sender.h"
+#include "common/util/signals.h"
+#include "common/util/strings.h"
+#include "prefill_worker/prefill_service.h"
+
+int main(int argc, char** argv) {
+  using namespace tandem;
+  BlockTerminationSignals();
+  CLI::App app{"tandem-prefill-worker — the prefill half of a tandem cluster"};
+  rpc::ServerFlags flags;
+  engine::EngineOptions options;
+  options.kv_cache_bytes = int64_t{256} << 20;
+  rpc::AddServerFlags(app, &flags);
+  rpc::AddEngineFlags(app, &options);
+  CLI11_PARSE(app, argc, argv);
+  auto fail = [](const absl::Status& st) {
+    std::fprintf(stderr, "tandem-prefill-worker: %s\n", st.ToString().c_str());
+    return 1;
+  };
+
+  prefill::PrefillService service;
+  auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&service},
+                                      {"tandem.v1.PrefillWorker"});
+  if (!server.ok()) return fail(server.status());
+  if (auto st = rpc::AnnounceListening("tandem-prefill-worker", flags, (*server)->port()); !st.ok())
+    return fail(st);
+  auto model = engine::LoadModel(flags.model);
+  if (!model.ok()) return fail(model.status());
+  auto worker = prefill::PrefillWorker::Create(
+      *model->weights, options, [&](const kv::KvCache& cache) {
+        return std::make_unique<transport::HostKvSender>(
+            &cache, rpc::MakeFingerprint(cache.layout(), model->hash));
+      });
+  if (!worker.ok()) return fail(worker.status());
+  service.SetWorker(worker->get(), rpc::MakeFingerprint((*worker)->layout(), model->hash));
+  (*server)->SetReady(true);
+  std::fprintf(stderr, "tandem-prefill-worker ready\n");
+  rpc::ServeUntilSignal("tandem-prefill-worker", server->get(), flags);
+  worker->reset();
+  return 0;
+}

@@ -1,0 +1,58 @@
+#include "prefill_worker/prefill_service.h"
+
+#include "common/rpc/engine_convert.h"
+#include "common/rpc/status_convert.h"
+
+namespace tandem::prefill {
+
+namespace {
+const grpc::Status kLoading(grpc::StatusCode::UNAVAILABLE, "prefill worker: model still loading");
+}  // namespace
+
+void PrefillService::SetWorker(PrefillWorker* worker, v1::KvLayoutFingerprint fingerprint) {
+  fingerprint_ = std::move(fingerprint);
+  worker_.store(worker);
+}
+
+grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequest* req,
+                                     v1::PrefillResponse* resp) {
+  PrefillWorker* w = worker_.load();
+  if (w == nullptr) return kLoading;
+  const v1::KvDestination& d = req->destination();
+  if (absl::Status st = rpc::CheckFingerprint(fingerprint_, d.fingerprint()); !st.ok()) {
+    return rpc::ToGrpc(st);
+  }
+  transport::KvDestination dst{d.address(), d.lease_id(), {d.block_ids().begin(), d.block_ids().end()}};
+  std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
+  auto r = w->Prefill(std::move(prompt), rpc::FromProto(req->params()), dst);
+  if (!r.ok()) return rpc::ToGrpc(r.status());
+  resp->set_first_token_id(r->first.token);
+  if (req->params().logprobs() >= 0) rpc::ToProto(r->first, resp->mutable_logprob());
+  resp->set_finish_reason(rpc::ToProto(r->first.reason));
+  resp->set_queue_ms(r->queue_ms);
+  resp->set_compute_ms(r->compute_ms);
+  resp->set_transfer_ms(r->transfer_ms);
+  resp->set_kv_bytes(r->kv_bytes);
+  return grpc::Status::OK;
+}
+
+grpc::Status PrefillService::GetWorkerStats(grpc::ServerContext*, const v1::GetWorkerStatsRequest*,
+                                            v1::WorkerStats* resp) {
+  PrefillWorker* w = worker_.load();
+  if (w == nullptr) return kLoading;
+  const PrefillWorkerStats s = w->Stats();
+  resp->set_num_blocks(s.engine.blocks.num_blocks);
+  resp->set_block_size(s.engine.blocks.block_size);
+  resp->set_free_blocks(s.engine.blocks.free_blocks);
+  resp->set_running(s.engine.running);
+  resp->set_waiting(s.engine.waiting);
+  resp->set_preemptions_total(s.engine.preemptions);
+  resp->set_kv_bytes_per_token(w->layout().BytesPerToken());
+  resp->set_queued_prompt_tokens(s.queued_prompt_tokens);
+  resp->set_kv_transfer_bytes_total(s.kv_bytes_sent);
+  resp->set_kv_transfer_failures_total(s.kv_failures);
+  resp->set_generated_tokens_total(s.engine.generated_tokens);
+  return grpc::Status::OK;
+}
+
+}  // namespace tandem::prefill

@@ -1,0 +1,171 @@
+#include "prefill_worker/prefill_worker.h"
+
+#include "common/util/check.h"
+#include "common/util/status_macros.h"
+#include "common/util/strings.h"
+
+namespace tandem::prefill {
+
+namespace {
+constexpr auto kIdleWait = std::chrono::milliseconds(50);
+
+double Ms(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+// Opens each scheduled prompt's transfer before the forward pass and feeds it layers
+// as the pass completes them.
+class PrefillWorker::Observer : public engine::StepObserver {
+ public:
+  explicit Observer(PrefillWorker* w) : w_(w) {}
+
+  void OnScheduled(std::span<engine::Sequence* const> sequences) override {
+    active_.clear();
+    const auto now = Clock::now();
+    for (engine::Sequence* seq : sequences) {
+      auto it = w_->pending_.find(seq->id);
+      if (it == w_->pending_.end()) continue;
+      Pending* p = it->second.get();
+      p->started_at = now;
+      const std::vector<int32_t>& table = w_->engine_->BlockTable(seq->id);
+      const size_t n = (seq->prompt.size() + w_->layout().block_size - 1) / w_->layout().block_size;
+      if (p->destination.block_ids.size() < n || table.size() < n) {
+        p->error = absl::InvalidArgumentError(
+            StrCat("destination.block_ids: ", p->destination.block_ids.size(), " blocks for a ",
+                   seq->prompt.size(), "-token prompt that needs ", n));
+        continue;
+      }
+      transport::KvDestination dst = p->destination;
+      dst.block_ids.resize(n);
+      auto t = w_->sender_->Begin(dst, std::vector<int32_t>(table.begin(), table.begin() + n));
+      if (!t.ok()) {
+        p->error = t.status();
+        continue;
+      }
+      p->transfer = *std::move(t);
+      active_.push_back(p->transfer.get());
+    }
+  }
+
+  void OnLayerKv(int32_t layer) override {
+    for (transport::KvTransfer* t : active_) t->SendLayer(layer);
+  }
+
+ private:
+  PrefillWorker* const w_;
+  std::vector<transport::KvTransfer*> active_;
+};
+
+absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
+    const engine::ModelWeights& weights, const engine::EngineOptions& options,
+    const SenderFactory& make_sender) {
+  std::unique_ptr<PrefillWorker> w(new PrefillWorker());
+  ASSIGN_OR_RETURN(w->engine_, engine::Engine::Create(weights, options));
+  w->sender_ = make_sender(w->engine_->cache());
+  w->observer_ = std::make_unique<Observer>(w.get());
+  w->stats_.engine = w->engine_->Stats();
+  w->thread_ = std::make_unique<engine::EngineThread>([p = w.get()] { return p->Iterate(); },
+                                                      kIdleWait);
+  return w;
+}
+
+PrefillWorker::~PrefillWorker() {
+  thread_->Stop();
+  sender_.reset();  // joins the transport thread; late completions go nowhere
+  for (auto& [id, p] : pending_) {
+    p->promise.set_value(absl::UnavailableError("prefill worker stopping"));
+  }
+}
+
+absl::StatusOr<PrefillResult> PrefillWorker::Prefill(std::vector<int32_t> prompt,
+                                                     const engine::SamplingParams& params,
+                                                     const transport::KvDestination& destination) {
+  RETURN_IF_ERROR(sender_->Connect(destination.address));
+  auto p = std::make_unique<Pending>();
+  p->destination = destination;
+  p->queued_at = Clock::now();
+  p->prompt_tokens = static_cast<int64_t>(prompt.size());
+  auto future = p->promise.get_future();
+  // std::function must be copyable: the request travels in a shared holder.
+  auto holder = std::make_shared<std::unique_ptr<Pending>>(std::move(p));
+  thread_->Post([this, holder, prompt = std::move(prompt), params]() mutable {
+    std::unique_ptr<Pending> p = std::move(*holder);
+    auto id = engine_->AddRequest(std::move(prompt), params, engine::RequestMode::kPrefillOnly);
+    if (!id.ok()) {
+      p->promise.set_value(id.status());
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.queued_prompt_tokens += p->prompt_tokens;
+    }
+    pending_[*id] = std::move(p);
+  });
+  return future.get();
+}
+
+bool PrefillWorker::Iterate() {
+  if (engine_->HasWork()) {
+    auto events = engine_->Step(observer_.get());
+    // Requests were validated on entry: a failed pass is a broken invariant.
+    TANDEM_CHECK(events.ok());
+    {
+      const auto now = Clock::now();
+      for (const engine::TokenEvent& ev : *events) {
+        auto it = pending_.find(ev.id);
+        if (it == pending_.end()) continue;
+        Pending* p = it->second.get();
+        p->result.first = ev;
+        p->result.queue_ms = Ms(p->queued_at, p->started_at);
+        p->result.compute_ms = Ms(p->started_at, now);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_.queued_prompt_tokens -= p->prompt_tokens;
+        }
+        const kv::SeqId id = ev.id;
+        if (p->transfer == nullptr) {
+          Done(id, p->error.ok() ? absl::InternalError("no KV transfer") : p->error, {});
+          continue;
+        }
+        p->transfer->Finish([this, id](absl::Status st, transport::KvTransferStats stats) {
+          thread_->Post([this, id, st = std::move(st), stats] { Done(id, st, stats); });
+        });
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.engine = engine_->Stats();
+  return engine_->HasWork();
+}
+
+void PrefillWorker::Done(kv::SeqId id, absl::Status status, transport::KvTransferStats stats) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  engine_->Release(id);
+  std::unique_ptr<Pending> p = std::move(it->second);
+  pending_.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status.ok()) {
+      stats_.kv_bytes_sent += stats.bytes;
+    } else {
+      ++stats_.kv_failures;
+    }
+    stats_.engine = engine_->Stats();
+  }
+  if (!status.ok()) {
+    p->promise.set_value(status);
+    return;
+  }
+  p->result.transfer_ms = stats.ms;
+  p->result.kv_bytes = stats.bytes;
+  p->promise.set_value(std::move(p->result));
+}
+
+PrefillWorkerStats PrefillWorker::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace tandem::prefill

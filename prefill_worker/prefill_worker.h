@@ -1,0 +1,94 @@
+// PrefillWorker: the prefill half of a disaggregated pair, without RPC types.
+//
+// Prefill(prompt, params, destination) queues the prompt; the engine thread batches
+// queued prompts into one forward pass under the token budget (a longer prompt runs
+// alone), samples each first token, and streams each prompt's K/V layer by layer to
+// its decode worker while later layers still compute. The prompt's blocks are freed
+// once the decode worker has acknowledged them. Prefill returns the first token, or
+// the error that stopped the request (a failed transfer fails the request).
+//
+// Thread-safe: Prefill blocks its caller (an RPC thread) until the request is done.
+#ifndef TANDEM_PREFILL_WORKER_PREFILL_WORKER_H_
+#define TANDEM_PREFILL_WORKER_PREFILL_WORKER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/engine/engine.h"
+#include "common/engine/engine_thread.h"
+#include "common/transport/kv_sender.h"
+
+namespace tandem::prefill {
+
+struct PrefillResult {
+  engine::TokenEvent first;  // first.token, its logprobs, and first.reason when it ends the request
+  double queue_ms = 0;
+  double compute_ms = 0;
+  double transfer_ms = 0;
+  int64_t kv_bytes = 0;
+};
+
+struct PrefillWorkerStats {
+  engine::EngineStats engine;
+  int64_t queued_prompt_tokens = 0;  // accepted and not yet computed
+  int64_t kv_bytes_sent = 0;
+  int64_t kv_failures = 0;
+};
+
+class PrefillWorker {
+ public:
+  // `make_sender` builds the transport over the engine's cache (it must outlive it).
+  using SenderFactory =
+      std::function<std::unique_ptr<transport::KvSender>(const kv::KvCache& cache)>;
+  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(const engine::ModelWeights& weights,
+                                                               const engine::EngineOptions& options,
+                                                               const SenderFactory& make_sender);
+  ~PrefillWorker();
+
+  absl::StatusOr<PrefillResult> Prefill(std::vector<int32_t> prompt,
+                                        const engine::SamplingParams& params,
+                                        const transport::KvDestination& destination);
+
+  PrefillWorkerStats Stats() const;
+  const kv::KvLayout& layout() const { return engine_->cache().layout(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  // One request between Prefill's call and its answer. Engine thread only.
+  struct Pending {
+    transport::KvDestination destination;
+    std::promise<absl::StatusOr<PrefillResult>> promise;
+    Clock::time_point queued_at;
+    Clock::time_point started_at;
+    int64_t prompt_tokens = 0;
+    std::unique_ptr<transport::KvTransfer> transfer;
+    absl::Status error;  // set when the transfer could not even start
+    PrefillResult result;
+  };
+  class Observer;
+
+  PrefillWorker() = default;
+  bool Iterate();
+  // The transfer of `id` ended: free its blocks and answer the caller.
+  void Done(kv::SeqId id, absl::Status status, transport::KvTransferStats stats);
+
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<transport::KvSender> sender_;
+  std::unique_ptr<Observer> observer_;
+  absl::flat_hash_map<kv::SeqId, std::unique_ptr<Pending>> pending_;  // engine thread
+
+  mutable std::mutex mu_;
+  PrefillWorkerStats stats_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<engine::EngineThread> thread_;  // last: stopped first
+};
+
+}  // namespace tandem::prefill
+
+#endif  // TANDEM_PREFILL_WORKER_PREFILL_WORKER_H_
