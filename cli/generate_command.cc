@@ -4,8 +4,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <iostream>
-#include <iterator>
 
 #include "cli/exit_status.h"
 #include "common/engine/engine.h"
@@ -31,23 +29,7 @@ double Ms(Clock::time_point a, Clock::time_point b) {
 void AddGenerateCommand(CLI::App& app, GenerateOptions* o) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (single process)");
   cmd->add_option("--model,-m", o->model, "GGUF model")->required();
-  cmd->add_option("--prompt,-p", o->prompt, "Prompt (default: read stdin)");
-  cmd->add_flag("--chat", o->chat,
-                "Format the prompt as a user turn with the model's chat template");
-  cmd->add_option("--system", o->system, "System message for --chat");
-  cmd->add_option("--max-tokens,-n", o->max_tokens, "Tokens to generate at most")
-      ->capture_default_str();
-  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "0 = off")->capture_default_str();
-  cmd->add_option("--top-p", o->top_p)->capture_default_str();
-  cmd->add_option("--min-p", o->min_p)->capture_default_str();
-  cmd->add_option("--repetition-penalty", o->repetition_penalty)->capture_default_str();
-  cmd->add_option("--presence-penalty", o->presence_penalty)->capture_default_str();
-  cmd->add_option("--frequency-penalty", o->frequency_penalty)->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Sampling seed (default: random)");
-  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-sequence");
-  cmd->add_flag("--json", o->json,
-                "Print one JSON object {token_ids, text, finish_reason, usage, timings}");
+  AddRequestFlags(cmd, &o->request);
   cmd->add_option("--threads,-t", o->threads, "Compute threads (default: all cores)");
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget")
       ->capture_default_str();
@@ -59,7 +41,7 @@ int RunGenerate(const GenerateOptions& o) {
   const bool tty = isatty(fileno(stderr));
   engine::LoadOptions lo;
   lo.progress = [&](int done, int total) {
-    if (tty && !o.json) {
+    if (tty && !o.request.json) {
       const int width = 30, filled = done * width / total;
       std::fprintf(stderr, "\rloading [%.*s%*s] %d/%d layers", filled,
                    "##############################", width - filled, "", done, total);
@@ -79,11 +61,10 @@ int RunGenerate(const GenerateOptions& o) {
   if (!eng.ok()) return Fail(eng.status());
   const auto t_loaded = Clock::now();
 
-  std::string text =
-      o.prompt.has_value() ? *o.prompt : std::string(std::istreambuf_iterator<char>(std::cin), {});
-  if (o.chat) {
+  std::string text = ReadPrompt(o.request);
+  if (o.request.chat) {
     std::vector<tokenizer::ChatMessage> messages;
-    if (!o.system.empty()) messages.push_back({"system", o.system});
+    if (!o.request.system.empty()) messages.push_back({"system", o.request.system});
     messages.push_back({"user", text});
     auto rendered = tokenizer::ChatTemplate::Render(config->chat_template, messages, true);
     if (!rendered.ok()) return Fail(rendered.status());
@@ -92,17 +73,7 @@ int RunGenerate(const GenerateOptions& o) {
   auto prompt = tok->Encode(text);
   if (!prompt.ok()) return Fail(prompt.status());
 
-  engine::SamplingParams sp;
-  sp.max_tokens = o.max_tokens;
-  sp.temperature = o.temperature;
-  sp.top_k = o.top_k;
-  sp.top_p = o.top_p;
-  sp.min_p = o.min_p;
-  sp.repetition_penalty = o.repetition_penalty;
-  sp.presence_penalty = o.presence_penalty;
-  sp.frequency_penalty = o.frequency_penalty;
-  sp.seed = o.seed;
-  sp.ignore_eos = o.ignore_eos;
+  const engine::SamplingParams sp = ToSamplingParams(o.request);
   const size_t n_prompt = prompt->size();
   auto id = (*eng)->AddRequest(*std::move(prompt), sp);
   if (!id.ok()) return Fail(id.status());
@@ -125,7 +96,7 @@ int RunGenerate(const GenerateOptions& o) {
         if (!eos) {
           std::string piece = *detok.Push(ev.token);
           out_text += piece;
-          if (!o.json) {
+          if (!o.request.json) {
             std::fwrite(piece.data(), 1, piece.size(), stdout);
             std::fflush(stdout);
           }
@@ -139,7 +110,7 @@ int RunGenerate(const GenerateOptions& o) {
   const auto t_end = Clock::now();
   const double prefill_ms = out_ids.empty() ? 0 : Ms(t_loaded, t_first);
   const double decode_ms = out_ids.size() > 1 ? Ms(t_first, t_end) : 0;
-  if (o.json) {
+  if (o.request.json) {
     nlohmann::json j = {
         {"token_ids", out_ids},
         {"text", out_text},

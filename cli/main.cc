@@ -3,6 +3,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/bench_command.h"
+#include "cli/client_command.h"
 #include "cli/generate_command.h"
 #include "cli/inspect_command.h"
 #include "cli/tokenize_command.h"
@@ -16,9 +17,12 @@ int main(int argc, char** argv) {
   tandem::cli::AddInspectCommand(app, &inspect);
   tandem::cli::GenerateOptions generate;
   tandem::cli::AddGenerateCommand(app, &generate);
+  tandem::cli::ClientOptions client;
+  tandem::cli::AddClientCommand(app, &client);
   tandem::cli::BenchOptions bench;
   tandem::cli::AddBenchCommand(app, &bench);
   CLI11_PARSE(app, argc, argv);
+  if (app.got_subcommand("client")) return tandem::cli::RunClient(client);
   if (app.got_subcommand("bench")) return tandem::cli::RunBench(bench);
   if (app.got_subcommand("generate")) return tandem::cli::RunGenerate(generate);
   if (app.got_subcommand("tokenize")) return tandem::cli::RunTokenize(tokenize);

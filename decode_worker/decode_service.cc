@@ -4,6 +4,7 @@
 
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/status_convert.h"
+#include "common/rpc/stream_outbox.h"
 #include "common/util/strings.h"
 
 namespace tandem::decode {
@@ -12,107 +13,60 @@ namespace {
 
 const grpc::Status kLoading(grpc::StatusCode::UNAVAILABLE, "decode worker: model still loading");
 
-// The Decode stream. The engine thread pushes tokens through the sink half; gRPC
-// drives the reactor half. At most one write is in flight; tokens that arrive
-// meanwhile go out together in the next message. Finish is called exactly once, and
-// the reactor is never touched after it (OnDone may delete it at any time then).
+// The Decode stream: engine-thread tokens → an outbox → gRPC. Tokens that arrive
+// while a write is in flight are merged into one message.
 class DecodeStream : public grpc::ServerWriteReactor<v1::DecodeResponse> {
  public:
+  // The engine thread's end of the stream.
   class Sink : public TokenSink {
    public:
-    explicit Sink(DecodeStream* stream) : stream_(stream) {}
+    Sink(std::shared_ptr<rpc::StreamOutbox<v1::DecodeResponse>> outbox, bool logprobs)
+        : outbox_(std::move(outbox)), logprobs_(logprobs) {}
     void OnToken(const engine::TokenEvent& ev) override {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (ev.token >= 0) {
-          pending_.add_token_ids(ev.token);
-          if (logprobs_) rpc::ToProto(ev, pending_.add_logprobs());
-        }
-        if (ev.finished) {
-          ended_ = true;
-          if (ev.reason == engine::FinishReason::kCancelled) {
-            status_ = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
-          } else {
-            pending_.set_finish_reason(rpc::ToProto(ev.reason));
-          }
-        }
+      if (ev.finished && ev.reason == engine::FinishReason::kCancelled) {
+        outbox_->End(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+        return;
       }
-      Pump();
-    }
-    void OnError(const absl::Status& status) override {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ended_ = true;
-        status_ = rpc::ToGrpc(status);
+      v1::DecodeResponse msg;
+      if (ev.token >= 0) {
+        msg.add_token_ids(ev.token);
+        if (logprobs_) rpc::ToProto(ev, msg.add_logprobs());
       }
-      Pump();
+      if (ev.finished) msg.set_finish_reason(rpc::ToProto(ev.reason));
+      outbox_->Push(std::move(msg));
+      if (ev.finished) outbox_->End(grpc::Status::OK);
     }
-    void WriteDone(bool ok) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        writing_ = false;
-        if (!ok && !ended_) {
-          ended_ = true;
-          status_ = grpc::Status(grpc::StatusCode::CANCELLED, "stream broken");
-        }
-      }
-      Pump();
-    }
-    void set_logprobs(bool on) { logprobs_ = on; }
+    void OnError(const absl::Status& status) override { outbox_->End(rpc::ToGrpc(status)); }
 
    private:
-    // Starts the next write, or finishes, outside the lock.
-    void Pump() {
-      enum { kNothing, kWrite, kFinish } action = kNothing;
-      grpc::Status status;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (writing_ || finished_) return;
-        const bool has_data = pending_.token_ids_size() > 0 ||
-                              pending_.finish_reason() != v1::WORKER_FINISH_REASON_UNSPECIFIED;
-        if (has_data && status_.ok()) {
-          stream_->out_.Swap(&pending_);
-          pending_.Clear();
-          writing_ = true;
-          action = kWrite;
-        } else if (ended_) {
-          finished_ = true;
-          status = status_;
-          action = kFinish;
-        }
-      }
-      if (action == kWrite) stream_->StartWrite(&stream_->out_);
-      if (action == kFinish) stream_->Finish(status);
-    }
-
-    DecodeStream* const stream_;
-    bool logprobs_ = false;
-    std::mutex mu_;
-    v1::DecodeResponse pending_;
-    bool writing_ = false;
-    bool ended_ = false;     // the sequence is over (or failed)
-    bool finished_ = false;  // Finish called
-    grpc::Status status_;
+    std::shared_ptr<rpc::StreamOutbox<v1::DecodeResponse>> outbox_;
+    const bool logprobs_;
   };
 
   DecodeStream(DecodeWorker* worker, const v1::DecodeRequest* req)
-      : worker_(worker), lease_(req->lease_id()), sink_(std::make_shared<Sink>(this)) {
-    sink_->set_logprobs(req->params().logprobs() >= 0);
+      : worker_(worker),
+        lease_(req->lease_id()),
+        outbox_(std::make_shared<rpc::StreamOutbox<v1::DecodeResponse>>(this, &Merge)) {
     std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
-    absl::Status st = worker_->StartDecode(lease_, std::move(prompt), req->first_token_id(),
-                                           rpc::FromProto(req->params()), sink_);
-    if (!st.ok()) sink_->OnError(st);
+    absl::Status st = worker_->StartDecode(
+        lease_, std::move(prompt), req->first_token_id(), rpc::FromProto(req->params()),
+        std::make_shared<Sink>(outbox_, req->params().logprobs() >= 0));
+    if (!st.ok()) outbox_->End(rpc::ToGrpc(st));
   }
 
-  void OnWriteDone(bool ok) override { sink_->WriteDone(ok); }
+  void OnWriteDone(bool ok) override { outbox_->WriteDone(ok); }
   void OnCancel() override { worker_->CancelDecode(lease_); }
   void OnDone() override { delete this; }
 
  private:
+  static bool Merge(v1::DecodeResponse* into, const v1::DecodeResponse& next) {
+    into->MergeFrom(next);  // appends token ids and logprobs; the finish reason is last
+    return true;
+  }
+
   DecodeWorker* const worker_;
   const uint64_t lease_;
-  std::shared_ptr<Sink> sink_;
-  v1::DecodeResponse out_;  // the message being written
+  std::shared_ptr<rpc::StreamOutbox<v1::DecodeResponse>> outbox_;
 };
 
 // A stream that ends at once with `status`.
@@ -132,6 +86,7 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveReque
   if (!r.ok()) return rpc::ToGrpc(r.status());
   resp->set_lease_id(r->lease_id);
   resp->mutable_block_ids()->Assign(r->block_ids.begin(), r->block_ids.end());
+  *resp->mutable_fingerprint() = fingerprint_;
   return grpc::Status::OK;
 }
 

@@ -16,9 +16,13 @@
 
 namespace tandem::decode {
 
-class DecodeService : public v1::DecodeWorker::WithCallbackMethod_Decode<v1::DecodeWorker::Service> {
+class DecodeService
+    : public v1::DecodeWorker::WithCallbackMethod_Decode<v1::DecodeWorker::Service> {
  public:
-  void SetWorker(DecodeWorker* worker) { worker_.store(worker); }
+  void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint) {
+    fingerprint_ = std::move(fingerprint);
+    worker_.store(worker);
+  }
 
   grpc::Status Reserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
                        v1::ReserveResponse* resp) override;
@@ -31,6 +35,7 @@ class DecodeService : public v1::DecodeWorker::WithCallbackMethod_Decode<v1::Dec
 
  private:
   std::atomic<DecodeWorker*> worker_{nullptr};
+  v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
 };
 
 class KvReceiverService : public v1::KvTransfer::Service {

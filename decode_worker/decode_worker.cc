@@ -20,8 +20,8 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
   ASSIGN_OR_RETURN(w->engine_, engine::Engine::Create(weights, options.engine));
   w->layout_ = w->engine_->cache().layout();
   w->stats_.engine = w->engine_->Stats();
-  w->thread_ = std::make_unique<engine::EngineThread>([p = w.get()] { return p->Iterate(); },
-                                                      kIdleWait);
+  w->thread_ =
+      std::make_unique<engine::EngineThread>([p = w.get()] { return p->Iterate(); }, kIdleWait);
   return w;
 }
 
@@ -33,8 +33,8 @@ DecodeWorker::~DecodeWorker() {
 absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
                                                   std::chrono::milliseconds lease) {
   if (lease <= std::chrono::milliseconds(0) || lease > options_.max_lease) {
-    return absl::InvalidArgumentError(StrCat("lease_ms: must be in [1, ",
-                                             options_.max_lease.count(), "]"));
+    return absl::InvalidArgumentError(
+        StrCat("lease_ms: must be in [1, ", options_.max_lease.count(), "]"));
   }
   absl::StatusOr<Reservation> result;
   thread_->Run([&] {
@@ -101,14 +101,15 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
   if (l.expected_blocks < 0) {
     bad = absl::InvalidArgumentError("block_ids: the first chunk must name the blocks");
   } else if (layer < 0 || layer >= layout_.n_layers) {
-    bad = absl::InvalidArgumentError(StrCat("layer: ", layer, " outside [0, ", layout_.n_layers, ")"));
+    bad = absl::InvalidArgumentError(
+        StrCat("layer: ", layer, " outside [0, ", layout_.n_layers, ")"));
   } else if (first_block < 0 || num_blocks < 1 || first_block + num_blocks > l.expected_blocks) {
     bad = absl::InvalidArgumentError(StrCat("first_block/num_blocks: [", first_block, ", ",
                                             first_block + num_blocks, ") outside the ",
                                             l.expected_blocks, " blocks of the transfer"));
   } else if (static_cast<int64_t>(payload.size()) != num_blocks * slice_bytes) {
-    bad = absl::InvalidArgumentError(StrCat("payload: ", payload.size(), " bytes, expected ",
-                                            num_blocks * slice_bytes));
+    bad = absl::InvalidArgumentError(
+        StrCat("payload: ", payload.size(), " bytes, expected ", num_blocks * slice_bytes));
   }
   if (!bad.ok()) {
     ++stats_.kv_failures;
@@ -129,7 +130,8 @@ absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     ++stats_.kv_failures;
-    return absl::FailedPreconditionError(StrCat("lease ", lease_id, ": expired during the transfer"));
+    return absl::FailedPreconditionError(
+        StrCat("lease ", lease_id, ": expired during the transfer"));
   }
   Lease& l = it->second;
   for (int32_t layer = 0; layer < layout_.n_layers; ++layer) {

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-decode-worker: %s\n", server.status().ToString().c_str());
     return 1;
   }
-  if (auto st = rpc::AnnounceListening("tandem-decode-worker", flags, (*server)->port()); !st.ok()) {
+  if (auto st = rpc::AnnounceListening("tandem-decode-worker", flags, (*server)->port());
+      !st.ok()) {
     std::fprintf(stderr, "tandem-decode-worker: %s\n", st.ToString().c_str());
     return 1;
   }
@@ -42,8 +43,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-decode-worker: %s\n", worker.status().ToString().c_str());
     return 1;
   }
-  decode_service.SetWorker(worker->get());
-  kv_service.SetWorker(worker->get(), rpc::MakeFingerprint((*worker)->layout(), model->hash));
+  const v1::KvLayoutFingerprint fingerprint =
+      rpc::MakeFingerprint((*worker)->layout(), model->hash);
+  decode_service.SetWorker(worker->get(), fingerprint);
+  kv_service.SetWorker(worker->get(), fingerprint);
   (*server)->SetReady(true);
   std::fprintf(stderr, "tandem-decode-worker ready: %d KV blocks of %d tokens\n",
                (*worker)->Stats().engine.blocks.num_blocks, options.engine.block_size);

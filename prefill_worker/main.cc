@@ -33,8 +33,8 @@ int main(int argc, char** argv) {
     return fail(st);
   auto model = engine::LoadModel(flags.model);
   if (!model.ok()) return fail(model.status());
-  auto worker = prefill::PrefillWorker::Create(
-      *model->weights, options, [&](const kv::KvCache& cache) {
+  auto worker =
+      prefill::PrefillWorker::Create(*model->weights, options, [&](const kv::KvCache& cache) {
         return std::make_unique<transport::HostKvSender>(
             &cache, rpc::MakeFingerprint(cache.layout(), model->hash));
       });

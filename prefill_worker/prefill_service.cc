@@ -22,7 +22,8 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
   if (absl::Status st = rpc::CheckFingerprint(fingerprint_, d.fingerprint()); !st.ok()) {
     return rpc::ToGrpc(st);
   }
-  transport::KvDestination dst{d.address(), d.lease_id(), {d.block_ids().begin(), d.block_ids().end()}};
+  transport::KvDestination dst{
+      d.address(), d.lease_id(), {d.block_ids().begin(), d.block_ids().end()}};
   std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
   auto r = w->Prefill(std::move(prompt), rpc::FromProto(req->params()), dst);
   if (!r.ok()) return rpc::ToGrpc(r.status());

@@ -65,8 +65,8 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
   w->sender_ = make_sender(w->engine_->cache());
   w->observer_ = std::make_unique<Observer>(w.get());
   w->stats_.engine = w->engine_->Stats();
-  w->thread_ = std::make_unique<engine::EngineThread>([p = w.get()] { return p->Iterate(); },
-                                                      kIdleWait);
+  w->thread_ =
+      std::make_unique<engine::EngineThread>([p = w.get()] { return p->Iterate(); }, kIdleWait);
   return w;
 }
 

@@ -26,8 +26,7 @@ void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
   app.add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
   app.add_option("--max-running", o->scheduler.max_running, "Sequences per batch")
       ->capture_default_str();
-  app.add_option("--max-batched-tokens", o->scheduler.max_batched_tokens,
-                 "Tokens per forward pass")
+  app.add_option("--max-batched-tokens", o->scheduler.max_batched_tokens, "Tokens per forward pass")
       ->capture_default_str();
 }
 

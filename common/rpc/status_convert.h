@@ -21,6 +21,11 @@ inline absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
+// "INVALID_ARGUMENT", "UNAVAILABLE", ...
+inline std::string CodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
 }  // namespace tandem::rpc
 
 #endif  // TANDEM_COMMON_RPC_STATUS_CONVERT_H_

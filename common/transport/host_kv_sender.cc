@@ -22,15 +22,10 @@ class HostKvSender::Transfer : public KvTransfer {
   Transfer(HostKvSender* sender, KvDestination dst, std::vector<int32_t> src)
       : sender_(sender), dst_(std::move(dst)), src_(std::move(src)) {}
 
-  void SendLayer(int32_t layer) override {
-    if (!started_) {
-      started_ = true;
-      start_ = Clock::now();
-    }
-    sender_->Enqueue({this, layer});
-  }
+  void SendLayer(int32_t layer) override { sender_->Enqueue({this, layer}); }
   void Finish(std::function<void(absl::Status, KvTransferStats)> done) override {
     done_ = std::move(done);
+    finish_called_ = Clock::now();
     sender_->Enqueue({this, -1});
   }
 
@@ -46,8 +41,7 @@ class HostKvSender::Transfer : public KvTransfer {
   std::unique_ptr<grpc::ClientWriter<v1::KvBlocksChunk>> writer_;
   absl::Status error_;
   KvTransferStats stats_;
-  bool started_ = false;  // engine thread
-  Clock::time_point start_ = Clock::now();
+  Clock::time_point finish_called_;  // set before the finish task is queued
   std::function<void(absl::Status, KvTransferStats)> done_;
 };
 
@@ -71,7 +65,8 @@ absl::Status HostKvSender::Connect(const std::string& address) {
     std::lock_guard<std::mutex> lock(peers_mu_);
     if (peers_.contains(address)) return absl::OkStatus();
   }
-  auto stub = std::shared_ptr<v1::KvTransfer::Stub>(v1::KvTransfer::NewStub(rpc::MakeChannel(address)));
+  auto stub =
+      std::shared_ptr<v1::KvTransfer::Stub>(v1::KvTransfer::NewStub(rpc::MakeChannel(address)));
   v1::HandshakeRequest req;
   *req.mutable_fingerprint() = fingerprint_;
   req.add_transports(v1::TRANSPORT_KIND_HOST);
@@ -182,7 +177,8 @@ void HostKvSender::Complete(Transfer* t) {
   } else if (status.ok()) {
     status = absl::InternalError("KV transfer finished before any layer was sent");
   }
-  t->stats_.ms = std::chrono::duration<double, std::milli>(Clock::now() - t->start_).count();
+  t->stats_.ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - t->finish_called_).count();
   auto done = std::move(t->done_);
   done(status, t->stats_);
 }

@@ -31,7 +31,7 @@ class HostKvSender : public KvSender {
 
   absl::Status Connect(const std::string& address) override;
   absl::StatusOr<std::unique_ptr<KvTransfer>> Begin(const KvDestination& dst,
-                                                   std::vector<int32_t> src_blocks) override;
+                                                    std::vector<int32_t> src_blocks) override;
 
  private:
   class Transfer;

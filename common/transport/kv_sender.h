@@ -25,14 +25,16 @@ namespace tandem::transport {
 
 // Where the blocks go.
 struct KvDestination {
-  std::string address;              // the decode worker, host:port
-  uint64_t lease_id = 0;            // its reservation
-  std::vector<int32_t> block_ids;   // reserved ids, in sequence order
+  std::string address;             // the decode worker, host:port
+  uint64_t lease_id = 0;           // its reservation
+  std::vector<int32_t> block_ids;  // reserved ids, in sequence order
 };
 
 struct KvTransferStats {
   int64_t bytes = 0;
-  double ms = 0;  // first byte queued → acknowledgement
+  // Finish called (the forward pass is over) → acknowledgement: the part of the
+  // transfer that compute did not hide.
+  double ms = 0;
 };
 
 class KvTransfer {
@@ -54,7 +56,7 @@ class KvSender {
   // A transfer of our blocks `src_blocks` (sequence order) into `dst`. `src_blocks`
   // and dst.block_ids have the same length.
   virtual absl::StatusOr<std::unique_ptr<KvTransfer>> Begin(const KvDestination& dst,
-                                                           std::vector<int32_t> src_blocks) = 0;
+                                                            std::vector<int32_t> src_blocks) = 0;
 };
 
 }  // namespace tandem::transport

@@ -1,0 +1,71 @@
+// tandem-router: the cluster's front door. Validates, tokenizes and queues requests,
+// picks workers, and relays token streams as text (see router.h).
+#include <cstdio>
+
+#include "absl/strings/str_split.h"
+#include "common/engine/loaded_model.h"
+#include "common/rpc/process_main.h"
+#include "common/util/signals.h"
+#include "common/util/strings.h"
+#include "router/generation_service.h"
+
+int main(int argc, char** argv) {
+  using namespace tandem;
+  BlockTerminationSignals();
+  CLI::App app{"tandem-router — the front door of a tandem cluster"};
+  rpc::ServerFlags flags;
+  flags.port = 50051;
+  std::string prefill, decode;
+  router::RouterOptions options;
+  int lease_ms = 30000, poll_ms = 500;
+  router::ValidatorLimits limits;
+  rpc::AddServerFlags(app, &flags);
+  app.add_option("--prefill", prefill, "Prefill workers, host:port,...")->required();
+  app.add_option("--decode", decode, "Decode workers, host:port,...")->required();
+  app.add_option("--max-queued-requests", options.queue.max_requests,
+                 "Requests waiting for decode memory before RESOURCE_EXHAUSTED")
+      ->capture_default_str();
+  app.add_option("--max-queued-tokens", options.queue.max_tokens,
+                 "Prompt tokens waiting before RESOURCE_EXHAUSTED")
+      ->capture_default_str();
+  app.add_option("--lease-ms", lease_ms, "How long a decode reservation waits for its KV")
+      ->capture_default_str();
+  app.add_option("--health-poll-ms", poll_ms, "Worker health and stats polling interval")
+      ->capture_default_str();
+  app.add_option("--max-prompt-bytes", limits.max_prompt_bytes, "Largest prompt text accepted")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  options.lease = std::chrono::milliseconds(lease_ms);
+  auto fail = [](const absl::Status& st) {
+    std::fprintf(stderr, "tandem-router: %s\n", st.ToString().c_str());
+    return 1;
+  };
+
+  engine::LoadOptions lo;
+  lo.weights = false;  // the router only tokenizes
+  auto model = engine::LoadModel(flags.model, lo);
+  if (!model.ok()) return fail(model.status());
+  const model::ModelConfig& config = model->config;
+
+  std::vector<std::string> prefill_addrs = absl::StrSplit(prefill, ',', absl::SkipEmpty());
+  std::vector<std::string> decode_addrs = absl::StrSplit(decode, ',', absl::SkipEmpty());
+  router::WorkerPool pool(prefill_addrs, decode_addrs, std::chrono::milliseconds(poll_ms));
+  router::RequestValidator validator(*model->tokenizer, config, limits);
+  router::Router router(*model->tokenizer, config, &pool, options);
+  router::ModelInfo info{config.name.empty() ? flags.model : config.name,
+                         int64_t{2} * config.n_layers * config.n_kv_heads * config.head_dim * 4};
+  router::GenerationService service(&router, &pool, &validator, config, info);
+
+  auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&service},
+                                      {"tandem.v1.Generation"});
+  if (!server.ok()) return fail(server.status());
+  if (auto st = rpc::AnnounceListening("tandem-router", flags, (*server)->port()); !st.ok())
+    return fail(st);
+  rpc::RpcServer* srv = server->get();
+  pool.Start([srv](bool ready) {
+    srv->SetReady(ready);
+    std::fprintf(stderr, "tandem-router %s\n", ready ? "ready" : "not ready: waiting for workers");
+  });
+  rpc::ServeUntilSignal("tandem-router", srv, flags);
+  return 0;
+}

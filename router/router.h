@@ -1,0 +1,132 @@
+// Router: runs validated requests through the cluster (DESIGN.md §2, steps 2–8).
+//
+//   Submit → admission queue → dispatcher: Reserve decode memory (best decode worker
+//   first; none has room → the request stays queued) → a driver per request: Prefill
+//   on a prefill worker (retried on another one if the first dies before answering),
+//   Decode stream from the decode worker → TextStream (detokenize, stop strings) →
+//   the ResponseSink.
+//
+// Every request ends in exactly one of OnComplete / OnError, and every reservation it
+// made is released or consumed. Cancel (client gone, Abort) cancels whichever worker
+// call is in flight; the decode worker then frees the sequence within one step.
+//
+// Thread-safe. One dispatcher thread; one driver thread per request past the queue.
+#ifndef TANDEM_ROUTER_ROUTER_H_
+#define TANDEM_ROUTER_ROUTER_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/engine/sequence.h"
+#include "common/model/model_config.h"
+#include "common/tokenizer/tokenizer.h"
+#include "router/admission_queue.h"
+#include "router/request_validator.h"
+#include "router/worker_pool.h"
+
+namespace tandem::router {
+
+struct TokenLogprobs {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+struct OutputChunk {
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::vector<TokenLogprobs> logprobs;  // one per token id when requested
+};
+
+struct RequestTimings {
+  double queue_ms = 0, prefill_ms = 0, kv_transfer_ms = 0, ttft_ms = 0, decode_ms = 0, e2e_ms = 0;
+};
+
+struct Completion {
+  engine::FinishReason reason = engine::FinishReason::kNone;  // kStop or kLength
+  std::string stop_reason;                                    // the stop string, if one
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;
+  RequestTimings timings;
+  std::string request_id;
+};
+
+// Where a request's output goes. Called from router threads, never concurrently for
+// one request; after OnComplete or OnError nothing more is called.
+class ResponseSink {
+ public:
+  virtual ~ResponseSink() = default;
+  virtual void OnChunk(OutputChunk chunk) = 0;
+  virtual void OnComplete(const Completion& completion) = 0;
+  virtual void OnError(const absl::Status& status) = 0;
+};
+
+struct RouterOptions {
+  QueueLimits queue;
+  std::chrono::milliseconds lease{30000};  // how long a reservation waits for its KV
+  int max_prefill_attempts = 2;
+};
+
+struct RouterStats {
+  int32_t queued_requests = 0;
+  int64_t queued_tokens = 0;
+  int32_t running_requests = 0;
+};
+
+class RouterRequest;
+
+class Router {
+ public:
+  Router(const tokenizer::Tokenizer& tokenizer, const model::ModelConfig& config, WorkerPool* pool,
+         RouterOptions options);
+  ~Router();  // cancels what is running and waits for it to end
+
+  // Queues a request; ResourceExhausted (at once) when the queue is full. `deadline`:
+  // the client's, honoured while queued and passed on to workers.
+  absl::StatusOr<std::shared_ptr<RouterRequest>> Submit(
+      RequestSpec spec, std::optional<std::chrono::system_clock::time_point> deadline,
+      std::shared_ptr<ResponseSink> sink);
+  // The client went away: end the request (its sink gets CANCELLED if still open).
+  void Cancel(const std::shared_ptr<RouterRequest>& request);
+  // Cancels the running request with this id; false if there is none.
+  bool Abort(const std::string& request_id);
+
+  RouterStats Stats();
+
+ private:
+  void Dispatch();
+  // Tries to reserve decode memory for `r`; true when it left the queue.
+  bool TryStart(const std::shared_ptr<RouterRequest>& r);
+  void Drive(std::shared_ptr<RouterRequest> r, Worker* decode, v1::ReserveResponse reservation);
+  void Release(Worker* decode, uint64_t lease_id);
+
+  const tokenizer::Tokenizer& tokenizer_;
+  const model::ModelConfig& config_;
+  WorkerPool* pool_;
+  const RouterOptions options_;
+  AdmissionQueue<RouterRequest> queue_;
+
+  std::mutex mu_;
+  std::condition_variable drivers_done_;
+  absl::flat_hash_map<std::string, std::weak_ptr<RouterRequest>> by_id_ ABSL_GUARDED_BY(mu_);
+  int32_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::atomic<bool> stop_{false};
+  std::thread dispatcher_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_ROUTER_H_

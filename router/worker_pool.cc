@@ -1,0 +1,180 @@
+#include "router/worker_pool.h"
+
+#include <algorithm>
+
+#include "common/rpc/rpc_server.h"
+
+namespace tandem::router {
+
+namespace {
+constexpr auto kPollTimeout = std::chrono::milliseconds(1000);
+}  // namespace
+
+WorkerPool::WorkerPool(const std::vector<std::string>& prefill,
+                       const std::vector<std::string>& decode,
+                       std::chrono::milliseconds poll_interval)
+    : interval_(poll_interval) {
+  auto add = [&](WorkerRole role, const std::string& address) {
+    auto w = std::make_unique<Worker>();
+    w->role = role;
+    w->address = address;
+    auto channel = rpc::MakeChannel(address);
+    if (role == WorkerRole::kPrefill) {
+      w->prefill = v1::PrefillWorker::NewStub(channel);
+    } else {
+      w->decode = v1::DecodeWorker::NewStub(channel);
+    }
+    w->health = grpc::health::v1::Health::NewStub(channel);
+    workers_.push_back(std::move(w));
+  };
+  for (const auto& a : prefill) add(WorkerRole::kPrefill, a);
+  for (const auto& a : decode) add(WorkerRole::kDecode, a);
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void WorkerPool::Start(std::function<void(bool)> on_ready) {
+  on_ready_ = std::move(on_ready);
+  PollOnce();
+  thread_ = std::thread([this] { Run(); });
+}
+
+void WorkerPool::Run() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, interval_, [&] { return stop_; });
+      if (stop_) return;
+    }
+    PollOnce();
+  }
+}
+
+void WorkerPool::PollOnce() {
+  for (auto& w : workers_) {
+    const std::string service =
+        w->role == WorkerRole::kPrefill ? "tandem.v1.PrefillWorker" : "tandem.v1.DecodeWorker";
+    grpc::health::v1::HealthCheckRequest hreq;
+    hreq.set_service(service);
+    grpc::health::v1::HealthCheckResponse hresp;
+    grpc::ClientContext hctx;
+    hctx.set_deadline(std::chrono::system_clock::now() + kPollTimeout);
+    bool ok = w->health->Check(&hctx, hreq, &hresp).ok() &&
+              hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+    v1::WorkerStats stats;
+    if (ok) {
+      grpc::ClientContext sctx;
+      sctx.set_deadline(std::chrono::system_clock::now() + kPollTimeout);
+      v1::GetWorkerStatsRequest sreq;
+      ok = (w->role == WorkerRole::kPrefill ? w->prefill->GetWorkerStats(&sctx, sreq, &stats)
+                                            : w->decode->GetWorkerStats(&sctx, sreq, &stats))
+               .ok();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    w->healthy = ok;
+    if (ok) w->stats = stats;
+  }
+  bool changed = false, ready = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool p = false, d = false;
+    for (auto& w : workers_) {
+      if (!w->healthy) continue;
+      (w->role == WorkerRole::kPrefill ? p : d) = true;
+    }
+    ready = p && d;
+    changed = ready != ready_;
+    ready_ = ready;
+  }
+  if (changed && on_ready_) on_ready_(ready);
+}
+
+std::vector<Worker*> WorkerPool::DecodeCandidates() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Worker*> out;
+  for (auto& w : workers_) {
+    if (w->role == WorkerRole::kDecode && w->healthy) out.push_back(w.get());
+  }
+  // Free blocks as last reported, less a guess at what the router reserved since;
+  // then the fewest sequences in flight.
+  auto score = [](const Worker* w) {
+    return std::make_pair(-(w->stats.free_blocks() - 4 * w->in_flight), w->in_flight);
+  };
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const Worker* a, const Worker* b) { return score(a) < score(b); });
+  return out;
+}
+
+Worker* WorkerPool::PickPrefill(const std::vector<Worker*>& exclude) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Worker* best = nullptr;
+  int64_t best_load = 0;
+  for (auto& w : workers_) {
+    if (w->role != WorkerRole::kPrefill || !w->healthy) continue;
+    if (std::find(exclude.begin(), exclude.end(), w.get()) != exclude.end()) continue;
+    const int64_t load = w->sent_tokens + w->in_flight;
+    if (best == nullptr || load < best_load) {
+      best = w.get();
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+void WorkerPool::Begin(Worker* w, int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++w->in_flight;
+  w->sent_tokens += tokens;
+}
+
+void WorkerPool::End(Worker* w, int64_t tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  --w->in_flight;
+  w->sent_tokens -= tokens;
+}
+
+void WorkerPool::MarkUnhealthy(Worker* w) {
+  std::lock_guard<std::mutex> lock(mu_);
+  w->healthy = false;
+}
+
+bool WorkerPool::Ready() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ready_;
+}
+
+bool WorkerPool::AnyHealthy(WorkerRole role) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : workers_)
+    if (w->role == role && w->healthy) return true;
+  return false;
+}
+
+int64_t WorkerPool::MaxDecodeCapacity() {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t best = 0;
+  for (auto& w : workers_) {
+    if (w->role != WorkerRole::kDecode) continue;
+    best = std::max(best, int64_t{w->stats.num_blocks()} * w->stats.block_size());
+  }
+  return best;
+}
+
+std::vector<WorkerSnapshot> WorkerPool::Snapshot(WorkerRole role) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<WorkerSnapshot> out;
+  for (auto& w : workers_) {
+    if (w->role != role) continue;
+    out.push_back({w->address, w->healthy, w->in_flight, w->stats.free_blocks()});
+  }
+  return out;
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,96 @@
+// WorkerPool: the router's view of its prefill and decode workers.
+//
+// Addresses come from flags. A poll thread checks each worker's gRPC health (its
+// worker service must be SERVING) and reads its GetWorkerStats every `poll_interval`;
+// a worker that fails either is unhealthy and gets no new work until it answers
+// again. Callers report RPC failures (MarkUnhealthy) so a dead worker is dropped at
+// once rather than at the next poll. Selection: decode workers by free KV blocks
+// (fewest running sequences breaks ties), prefill workers by queued prompt tokens
+// (the worker's last report plus what the router sent since).
+//
+// Thread-safe.
+#ifndef TANDEM_ROUTER_WORKER_POOL_H_
+#define TANDEM_ROUTER_WORKER_POOL_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::router {
+
+enum class WorkerRole { kPrefill, kDecode };
+
+// One worker. Stubs are immutable and thread-safe; the rest is guarded by the pool.
+struct Worker {
+  WorkerRole role;
+  std::string address;
+  std::unique_ptr<v1::PrefillWorker::Stub> prefill;  // kPrefill
+  std::unique_ptr<v1::DecodeWorker::Stub> decode;    // kDecode
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+  // Guarded by WorkerPool::mu_.
+  bool healthy = false;
+  v1::WorkerStats stats;
+  int32_t in_flight = 0;        // requests the router has there now
+  int64_t sent_tokens = 0;      // prompt tokens in flight there (prefill)
+};
+
+struct WorkerSnapshot {
+  std::string address;
+  bool healthy;
+  int32_t in_flight;
+  int32_t free_blocks;
+};
+
+class WorkerPool {
+ public:
+  WorkerPool(const std::vector<std::string>& prefill, const std::vector<std::string>& decode,
+             std::chrono::milliseconds poll_interval);
+  ~WorkerPool();
+
+  // Polls once synchronously, then keeps polling in the background. `on_ready(bool)`
+  // runs whenever "at least one healthy worker of each role" changes.
+  void Start(std::function<void(bool)> on_ready);
+
+  // Healthy decode workers, best first.
+  std::vector<Worker*> DecodeCandidates();
+  // The healthy prefill worker with the least queued work, not in `exclude`; null if none.
+  Worker* PickPrefill(const std::vector<Worker*>& exclude);
+
+  // Book-keeping of the router's own traffic.
+  void Begin(Worker* w, int64_t tokens);
+  void End(Worker* w, int64_t tokens);
+  void MarkUnhealthy(Worker* w);
+
+  bool Ready();
+  bool AnyHealthy(WorkerRole role);
+  // The largest KV capacity (tokens) among decode workers that reported one; 0 if none.
+  int64_t MaxDecodeCapacity();
+  std::vector<WorkerSnapshot> Snapshot(WorkerRole role);
+
+ private:
+  void PollOnce();
+  void Run();
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  const std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void(bool)> on_ready_;
+  std::thread thread_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_WORKER_POOL_H_
