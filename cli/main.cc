@@ -6,6 +6,7 @@
 #include "cli/client_command.h"
 #include "cli/generate_command.h"
 #include "cli/inspect_command.h"
+#include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
 
 int main(int argc, char** argv) {
@@ -19,9 +20,12 @@ int main(int argc, char** argv) {
   tandem::cli::AddGenerateCommand(app, &generate);
   tandem::cli::ClientOptions client;
   tandem::cli::AddClientCommand(app, &client);
+  tandem::cli::ServeOptions serve;
+  tandem::cli::AddServeCommand(app, &serve);
   tandem::cli::BenchOptions bench;
   tandem::cli::AddBenchCommand(app, &bench);
   CLI11_PARSE(app, argc, argv);
+  if (app.got_subcommand("serve")) return tandem::cli::RunServe(serve);
   if (app.got_subcommand("client")) return tandem::cli::RunClient(client);
   if (app.got_subcommand("bench")) return tandem::cli::RunBench(bench);
   if (app.got_subcommand("generate")) return tandem::cli::RunGenerate(generate);

@@ -1,0 +1,38 @@
+// `tandem serve`: a whole cluster on loopback — the router plus P prefill and D decode
+// workers as child processes — supervised until SIGINT/SIGTERM.
+//
+// Startup: workers first (each on a free port it reports through a port file), then
+// the router pointed at them; "ready" is printed once the router's health says
+// SERVING. A child that dies is restarted on its old port (the router's health
+// polling picks it up again). Shutdown: the router drains (stops accepting calls,
+// lets running ones finish up to --drain-timeout-ms), then the workers stop.
+#ifndef TANDEM_CLI_SERVE_COMMAND_H_
+#define TANDEM_CLI_SERVE_COMMAND_H_
+
+#include <cstdint>
+#include <string>
+
+#include "CLI/CLI.hpp"
+
+namespace tandem::cli {
+
+struct ServeOptions {
+  std::string model;
+  int prefill_workers = 1;
+  int decode_workers = 1;
+  std::string host = "127.0.0.1";
+  int grpc_port = 50051;
+  int threads_per_worker = 0;  // 0: the machine's cores shared out among the workers
+  int64_t decode_kv_cache_bytes = int64_t{512} << 20;
+  int64_t prefill_kv_cache_bytes = int64_t{256} << 20;
+  int drain_timeout_ms = 10000;
+  int max_queued_requests = 256;
+  std::string bin_dir;  // default: the directory of this executable
+};
+
+void AddServeCommand(CLI::App& app, ServeOptions* options);
+int RunServe(const ServeOptions& options);
+
+}  // namespace tandem::cli
+
+#endif  // TANDEM_CLI_SERVE_COMMAND_H_
