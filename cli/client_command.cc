@@ -82,26 +82,25 @@ int RunClient(const ClientOptions& o) {
   }
   const char* reason = done.finish_reason() == v1::FINISH_REASON_STOP     ? "stop"
                        : done.finish_reason() == v1::FINISH_REASON_LENGTH ? "length"
-                                                                           : "";
+                                                                          : "";
   const v1::Usage& u = done.usage();
   const v1::Timings& t = done.timings();
   if (f.json) {
-    nlohmann::json j = {
-        {"token_ids", ids},
-        {"text", out},
-        {"finish_reason", reason},
-        {"usage",
-         {{"prompt_tokens", u.prompt_tokens()},
-          {"completion_tokens", u.completion_tokens()},
-          {"total_tokens", u.prompt_tokens() + u.completion_tokens()}}},
-        {"timings",
-         {{"queue_ms", t.queue_ms()},
-          {"prefill_ms", t.prefill_ms()},
-          {"kv_transfer_ms", t.kv_transfer_ms()},
-          {"time_to_first_token_ms", t.time_to_first_token_ms()},
-          {"decode_ms", t.decode_ms()},
-          {"e2e_ms", t.e2e_ms()}}},
-        {"request_id", done.request_id()}};
+    nlohmann::json j = {{"token_ids", ids},
+                        {"text", out},
+                        {"finish_reason", reason},
+                        {"usage",
+                         {{"prompt_tokens", u.prompt_tokens()},
+                          {"completion_tokens", u.completion_tokens()},
+                          {"total_tokens", u.prompt_tokens() + u.completion_tokens()}}},
+                        {"timings",
+                         {{"queue_ms", t.queue_ms()},
+                          {"prefill_ms", t.prefill_ms()},
+                          {"kv_transfer_ms", t.kv_transfer_ms()},
+                          {"time_to_first_token_ms", t.time_to_first_token_ms()},
+                          {"decode_ms", t.decode_ms()},
+                          {"e2e_ms", t.e2e_ms()}}},
+                        {"request_id", done.request_id()}};
     if (!done.stop_reason().empty()) j["stop_reason"] = done.stop_reason();
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {

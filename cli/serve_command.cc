@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -19,6 +19,7 @@
 #include "common/util/strings.h"
 #include "common/util/subprocess.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "tandem/v1/generation.grpc.pb.h"
 
 namespace tandem::cli {
 
@@ -35,8 +36,23 @@ struct Child {
   Subprocess process;
 };
 
+// Ready: the router's health says SERVING and it sees every worker healthy.
 bool WaitForReady(const std::string& address, std::chrono::seconds timeout) {
-  auto stub = grpc::health::v1::Health::NewStub(rpc::MakeChannel(address));
+  auto channel = rpc::MakeChannel(address);
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  auto generation = v1::Generation::NewStub(channel);
+  auto all_healthy = [&] {
+    v1::GetServerInfoRequest req;
+    v1::GetServerInfoResponse info;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    if (!generation->GetServerInfo(&ctx, req, &info).ok()) return false;
+    for (const auto& w : info.prefill_workers())
+      if (!w.healthy()) return false;
+    for (const auto& w : info.decode_workers())
+      if (!w.healthy()) return false;
+    return true;
+  };
   const auto until = Clock::now() + timeout;
   while (Clock::now() < until) {
     grpc::health::v1::HealthCheckRequest req;
@@ -45,7 +61,7 @@ bool WaitForReady(const std::string& address, std::chrono::seconds timeout) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
     if (stub->Check(&ctx, req, &resp).ok() &&
-        resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
+        resp.status() == grpc::health::v1::HealthCheckResponse::SERVING && all_healthy()) {
       return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -62,12 +78,15 @@ std::string SelfDir() {
 }  // namespace
 
 void AddServeCommand(CLI::App& app, ServeOptions* o) {
-  CLI::App* cmd = app.add_subcommand("serve", "Run a local cluster: router + prefill + decode workers");
+  CLI::App* cmd =
+      app.add_subcommand("serve", "Run a local cluster: router + prefill + decode workers");
   cmd->add_option("--model,-m", o->model, "GGUF model")->required();
-  cmd->add_option("--prefill-workers", o->prefill_workers)->capture_default_str()->check(
-      CLI::Range(1, 64));
-  cmd->add_option("--decode-workers", o->decode_workers)->capture_default_str()->check(
-      CLI::Range(1, 64));
+  cmd->add_option("--prefill-workers", o->prefill_workers)
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--decode-workers", o->decode_workers)
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--host", o->host, "Address the router listens on")->capture_default_str();
   cmd->add_option("--grpc-port", o->grpc_port, "Router gRPC port (0: any free port)")
       ->capture_default_str();
@@ -83,7 +102,8 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
                   "On SIGINT/SIGTERM, how long running requests may take to finish")
       ->capture_default_str();
   cmd->add_option("--max-queued-requests", o->max_queued_requests)->capture_default_str();
-  cmd->add_option("--bin-dir", o->bin_dir, "Where the tandem-* binaries are (default: beside this one)");
+  cmd->add_option("--bin-dir", o->bin_dir,
+                  "Where the tandem-* binaries are (default: beside this one)");
 }
 
 int RunServe(const ServeOptions& o) {
@@ -102,15 +122,26 @@ int RunServe(const ServeOptions& o) {
     Child& c = workers.emplace_back();
     c.name = StrCat(role, "-", i);
     c.port_file = StrCat(run_dir, "/", c.name, ".port");
-    c.args = {StrCat(bin, "/tandem-", role, "-worker"), "--model", o.model, "--host", "127.0.0.1",
-              "--port", "0", "--port-file", c.port_file, "--threads", std::to_string(threads),
-              "--kv-cache-bytes", std::to_string(kv_bytes)};
+    c.args = {StrCat(bin, "/tandem-", role, "-worker"),
+              "--model",
+              o.model,
+              "--host",
+              "127.0.0.1",
+              "--port",
+              "0",
+              "--port-file",
+              c.port_file,
+              "--threads",
+              std::to_string(threads),
+              "--kv-cache-bytes",
+              std::to_string(kv_bytes)};
   };
   for (int i = 0; i < o.prefill_workers; ++i) add_worker("prefill", i, o.prefill_kv_cache_bytes);
   for (int i = 0; i < o.decode_workers; ++i) add_worker("decode", i, o.decode_kv_cache_bytes);
 
   auto stop_all = [&](Child* router) {
-    if (router != nullptr) router->process.Stop(std::chrono::milliseconds(o.drain_timeout_ms + 5000));
+    if (router != nullptr)
+      router->process.Stop(std::chrono::milliseconds(o.drain_timeout_ms + 5000));
     for (Child& c : workers) c.process.Stop(std::chrono::milliseconds(5000));
     std::error_code ec;
     fs::remove_all(run_dir, ec);
@@ -122,7 +153,8 @@ int RunServe(const ServeOptions& o) {
     c.port = WaitForPortFile(c.port_file, &c.process, std::chrono::seconds(60));
     if (c.port == 0) {
       stop_all(nullptr);
-      return Fail(absl::UnavailableError(StrCat(c.name, " did not start (see its messages above)")));
+      return Fail(
+          absl::UnavailableError(StrCat(c.name, " did not start (see its messages above)")));
     }
     // From now on the worker keeps its port, across restarts.
     auto port_arg = std::find(c.args.begin(), c.args.end(), "--port");
@@ -134,11 +166,23 @@ int RunServe(const ServeOptions& o) {
   Child router;
   router.name = "router";
   router.port_file = run_dir + "/router.port";
-  router.args = {StrCat(bin, "/tandem-router"), "--model", o.model, "--host", o.host, "--port",
-                 std::to_string(o.grpc_port), "--port-file", router.port_file, "--prefill",
-                 Join(prefill_addrs, ","), "--decode", Join(decode_addrs, ","),
-                 "--drain-timeout-ms", std::to_string(o.drain_timeout_ms),
-                 "--max-queued-requests", std::to_string(o.max_queued_requests)};
+  router.args = {StrCat(bin, "/tandem-router"),
+                 "--model",
+                 o.model,
+                 "--host",
+                 o.host,
+                 "--port",
+                 std::to_string(o.grpc_port),
+                 "--port-file",
+                 router.port_file,
+                 "--prefill",
+                 Join(prefill_addrs, ","),
+                 "--decode",
+                 Join(decode_addrs, ","),
+                 "--drain-timeout-ms",
+                 std::to_string(o.drain_timeout_ms),
+                 "--max-queued-requests",
+                 std::to_string(o.max_queued_requests)};
   router.process.Start(router.args);
   router.port = WaitForPortFile(router.port_file, &router.process, std::chrono::seconds(60));
   if (router.port == 0) {

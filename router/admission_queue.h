@@ -37,14 +37,14 @@ class AdmissionQueue {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (static_cast<int32_t>(items_.size()) >= limits_.max_requests) {
-        return absl::ResourceExhaustedError(
-            StrCat("admission queue full: ", items_.size(), " requests waiting (limit ",
-                   limits_.max_requests, "); retry later"));
+        return absl::ResourceExhaustedError(StrCat("admission queue full: ", items_.size(),
+                                                   " requests waiting (limit ",
+                                                   limits_.max_requests, "); retry later"));
       }
       if (tokens_ + tokens > limits_.max_tokens) {
-        return absl::ResourceExhaustedError(
-            StrCat("admission queue full: ", tokens_, " prompt tokens waiting (limit ",
-                   limits_.max_tokens, "); retry later"));
+        return absl::ResourceExhaustedError(StrCat("admission queue full: ", tokens_,
+                                                   " prompt tokens waiting (limit ",
+                                                   limits_.max_tokens, "); retry later"));
       }
       items_.push_back({std::move(item), tokens});
       tokens_ += tokens;

@@ -21,7 +21,11 @@ class GenerationService : public v1::Generation::CallbackService {
  public:
   GenerationService(Router* router, WorkerPool* pool, const RequestValidator* validator,
                     const model::ModelConfig& config, ModelInfo info)
-      : router_(router), pool_(pool), validator_(validator), config_(config), info_(std::move(info)) {}
+      : router_(router),
+        pool_(pool),
+        validator_(validator),
+        config_(config),
+        info_(std::move(info)) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
                                                            const v1::GenerateRequest* req) override;

@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-queued-tokens", options.queue.max_tokens,
                  "Prompt tokens waiting before RESOURCE_EXHAUSTED")
       ->capture_default_str();
+  app.add_option("--max-prefill-tokens-in-flight", options.max_prefill_tokens_in_flight,
+                 "Prompt tokens sent to one prefill worker before the rest wait in the queue")
+      ->capture_default_str();
   app.add_option("--lease-ms", lease_ms, "How long a decode reservation waits for its KV")
       ->capture_default_str();
   app.add_option("--health-poll-ms", poll_ms, "Worker health and stats polling interval")

@@ -26,7 +26,8 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeText(std::string_vi
                                                                   const std::string& text) const {
   if (text.empty()) return Bad(field, "the prompt must not be empty");
   if (static_cast<int64_t>(text.size()) > limits_.max_prompt_bytes) {
-    return Bad(field, StrCat(text.size(), " bytes exceeds the limit of ", limits_.max_prompt_bytes));
+    return Bad(field,
+               StrCat(text.size(), " bytes exceeds the limit of ", limits_.max_prompt_bytes));
   }
   if (const size_t bad = utf8::FirstInvalid(text); bad < text.size()) {
     return Bad(field, StrCat("invalid UTF-8 at byte ", bad));
@@ -53,7 +54,8 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChat(const v1::Chat
     messages.push_back({m.role(), m.content()});
   }
   if (bytes > limits_.max_prompt_bytes) {
-    return Bad("chat.messages", StrCat(bytes, " bytes exceeds the limit of ", limits_.max_prompt_bytes));
+    return Bad("chat.messages",
+               StrCat(bytes, " bytes exceeds the limit of ", limits_.max_prompt_bytes));
   }
   auto text = tokenizer::ChatTemplate::Render(config_.chat_template, messages, true);
   if (!text.ok()) return Bad("chat", StrCat(text.status().message()));
@@ -120,7 +122,8 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
     const std::string& stop = s.stop(i);
     if (stop.empty()) return Bad("stop", StrCat("stop string ", i, " is empty"));
     if (static_cast<int32_t>(stop.size()) > limits_.max_stop_bytes) {
-      return Bad("stop", StrCat("stop string ", i, " is longer than ", limits_.max_stop_bytes, " bytes"));
+      return Bad("stop",
+                 StrCat("stop string ", i, " is longer than ", limits_.max_stop_bytes, " bytes"));
     }
     if (!utf8::IsValid(stop)) {
       return Bad("stop", StrCat("stop string ", i, " is not valid UTF-8"));
@@ -130,8 +133,9 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
 
   const int64_t total = static_cast<int64_t>(spec.prompt.size()) + p.max_tokens;
   if (total > config_.context_length) {
-    return Bad("max_tokens", StrCat("prompt (", spec.prompt.size(), " tokens) + max_tokens (",
-                                    p.max_tokens, ") exceeds the context of ", config_.context_length));
+    return Bad("max_tokens",
+               StrCat("prompt (", spec.prompt.size(), " tokens) + max_tokens (", p.max_tokens,
+                      ") exceeds the context of ", config_.context_length));
   }
   if (kv_capacity_tokens > 0 && total > kv_capacity_tokens) {
     return Bad("max_tokens", StrCat("prompt + max_tokens (", total,
@@ -141,7 +145,8 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
   return spec;
 }
 
-absl::StatusOr<std::vector<int32_t>> RequestValidator::Tokenize(const v1::TokenizeRequest& req) const {
+absl::StatusOr<std::vector<int32_t>> RequestValidator::Tokenize(
+    const v1::TokenizeRequest& req) const {
   switch (req.input_case()) {
     case v1::TokenizeRequest::kText:
       return EncodeText("text", req.text());

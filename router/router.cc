@@ -185,6 +185,8 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
   }
   std::vector<Worker*> candidates = pool_->DecodeCandidates();
   if (candidates.empty()) return fail(absl::UnavailableError("no healthy decode worker"));
+  Worker* prefill = pool_->PickPrefillWithRoom(options_.max_prefill_tokens_in_flight);
+  if (prefill == nullptr) return false;  // prefill is busy enough: wait here, not there
   for (Worker* d : candidates) {
     v1::ReserveRequest req;
     req.set_request_id(r->id);
@@ -201,8 +203,9 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
         ++running_;
       }
       pool_->Begin(d, 0);
-      std::thread([this, r, d, resp = std::move(resp)]() mutable {
-        Drive(r, d, std::move(resp));
+      pool_->Begin(prefill, static_cast<int64_t>(r->spec.prompt.size()));
+      std::thread([this, r, d, prefill, resp = std::move(resp)]() mutable {
+        Drive(r, d, std::move(resp), prefill);
         pool_->End(d, 0);
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -235,7 +238,7 @@ void Router::Release(Worker* decode, uint64_t lease_id) {
 }
 
 void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
-                   v1::ReserveResponse reservation) {
+                   v1::ReserveResponse reservation, Worker* prefill) {
   const auto t_reserved = Clock::now();
   const RequestSpec& spec = r->spec;
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
@@ -260,16 +263,17 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
   absl::Status st = absl::UnavailableError("prefill: no healthy prefill worker");
   std::vector<Worker*> tried;
   for (int attempt = 0; attempt < options_.max_prefill_attempts; ++attempt) {
-    Worker* p = pool_->PickPrefill(tried);
+    Worker* p = attempt == 0 ? prefill : pool_->PickPrefill(tried);
     if (p == nullptr) break;
     tried.push_back(p);
+    if (attempt > 0) pool_->Begin(p, n_prompt);
     grpc::ClientContext ctx;
     r->SetDeadline(&ctx, kDefaultPrefillTimeout);
     if (!r->SetActive(&ctx)) {
+      pool_->End(p, n_prompt);
       st = absl::CancelledError("cancelled");
       break;
     }
-    pool_->Begin(p, n_prompt);
     const grpc::Status s = p->prefill->Prefill(&ctx, preq, &presp);
     pool_->End(p, n_prompt);
     r->ClearActive();
@@ -305,8 +309,8 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
     for (size_t i = 0; i < tokens.size(); ++i) {
       const int32_t t = tokens[i];
       const bool last = i + 1 == tokens.size();
-      const bool is_eos = last && reason == v1::WORKER_FINISH_REASON_STOP && !spec.params.ignore_eos &&
-                          t == config_.eos_token_id;
+      const bool is_eos = last && reason == v1::WORKER_FINISH_REASON_STOP &&
+                          !spec.params.ignore_eos && t == config_.eos_token_id;
       ++done.completion_tokens;
       chunk.token_ids.push_back(t);
       chunk.text += text.Push(t, is_eos);
@@ -384,8 +388,8 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
   bool stopped = false;
   while (reader->Read(&msg)) {
     reason = msg.finish_reason();
-    if (!emit({msg.token_ids().data(), static_cast<size_t>(msg.token_ids_size())},
-              msg.logprobs(), reason)) {
+    if (!emit({msg.token_ids().data(), static_cast<size_t>(msg.token_ids_size())}, msg.logprobs(),
+              reason)) {
       stopped = true;
       dctx.TryCancel();  // the decode worker frees the sequence within one step
       break;

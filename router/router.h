@@ -1,10 +1,10 @@
 // Router: runs validated requests through the cluster (DESIGN.md §2, steps 2–8).
 //
-//   Submit → admission queue → dispatcher: Reserve decode memory (best decode worker
-//   first; none has room → the request stays queued) → a driver per request: Prefill
-//   on a prefill worker (retried on another one if the first dies before answering),
-//   Decode stream from the decode worker → TextStream (detokenize, stop strings) →
-//   the ResponseSink.
+//   Submit → admission queue → dispatcher: once a prefill worker has room, Reserve
+//   decode memory (best decode worker first; none has room → the request stays queued) → a driver
+//   per request: Prefill on a prefill worker (retried on another one if the first dies before
+//   answering), Decode stream from the decode worker → TextStream (detokenize, stop strings) → the
+//   ResponseSink.
 //
 // Every request ends in exactly one of OnComplete / OnError, and every reservation it
 // made is released or consumed. Cancel (client gone, Abort) cancels whichever worker
@@ -77,6 +77,10 @@ struct RouterOptions {
   QueueLimits queue;
   std::chrono::milliseconds lease{30000};  // how long a reservation waits for its KV
   int max_prefill_attempts = 2;
+  // Prompt tokens the router keeps in flight per prefill worker; the rest wait in the
+  // admission queue (where deadlines and order are kept) rather than holding decode
+  // reservations while they queue inside a prefill worker.
+  int64_t max_prefill_tokens_in_flight = 8192;
 };
 
 struct RouterStats {
@@ -109,7 +113,9 @@ class Router {
   void Dispatch();
   // Tries to reserve decode memory for `r`; true when it left the queue.
   bool TryStart(const std::shared_ptr<RouterRequest>& r);
-  void Drive(std::shared_ptr<RouterRequest> r, Worker* decode, v1::ReserveResponse reservation);
+  // `prefill`: the first prefill worker to try, its tokens already counted (Begin).
+  void Drive(std::shared_ptr<RouterRequest> r, Worker* decode, v1::ReserveResponse reservation,
+             Worker* prefill);
   void Release(Worker* decode, uint64_t lease_id);
 
   const tokenizer::Tokenizer& tokenizer_;

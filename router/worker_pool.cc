@@ -128,6 +128,12 @@ Worker* WorkerPool::PickPrefill(const std::vector<Worker*>& exclude) {
   return best;
 }
 
+Worker* WorkerPool::PickPrefillWithRoom(int64_t max_tokens) {
+  Worker* w = PickPrefill({});
+  std::lock_guard<std::mutex> lock(mu_);
+  return w != nullptr && (w->sent_tokens == 0 || w->sent_tokens < max_tokens) ? w : nullptr;
+}
+
 void WorkerPool::Begin(Worker* w, int64_t tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   ++w->in_flight;

@@ -40,8 +40,8 @@ struct Worker {
   // Guarded by WorkerPool::mu_.
   bool healthy = false;
   v1::WorkerStats stats;
-  int32_t in_flight = 0;        // requests the router has there now
-  int64_t sent_tokens = 0;      // prompt tokens in flight there (prefill)
+  int32_t in_flight = 0;    // requests the router has there now
+  int64_t sent_tokens = 0;  // prompt tokens in flight there (prefill)
 };
 
 struct WorkerSnapshot {
@@ -65,6 +65,10 @@ class WorkerPool {
   std::vector<Worker*> DecodeCandidates();
   // The healthy prefill worker with the least queued work, not in `exclude`; null if none.
   Worker* PickPrefill(const std::vector<Worker*>& exclude);
+
+  // The healthy prefill worker with the least queued work if it has fewer than
+  // `max_tokens` prompt tokens in flight from this router (or none at all); else null.
+  Worker* PickPrefillWithRoom(int64_t max_tokens);
 
   // Book-keeping of the router's own traffic.
   void Begin(Worker* w, int64_t tokens);

@@ -36,7 +36,8 @@ class StreamOutbox {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (end_.has_value()) return;
-      if (queue_.empty() || !merge_ || !merge_(&queue_.back(), msg)) queue_.push_back(std::move(msg));
+      if (queue_.empty() || !merge_ || !merge_(&queue_.back(), msg))
+        queue_.push_back(std::move(msg));
     }
     Pump();
   }

@@ -1,0 +1,587 @@
+// The disaggregated cluster end to end: real router, prefill and decode processes on
+// loopback, started and stopped by each test. The reference for every answer is the
+// single-process engine `tandem generate` runs; after every test the leak oracle
+// checks that each worker holds no KV block and no reservation.
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "common/engine/engine.h"
+#include "common/engine/loaded_model.h"
+#include "common/util/strings.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_harness.h"
+#include "tests/test_paths.h"
+
+namespace tandem {
+namespace {
+
+using ::tandem::testing::Cluster;
+using ::tandem::testing::ClusterConfig;
+using ::tandem::testing::GenerateResult;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+ClusterConfig Topology(int prefill, int decode) {
+  ClusterConfig c;
+  c.prefill = prefill;
+  c.decode = decode;
+  return c;
+}
+
+struct Case {
+  std::vector<int32_t> prompt;
+  engine::SamplingParams params;
+};
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = engine::LoadModel(::tandem::testing::DefaultModelPath());
+    ASSERT_TRUE(m.ok()) << m.status() << " (run scripts/fetch-model.sh)";
+    model_ = new engine::LoadedModel(*std::move(m));
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  void TearDown() override {
+    if (cluster_ != nullptr) {
+      EXPECT_EQ(cluster_->WaitForBaseline(), "") << "leak oracle";
+      cluster_.reset();
+    }
+  }
+
+  void StartCluster(const ClusterConfig& config) {
+    std::string error;
+    cluster_ = Cluster::Start(config, &error);
+    ASSERT_NE(cluster_, nullptr) << error;
+  }
+
+  static const tokenizer::Tokenizer& tok() { return *model_->tokenizer; }
+
+  // A long, varied text's token ids; prompts are windows of it.
+  static std::vector<int32_t> TokenPool() {
+    static const char* kSubjects[] = {"The old lighthouse", "A quantum computer", "Our team",
+                                      "The river delta", "Every compiler", "My grandmother"};
+    static const char* kVerbs[] = {"measures", "remembers", "rebuilds", "questions", "carries"};
+    static const char* kObjects[] = {"the winter light", "seventeen prime numbers",
+                                     "a forgotten recipe", "the shape of the coastline",
+                                     "every unfinished letter"};
+    std::string text;
+    for (int i = 0; text.size() < 12000; ++i) {
+      text += StrCat(kSubjects[i % 6], " ", kVerbs[(i * 7) % 5], " ", kObjects[(i * 3) % 5],
+                     i % 4 == 0 ? ", and then " : ". ", i % 9 == 0 ? "\n" : "");
+      if (i % 11 == 0) text += StrCat("In ", 1800 + i, " it cost $", i * 13 % 997, ". ");
+    }
+    return *tok().Encode(text);
+  }
+
+  static std::vector<int32_t> Window(const std::vector<int32_t>& pool, size_t len, size_t seed) {
+    const size_t start = (seed * 131) % (pool.size() - len);
+    return {pool.begin() + start, pool.begin() + start + len};
+  }
+
+  static engine::SamplingParams Params(bool greedy, int max_tokens, uint64_t seed) {
+    engine::SamplingParams p;
+    p.max_tokens = max_tokens;
+    p.temperature = greedy ? 0.0 : 0.8;
+    p.top_k = 40;
+    p.top_p = 0.95;
+    p.min_p = 0.05;
+    p.seed = seed;
+    return p;
+  }
+
+  static v1::GenerateRequest ToRequest(const Case& c, bool stream = true) {
+    v1::GenerateRequest r;
+    r.mutable_token_ids()->mutable_ids()->Assign(c.prompt.begin(), c.prompt.end());
+    v1::SamplingParams* s = r.mutable_sampling_params();
+    s->set_max_tokens(c.params.max_tokens);
+    s->set_temperature(static_cast<float>(c.params.temperature));
+    s->set_top_k(c.params.top_k);
+    s->set_top_p(static_cast<float>(c.params.top_p));
+    s->set_min_p(static_cast<float>(c.params.min_p));
+    s->set_seed(*c.params.seed);
+    s->set_ignore_eos(c.params.ignore_eos);
+    r.set_stream(stream);
+    return r;
+  }
+
+  // What the single-process engine (`tandem generate`) produces for each case, and
+  // its finish reason.
+  static std::vector<std::pair<std::vector<int32_t>, engine::FinishReason>> Reference(
+      const std::vector<Case>& cases) {
+    engine::EngineOptions o;
+    o.kv_cache_bytes = int64_t{512} << 20;
+    o.num_threads = 2;
+    // The cluster's float params pass through a float proto field; so do these.
+    auto e = engine::Engine::Create(*model_->weights, o);
+    EXPECT_TRUE(e.ok());
+    std::map<kv::SeqId, size_t> which;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      engine::SamplingParams p = cases[i].params;
+      p.temperature = static_cast<float>(p.temperature);
+      p.top_p = static_cast<float>(p.top_p);
+      p.min_p = static_cast<float>(p.min_p);
+      which[*(*e)->AddRequest(cases[i].prompt, p)] = i;
+    }
+    std::vector<std::pair<std::vector<int32_t>, engine::FinishReason>> out(cases.size());
+    while ((*e)->HasWork()) {
+      auto events = (*e)->Step();
+      EXPECT_TRUE(events.ok());
+      for (const auto& ev : *events) {
+        auto& o = out[which[ev.id]];
+        if (ev.token >= 0) o.first.push_back(ev.token);
+        if (ev.finished) o.second = ev.reason;
+      }
+    }
+    return out;
+  }
+
+  // Sends every case at once, one thread each.
+  std::vector<GenerateResult> RunConcurrently(const std::vector<Case>& cases) {
+    std::vector<GenerateResult> results(cases.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      threads.emplace_back([&, i] {
+        results[i] = ::tandem::testing::Generate(cluster_->generation(), ToRequest(cases[i]),
+                                                 std::chrono::seconds(300));
+      });
+    }
+    for (auto& t : threads) t.join();
+    return results;
+  }
+
+  void ExpectSameAnswersAsOneProcess(const ClusterConfig& config, bool odd_greedy) {
+    const std::vector<int32_t> pool = TokenPool();
+    ASSERT_GT(pool.size(), 1600u);
+    const size_t lengths[] = {1,  2,  3,  5,   7,   9,   12,  16,  17,  24,  31,
+                              33, 40, 45, 50,  60,  64,  80,  90,  100, 120, 128,
+                              150, 180, 200, 250, 300, 400, 500, 700, 1000, 1500};
+    std::vector<Case> cases;
+    for (size_t i = 0; i < 32; ++i) {
+      const bool greedy = (i % 2 == 1) == odd_greedy;
+      cases.push_back({Window(pool, lengths[i], i), Params(greedy, 1 + (i * 7) % 24, 1000 + i)});
+    }
+    const auto expected = Reference(cases);
+    ASSERT_NO_FATAL_FAILURE(StartCluster(config));
+    const auto results = RunConcurrently(cases);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      SCOPED_TRACE(StrCat("request ", i, ": ", cases[i].prompt.size(), " prompt tokens, T=",
+                          cases[i].params.temperature));
+      const GenerateResult& r = results[i];
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      ASSERT_TRUE(r.completed);
+      EXPECT_EQ(r.token_ids, expected[i].first);
+      EXPECT_EQ(r.complete.finish_reason(), expected[i].second == engine::FinishReason::kStop
+                                                ? v1::FINISH_REASON_STOP
+                                                : v1::FINISH_REASON_LENGTH);
+      EXPECT_EQ(r.complete.usage().prompt_tokens(), static_cast<int>(cases[i].prompt.size()));
+      EXPECT_EQ(r.complete.usage().completion_tokens(), static_cast<int>(r.token_ids.size()));
+      EXPECT_GE(r.chunks, 1);
+    }
+  }
+
+  static engine::LoadedModel* model_;
+  std::unique_ptr<Cluster> cluster_;
+};
+engine::LoadedModel* ClusterTest::model_ = nullptr;
+
+TEST_F(ClusterTest, OnePrefillOneDecodeAnswersLikeOneProcess) {
+  ExpectSameAnswersAsOneProcess(Topology(1, 1), /*odd_greedy=*/true);
+}
+
+TEST_F(ClusterTest, TwoPrefillTwoDecodeAnswersLikeOneProcess) {
+  ExpectSameAnswersAsOneProcess(Topology(2, 2), /*odd_greedy=*/false);
+}
+
+TEST_F(ClusterTest, StreamsIncrementallyAndHonoursStopStringsAcrossTokens) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  const std::vector<int32_t> prompt = *tok().Encode("Once upon a time, in a small village,");
+  Case c{prompt, Params(true, 48, 1)};
+  c.params.ignore_eos = true;
+  const auto expected = Reference({c})[0].first;
+  const GenerateResult full = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c));
+  ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+  EXPECT_EQ(full.token_ids, expected);
+  EXPECT_EQ(full.complete.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(full.text, *tok().Decode(expected));
+  // Incremental: many chunks, the first well before the end.
+  EXPECT_GE(full.chunks, 8);
+  ASSERT_FALSE(full.chunk_times.empty());
+  const double first_to_end =
+      std::chrono::duration<double, std::milli>(full.end - full.chunk_times.front()).count();
+  EXPECT_GT(first_to_end, 50.0) << "the first chunk came only at the end";
+
+  // A stop string made of the end of one token and the start of the next.
+  std::string stop;
+  size_t k = 0;
+  for (k = 10; k + 1 < expected.size(); ++k) {
+    const std::string a = *tok().Decode({expected[k]}), b = *tok().Decode({expected[k + 1]});
+    if (a.size() >= 2 && b.size() >= 2 && a.find('\n') == std::string::npos &&
+        b.find('\n') == std::string::npos) {
+      stop = a.substr(a.size() - 2) + b.substr(0, 2);
+      break;
+    }
+  }
+  ASSERT_FALSE(stop.empty());
+  const std::string before = *tok().Decode({expected.begin(), expected.begin() + k + 2});
+  const size_t at = full.text.find(stop);
+  ASSERT_NE(at, std::string::npos);
+  v1::GenerateRequest req = ToRequest(c);
+  req.mutable_sampling_params()->add_stop(stop);
+  req.mutable_sampling_params()->add_stop("never appears \u00e9");
+  for (bool stream : {true, false}) {
+    SCOPED_TRACE(stream ? "streaming" : "not streaming");
+    req.set_stream(stream);
+    const GenerateResult r = ::tandem::testing::Generate(cluster_->generation(), req);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.text, full.text.substr(0, at));
+    EXPECT_THAT(r.text, ::testing::Not(HasSubstr(stop)));
+    EXPECT_EQ(r.complete.finish_reason(), v1::FINISH_REASON_STOP);
+    EXPECT_EQ(r.complete.stop_reason(), stop);
+    EXPECT_LE(r.token_ids.size(), k + 2 + 1);
+    EXPECT_LT(r.token_ids.size(), expected.size());
+    if (!stream) {
+      EXPECT_EQ(r.chunks, 1);
+    }
+  }
+}
+
+TEST_F(ClusterTest, CancelFreesEveryBlockAndOthersAreUnaffected) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  const std::vector<int32_t> pool = TokenPool();
+  std::vector<Case> cases;
+  for (int i = 0; i < 3; ++i) {
+    cases.push_back({Window(pool, 40 + 30 * i, i), Params(true, 120, i)});
+    cases.back().params.ignore_eos = true;
+  }
+  const auto expected = Reference(cases);
+  std::vector<GenerateResult> results(3);
+  std::atomic<int> running_after_cancel{-1};
+  std::vector<std::thread> threads;
+  for (int i = 1; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = ::tandem::testing::Generate(cluster_->generation(), ToRequest(cases[i]));
+    });
+  }
+  // Request 0 is cancelled by its client after 5 chunks, while the others run.
+  results[0] = ::tandem::testing::Generate(
+      cluster_->generation(), ToRequest(cases[0]), std::chrono::seconds(120),
+      [&](int chunk, grpc::ClientContext* ctx) {
+        if (chunk == 4) ctx->TryCancel();
+      });
+  EXPECT_EQ(results[0].status.error_code(), grpc::StatusCode::CANCELLED);
+  // The decode worker drops it within a step or so: two sequences left running.
+  const auto t0 = Clock::now();
+  v1::WorkerStats s;
+  while (MsSince(t0) < 2000) {
+    ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &s));
+    if (s.running() + s.waiting() <= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LE(s.running() + s.waiting(), 2) << "the cancelled sequence is still decoding";
+  for (auto& t : threads) t.join();
+  for (int i = 1; i < 3; ++i) {
+    ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+    EXPECT_EQ(results[i].token_ids, expected[i].first) << "request " << i;
+  }
+
+  // Abort by id from another client.
+  v1::GenerateRequest req = ToRequest(cases[1]);
+  req.set_request_id("abort-me");
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    v1::AbortRequest a;
+    a.set_request_id("abort-me");
+    v1::AbortResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    EXPECT_TRUE(cluster_->generation()->Abort(&ctx, a, &resp).ok());
+    EXPECT_TRUE(resp.found());
+  });
+  const GenerateResult aborted = ::tandem::testing::Generate(cluster_->generation(), req);
+  aborter.join();
+  EXPECT_EQ(aborted.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_LT(aborted.token_ids.size(), 120u);
+}
+
+TEST_F(ClusterTest, KilledDecodeWorkerFailsItsRequestsFastOthersFinish) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(Topology(1, 2)));
+  const std::vector<int32_t> pool = TokenPool();
+  std::vector<Case> cases;
+  for (int i = 0; i < 4; ++i) {
+    cases.push_back({Window(pool, 20 + i, i), Params(true, 200, i)});
+    cases.back().params.ignore_eos = true;
+  }
+  std::vector<GenerateResult> results(4);
+  std::atomic<int> streaming{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = ::tandem::testing::Generate(
+          cluster_->generation(), ToRequest(cases[i]), std::chrono::seconds(120),
+          [&](int chunk, grpc::ClientContext*) {
+            if (chunk == 2) ++streaming;
+          });
+    });
+  }
+  const auto t0 = Clock::now();
+  while (streaming < 4 && MsSince(t0) < 30000) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(streaming, 4);
+  v1::WorkerStats s0, s1;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &s0));
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 1, &s1));
+  ASSERT_GT(s0.running(), 0) << "requests were not spread over both decode workers";
+  ASSERT_GT(s1.running(), 0) << "requests were not spread over both decode workers: " << s0.DebugString() << s1.DebugString();
+  const auto killed_at = Clock::now();
+  cluster_->Kill(Cluster::kDecode, 0);
+  for (auto& t : threads) t.join();
+  int failed = 0, finished = 0;
+  for (const GenerateResult& r : results) {
+    if (r.status.ok()) {
+      ++finished;
+      EXPECT_EQ(r.token_ids.size(), 200u);
+    } else {
+      ++failed;
+      EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+      EXPECT_LT(std::chrono::duration<double>(r.end - killed_at).count(), 5.0);
+    }
+  }
+  EXPECT_EQ(failed, s0.running());
+  EXPECT_EQ(finished, s1.running());
+  // The survivor keeps serving new requests.
+  const GenerateResult after = ::tandem::testing::Generate(cluster_->generation(), ToRequest(cases[0]));
+  EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+}
+
+TEST_F(ClusterTest, KilledPrefillWorkerIsRetriedOnAnother) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(Topology(2, 1)));
+  const std::vector<int32_t> pool = TokenPool();
+  Case c{Window(pool, 1500, 3), Params(true, 8, 3)};
+  const auto expected = Reference({c})[0].first;
+  GenerateResult r;
+  std::thread client([&] { r = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
+  // Kill whichever prefill worker took the prompt, while it computes.
+  int victim = -1;
+  const auto t0 = Clock::now();
+  while (victim < 0 && MsSince(t0) < 20000) {
+    for (int i = 0; i < 2 && victim < 0; ++i) {
+      v1::WorkerStats s;
+      if (cluster_->Stats(Cluster::kPrefill, i, &s) && s.queued_prompt_tokens() > 0) victim = i;
+    }
+  }
+  ASSERT_GE(victim, 0) << "no prefill worker ever held the prompt";
+  cluster_->Kill(Cluster::kPrefill, victim);
+  client.join();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.token_ids, expected);
+}
+
+TEST_F(ClusterTest, ExpiredReservationsFreeTheirBlocksAndRefuseLateKv) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  v1::WorkerStats before;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &before));
+  v1::ReserveRequest rq;
+  rq.set_num_tokens(100);
+  rq.set_lease_ms(200);
+  v1::ReserveResponse reservation;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ASSERT_TRUE(cluster_->decode_stub(0)->Reserve(&ctx, rq, &reservation).ok());
+  }
+  EXPECT_EQ(reservation.block_ids_size(), 7);  // ceil(100 / 16)
+  v1::WorkerStats during;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &during));
+  EXPECT_EQ(during.free_blocks(), before.free_blocks() - 7);
+  EXPECT_EQ(during.reserved(), 1);
+
+  // Blocks that are not the reservation's are refused before any write.
+  auto push = [&](const std::vector<int32_t>& blocks, const v1::KvLayoutFingerprint& fp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::PushKvBlocksResponse resp;
+    auto writer = cluster_->kv_stub(0)->PushKvBlocks(&ctx, &resp);
+    v1::KvBlocksChunk chunk;
+    chunk.set_lease_id(reservation.lease_id());
+    *chunk.mutable_fingerprint() = fp;
+    chunk.mutable_block_ids()->Assign(blocks.begin(), blocks.end());
+    chunk.set_layer(0);
+    chunk.set_num_blocks(1);
+    chunk.set_payload(std::string(16 * 2 * 3 * 64 * 4, '\0'));
+    writer->Write(chunk);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  std::vector<int32_t> theirs(reservation.block_ids().begin(), reservation.block_ids().end());
+  std::vector<int32_t> wrong = theirs;
+  wrong[0] = (wrong[0] + 1) % before.num_blocks() == theirs[1] ? (wrong[0] + 2) % before.num_blocks()
+                                                                : (wrong[0] + 1) % before.num_blocks();
+  EXPECT_EQ(push(wrong, reservation.fingerprint()).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::KvLayoutFingerprint other = reservation.fingerprint();
+  other.set_block_size(32);
+  const grpc::Status mismatch = push(theirs, other);
+  EXPECT_EQ(mismatch.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(mismatch.error_message(), HasSubstr("block_size"));
+  {
+    v1::HandshakeRequest h;
+    *h.mutable_fingerprint() = other;
+    h.add_transports(v1::TRANSPORT_KIND_HOST);
+    v1::HandshakeResponse hr;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    EXPECT_EQ(cluster_->kv_stub(0)->Handshake(&ctx, h, &hr).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+
+  // The lease runs out: the blocks come back and late KV is refused.
+  EXPECT_EQ(cluster_->WaitForBaseline(std::chrono::seconds(3)), "");
+  EXPECT_EQ(push(theirs, reservation.fingerprint()).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &during));
+  EXPECT_EQ(during.expired_leases_total(), 1);
+}
+
+TEST_F(ClusterTest, BadRequestsNameTheFieldAndTheClusterKeepsServing) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  auto base = [] {
+    v1::GenerateRequest r;
+    r.set_text("Hello");
+    r.mutable_sampling_params()->set_max_tokens(4);
+    return r;
+  };
+  struct Bad {
+    std::string field;
+    std::function<void(v1::GenerateRequest*)> edit;
+  };
+  const std::vector<Bad> cases = {
+      {"input", [](auto* r) { r->clear_text(); }},
+      {"text", [](auto* r) { r->set_text(""); }},
+      {"text", [](auto* r) { r->set_text(std::string((1 << 20) + 1, 'a')); }},
+      {"token_ids", [](auto* r) { r->mutable_token_ids(); }},
+      {"token_ids", [](auto* r) { r->mutable_token_ids()->add_ids(49152); }},
+      {"token_ids", [](auto* r) { r->mutable_token_ids()->add_ids(-1); }},
+      {"chat.messages", [](auto* r) { r->mutable_chat(); }},
+      {"chat.messages[0].role", [](auto* r) {
+         auto* m = r->mutable_chat()->add_messages();
+         m->set_role("wizard");
+         m->set_content("hi");
+       }},
+      {"max_tokens", [](auto* r) { r->mutable_sampling_params()->set_max_tokens(0); }},
+      {"max_tokens", [](auto* r) { r->mutable_sampling_params()->set_max_tokens(-5); }},
+      {"max_tokens", [](auto* r) { r->mutable_sampling_params()->set_max_tokens(1 << 30); }},
+      {"max_tokens", [](auto* r) {
+         for (int i = 0; i < 8000; ++i) r->mutable_token_ids()->add_ids(5);
+         r->mutable_sampling_params()->set_max_tokens(500);
+       }},
+      {"temperature", [](auto* r) { r->mutable_sampling_params()->set_temperature(-0.1f); }},
+      {"temperature", [](auto* r) { r->mutable_sampling_params()->set_temperature(NAN); }},
+      {"temperature", [](auto* r) { r->mutable_sampling_params()->set_temperature(INFINITY); }},
+      {"top_p", [](auto* r) { r->mutable_sampling_params()->set_top_p(0); }},
+      {"top_p", [](auto* r) { r->mutable_sampling_params()->set_top_p(1.5f); }},
+      {"top_k", [](auto* r) { r->mutable_sampling_params()->set_top_k(-2); }},
+      {"min_p", [](auto* r) { r->mutable_sampling_params()->set_min_p(1.5f); }},
+      {"min_p", [](auto* r) { r->mutable_sampling_params()->set_min_p(-0.5f); }},
+      {"repetition_penalty", [](auto* r) { r->mutable_sampling_params()->set_repetition_penalty(0); }},
+      {"presence_penalty", [](auto* r) { r->mutable_sampling_params()->set_presence_penalty(3); }},
+      {"frequency_penalty", [](auto* r) { r->mutable_sampling_params()->set_frequency_penalty(-3); }},
+      {"logprobs", [](auto* r) { r->mutable_sampling_params()->set_logprobs(21); }},
+      {"stop", [](auto* r) { r->mutable_sampling_params()->add_stop(""); }},
+      {"stop", [](auto* r) {
+         for (int i = 0; i < 17; ++i) r->mutable_sampling_params()->add_stop(StrCat("s", i));
+       }},
+      {"stop", [](auto* r) { r->mutable_sampling_params()->add_stop(std::string(300, 'x')); }},
+      {"stop_token_ids", [](auto* r) { r->mutable_sampling_params()->add_stop_token_ids(49152); }},
+  };
+  for (const Bad& b : cases) {
+    v1::GenerateRequest r = base();
+    b.edit(&r);
+    const GenerateResult res = ::tandem::testing::Generate(cluster_->generation(), r);
+    EXPECT_EQ(res.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << b.field << ": " << res.status.error_message();
+    EXPECT_THAT(res.status.error_message(), ::testing::StartsWith(b.field + ": "));
+  }
+  // Invalid UTF-8 in each text field.
+  const std::vector<Bad> utf8_cases = {
+      {"text", [](auto* r) { r->set_text("caf\xc3 ok"); }},
+      {"chat.messages[0].content", [](auto* r) {
+         auto* m = r->mutable_chat()->add_messages();
+         m->set_role("user");
+         m->set_content("\xff\xfe");
+       }},
+      {"stop", [](auto* r) { r->mutable_sampling_params()->add_stop("\xed\xa0\x80"); }},
+  };
+  for (const Bad& b : utf8_cases) {
+    v1::GenerateRequest r = base();
+    b.edit(&r);
+    const GenerateResult res = ::tandem::testing::Generate(cluster_->generation(), r);
+    EXPECT_EQ(res.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << b.field << ": " << res.status.error_message();
+    EXPECT_THAT(res.status.error_message(), ::testing::StartsWith(b.field + ": "));
+  }
+  // A deadline that cannot be met.
+  {
+    v1::GenerateRequest r = base();
+    r.mutable_sampling_params()->set_max_tokens(200);
+    r.mutable_sampling_params()->set_ignore_eos(true);
+    const GenerateResult res = ::tandem::testing::Generate(cluster_->generation(), r,
+                                                           std::chrono::milliseconds(100));
+    EXPECT_EQ(res.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  const GenerateResult ok = ::tandem::testing::Generate(cluster_->generation(), base());
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.token_ids.size(), 4u);
+}
+
+TEST_F(ClusterTest, OverloadIsRefusedFastAndQueuedRequestsStillFinish) {
+  // A decode worker with room for one long request, and a queue of one.
+  const int64_t kv_per_token = 2 * 30 * 3 * 64 * 4;
+  ClusterConfig config;
+  config.decode_kv_bytes = kv_per_token * 16 * 40;  // 40 blocks
+  config.router_flags = {"--max-queued-requests", "1"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(config));
+  const std::vector<int32_t> pool = TokenPool();
+  Case c{Window(pool, 500, 1), Params(true, 100, 1)};  // 38 blocks with its output
+  c.params.ignore_eos = true;
+  std::vector<GenerateResult> results(2);
+  std::atomic<int> first_streaming{0};
+  std::thread a([&] {
+    results[0] = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c),
+                                             std::chrono::seconds(120),
+                                             [&](int, grpc::ClientContext*) { first_streaming = 1; });
+  });
+  const auto t0 = Clock::now();
+  while (!first_streaming && MsSince(t0) < 30000) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::thread b([&] { results[1] = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
+  // Wait until the second one sits in the queue.
+  for (auto t1 = Clock::now(); MsSince(t1) < 5000;) {
+    v1::GetServerInfoRequest q;
+    v1::GetServerInfoResponse info;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    ASSERT_TRUE(cluster_->generation()->GetServerInfo(&ctx, q, &info).ok());
+    if (info.queued_requests() == 1) break;
+  }
+  const auto sent = Clock::now();
+  const GenerateResult refused = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c));
+  const double ms = std::chrono::duration<double, std::milli>(refused.end - sent).count();
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.status.error_message();
+  EXPECT_LT(ms, 100.0);
+  a.join();
+  b.join();
+  for (const auto& r : results) {
+    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.token_ids.size(), 100u);
+  }
+}
+
+}  // namespace
+}  // namespace tandem
