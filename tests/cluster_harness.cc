@@ -30,13 +30,14 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string
   }
   c->dir_ = tmpl;
   const std::string model = DefaultModelPath();
-  auto start_worker = [&](const std::string& role, int i, int64_t kv_bytes) -> std::unique_ptr<Proc> {
+  auto start_worker = [&](const std::string& role, int i,
+                          int64_t kv_bytes) -> std::unique_ptr<Proc> {
     auto p = std::make_unique<Proc>();
     const std::string port_file = StrCat(c->dir_, "/", role, i, ".port");
-    p->process.Start({Bin(StrCat("tandem-", role, "-worker")), "--model", model, "--port-file",
-                      port_file, "--threads", std::to_string(config.threads), "--kv-cache-bytes",
-                      std::to_string(kv_bytes)},
-                     StrCat(c->dir_, "/", role, i, ".log"));
+    p->process.Start(
+        {Bin(StrCat("tandem-", role, "-worker")), "--model", model, "--port-file", port_file,
+         "--threads", std::to_string(config.threads), "--kv-cache-bytes", std::to_string(kv_bytes)},
+        StrCat(c->dir_, "/", role, i, ".log"));
     p->port = WaitForPortFile(port_file, &p->process, kStartTimeout);
     if (p->port == 0) *error = StrCat(role, " worker ", i, " did not start; log in ", c->dir_);
     return p;
@@ -57,10 +58,19 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string
     c->kv_stubs_.push_back(v1::KvTransfer::NewStub(channel));
   }
   c->router_ = std::make_unique<Proc>();
-  std::vector<std::string> args = {Bin("tandem-router"), "--model", model, "--port", "0",
-                                    "--port-file", c->dir_ + "/router.port", "--prefill",
-                                    Join(prefill_addrs, ","), "--decode", Join(decode_addrs, ","),
-                                    "--health-poll-ms", "200"};
+  std::vector<std::string> args = {Bin("tandem-router"),
+                                   "--model",
+                                   model,
+                                   "--port",
+                                   "0",
+                                   "--port-file",
+                                   c->dir_ + "/router.port",
+                                   "--prefill",
+                                   Join(prefill_addrs, ","),
+                                   "--decode",
+                                   Join(decode_addrs, ","),
+                                   "--health-poll-ms",
+                                   "200"};
   args.insert(args.end(), config.router_flags.begin(), config.router_flags.end());
   c->router_->process.Start(args, c->dir_ + "/router.log");
   c->router_->port = WaitForPortFile(c->dir_ + "/router.port", &c->router_->process, kStartTimeout);

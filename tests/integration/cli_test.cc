@@ -1,13 +1,19 @@
 // Runs `tandem inspect` and `tandem tokenize` as a user would and checks their
 // output against independent references (the gguf package's tensor list, and the
 // Hugging Face token ids in the tokenizer golden file).
+#include <signal.h>
+#include <sys/wait.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "common/model/gguf_file.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -165,6 +171,67 @@ TEST(CliErrors, BadInputsGiveClearMessagesAndExitCodeOne) {
       Tandem("tokenize --model " + DefaultModelPath() + " --text $(printf 'a\\377')");
   EXPECT_EQ(bad_utf8.exit_code, 1);
   EXPECT_THAT(bad_utf8.out, ::testing::HasSubstr("not valid UTF-8"));
+}
+
+// `tandem serve` on loopback: `tandem client --json` prints what `tandem generate
+// --json` prints for the same flags, and SIGTERM lets a running request finish.
+TEST(CliServe, ClientAnswersLikeGenerateAndSigtermDrains) {
+  char dir[] = "/tmp/tandem-serve-test-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/serve.log";
+  Subprocess serve;
+  ASSERT_TRUE(
+      serve.Start({std::string(TANDEM_BIN_DIR) + "/tandem", "serve", "--model", DefaultModelPath(),
+                   "--grpc-port", "0", "--threads-per-worker", "1", "--drain-timeout-ms", "20000"},
+                  log));
+  std::string endpoint;
+  for (int i = 0; i < 3000 && endpoint.empty(); ++i) {
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string out = text.str();
+    const size_t at = out.find("ready: gRPC ");
+    if (at != std::string::npos) {
+      endpoint = out.substr(at + 12, out.find_first_of(" \n", at + 12) - at - 12);
+    }
+    ASSERT_TRUE(serve.running()) << out;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(endpoint.empty()) << "tandem serve never printed ready";
+
+  for (const std::string flags : {"--prompt 'The capital of France is' -n 24 --temperature 0",
+                                  "--chat --prompt 'Tell me a story' -n 32 --temperature 0.8 "
+                                  "--seed 7"}) {
+    SCOPED_TRACE(flags);
+    RunResult local =
+        Tandem("generate --json --threads 1 --model " + DefaultModelPath() + " " + flags);
+    RunResult remote = Tandem("client --json --timeout 120 --endpoint " + endpoint + " " + flags);
+    ASSERT_EQ(local.exit_code, 0) << local.out;
+    ASSERT_EQ(remote.exit_code, 0) << remote.out;
+    const auto a = nlohmann::json::parse(local.out), b = nlohmann::json::parse(remote.out);
+    for (const char* key : {"token_ids", "text", "finish_reason", "usage"}) {
+      EXPECT_EQ(a.at(key), b.at(key)) << key;
+    }
+  }
+
+  // A long request is running when SIGTERM arrives: it still completes.
+  RunResult drained;
+  std::thread client([&] {
+    drained = Tandem("client --json --timeout 120 --endpoint " + endpoint +
+                     " --prompt 'Count slowly:' -n 120 --temperature 0 --ignore-eos");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  serve.Signal(SIGTERM);
+  client.join();
+  ASSERT_EQ(drained.exit_code, 0) << drained.out;
+  EXPECT_EQ(nlohmann::json::parse(drained.out).at("usage").at("completion_tokens"), 120);
+  const auto status = serve.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "tandem serve did not exit";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  // And the cluster is gone: no one answers on the endpoint any more.
+  RunResult after = Tandem("client --timeout 2 --endpoint " + endpoint + " --prompt hi -n 1");
+  EXPECT_EQ(after.exit_code, 1);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ class ClusterTest : public ::testing::Test {
   // A long, varied text's token ids; prompts are windows of it.
   static std::vector<int32_t> TokenPool() {
     static const char* kSubjects[] = {"The old lighthouse", "A quantum computer", "Our team",
-                                      "The river delta", "Every compiler", "My grandmother"};
+                                      "The river delta",    "Every compiler",     "My grandmother"};
     static const char* kVerbs[] = {"measures", "remembers", "rebuilds", "questions", "carries"};
     static const char* kObjects[] = {"the winter light", "seventeen prime numbers",
                                      "a forgotten recipe", "the shape of the coastline",
@@ -161,8 +161,8 @@ class ClusterTest : public ::testing::Test {
   void ExpectSameAnswersAsOneProcess(const ClusterConfig& config, bool odd_greedy) {
     const std::vector<int32_t> pool = TokenPool();
     ASSERT_GT(pool.size(), 1600u);
-    const size_t lengths[] = {1,  2,  3,  5,   7,   9,   12,  16,  17,  24,  31,
-                              33, 40, 45, 50,  60,  64,  80,  90,  100, 120, 128,
+    const size_t lengths[] = {1,   2,   3,   5,   7,   9,   12,  16,  17,   24,  31,
+                              33,  40,  45,  50,  60,  64,  80,  90,  100,  120, 128,
                               150, 180, 200, 250, 300, 400, 500, 700, 1000, 1500};
     std::vector<Case> cases;
     for (size_t i = 0; i < 32; ++i) {
@@ -173,8 +173,8 @@ class ClusterTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(StartCluster(config));
     const auto results = RunConcurrently(cases);
     for (size_t i = 0; i < cases.size(); ++i) {
-      SCOPED_TRACE(StrCat("request ", i, ": ", cases[i].prompt.size(), " prompt tokens, T=",
-                          cases[i].params.temperature));
+      SCOPED_TRACE(StrCat("request ", i, ": ", cases[i].prompt.size(),
+                          " prompt tokens, T=", cases[i].params.temperature));
       const GenerateResult& r = results[i];
       ASSERT_TRUE(r.status.ok()) << r.status.error_message();
       ASSERT_TRUE(r.completed);
@@ -272,11 +272,11 @@ TEST_F(ClusterTest, CancelFreesEveryBlockAndOthersAreUnaffected) {
     });
   }
   // Request 0 is cancelled by its client after 5 chunks, while the others run.
-  results[0] = ::tandem::testing::Generate(
-      cluster_->generation(), ToRequest(cases[0]), std::chrono::seconds(120),
-      [&](int chunk, grpc::ClientContext* ctx) {
-        if (chunk == 4) ctx->TryCancel();
-      });
+  results[0] = ::tandem::testing::Generate(cluster_->generation(), ToRequest(cases[0]),
+                                           std::chrono::seconds(120),
+                                           [&](int chunk, grpc::ClientContext* ctx) {
+                                             if (chunk == 4) ctx->TryCancel();
+                                           });
   EXPECT_EQ(results[0].status.error_code(), grpc::StatusCode::CANCELLED);
   // The decode worker drops it within a step or so: two sequences left running.
   const auto t0 = Clock::now();
@@ -325,21 +325,23 @@ TEST_F(ClusterTest, KilledDecodeWorkerFailsItsRequestsFastOthersFinish) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&, i] {
-      results[i] = ::tandem::testing::Generate(
-          cluster_->generation(), ToRequest(cases[i]), std::chrono::seconds(120),
-          [&](int chunk, grpc::ClientContext*) {
-            if (chunk == 2) ++streaming;
-          });
+      results[i] = ::tandem::testing::Generate(cluster_->generation(), ToRequest(cases[i]),
+                                               std::chrono::seconds(120),
+                                               [&](int chunk, grpc::ClientContext*) {
+                                                 if (chunk == 2) ++streaming;
+                                               });
     });
   }
   const auto t0 = Clock::now();
-  while (streaming < 4 && MsSince(t0) < 30000) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (streaming < 4 && MsSince(t0) < 30000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_EQ(streaming, 4);
   v1::WorkerStats s0, s1;
   ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &s0));
   ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 1, &s1));
   ASSERT_GT(s0.running(), 0) << "requests were not spread over both decode workers";
-  ASSERT_GT(s1.running(), 0) << "requests were not spread over both decode workers: " << s0.DebugString() << s1.DebugString();
+  ASSERT_GT(s1.running(), 0) << "requests were not spread over both decode workers: "
+                             << s0.DebugString() << s1.DebugString();
   const auto killed_at = Clock::now();
   cluster_->Kill(Cluster::kDecode, 0);
   for (auto& t : threads) t.join();
@@ -357,7 +359,8 @@ TEST_F(ClusterTest, KilledDecodeWorkerFailsItsRequestsFastOthersFinish) {
   EXPECT_EQ(failed, s0.running());
   EXPECT_EQ(finished, s1.running());
   // The survivor keeps serving new requests.
-  const GenerateResult after = ::tandem::testing::Generate(cluster_->generation(), ToRequest(cases[0]));
+  const GenerateResult after =
+      ::tandem::testing::Generate(cluster_->generation(), ToRequest(cases[0]));
   EXPECT_TRUE(after.status.ok()) << after.status.error_message();
 }
 
@@ -367,7 +370,8 @@ TEST_F(ClusterTest, KilledPrefillWorkerIsRetriedOnAnother) {
   Case c{Window(pool, 1500, 3), Params(true, 8, 3)};
   const auto expected = Reference({c})[0].first;
   GenerateResult r;
-  std::thread client([&] { r = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
+  std::thread client(
+      [&] { r = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
   // Kill whichever prefill worker took the prompt, while it computes.
   int victim = -1;
   const auto t0 = Clock::now();
@@ -422,9 +426,11 @@ TEST_F(ClusterTest, ExpiredReservationsFreeTheirBlocksAndRefuseLateKv) {
   };
   std::vector<int32_t> theirs(reservation.block_ids().begin(), reservation.block_ids().end());
   std::vector<int32_t> wrong = theirs;
-  wrong[0] = (wrong[0] + 1) % before.num_blocks() == theirs[1] ? (wrong[0] + 2) % before.num_blocks()
-                                                                : (wrong[0] + 1) % before.num_blocks();
-  EXPECT_EQ(push(wrong, reservation.fingerprint()).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  wrong[0] = (wrong[0] + 1) % before.num_blocks() == theirs[1]
+                 ? (wrong[0] + 2) % before.num_blocks()
+                 : (wrong[0] + 1) % before.num_blocks();
+  EXPECT_EQ(push(wrong, reservation.fingerprint()).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
   v1::KvLayoutFingerprint other = reservation.fingerprint();
   other.set_block_size(32);
   const grpc::Status mismatch = push(theirs, other);
@@ -469,7 +475,8 @@ TEST_F(ClusterTest, BadRequestsNameTheFieldAndTheClusterKeepsServing) {
       {"token_ids", [](auto* r) { r->mutable_token_ids()->add_ids(49152); }},
       {"token_ids", [](auto* r) { r->mutable_token_ids()->add_ids(-1); }},
       {"chat.messages", [](auto* r) { r->mutable_chat(); }},
-      {"chat.messages[0].role", [](auto* r) {
+      {"chat.messages[0].role",
+       [](auto* r) {
          auto* m = r->mutable_chat()->add_messages();
          m->set_role("wizard");
          m->set_content("hi");
@@ -477,7 +484,8 @@ TEST_F(ClusterTest, BadRequestsNameTheFieldAndTheClusterKeepsServing) {
       {"max_tokens", [](auto* r) { r->mutable_sampling_params()->set_max_tokens(0); }},
       {"max_tokens", [](auto* r) { r->mutable_sampling_params()->set_max_tokens(-5); }},
       {"max_tokens", [](auto* r) { r->mutable_sampling_params()->set_max_tokens(1 << 30); }},
-      {"max_tokens", [](auto* r) {
+      {"max_tokens",
+       [](auto* r) {
          for (int i = 0; i < 8000; ++i) r->mutable_token_ids()->add_ids(5);
          r->mutable_sampling_params()->set_max_tokens(500);
        }},
@@ -489,12 +497,15 @@ TEST_F(ClusterTest, BadRequestsNameTheFieldAndTheClusterKeepsServing) {
       {"top_k", [](auto* r) { r->mutable_sampling_params()->set_top_k(-2); }},
       {"min_p", [](auto* r) { r->mutable_sampling_params()->set_min_p(1.5f); }},
       {"min_p", [](auto* r) { r->mutable_sampling_params()->set_min_p(-0.5f); }},
-      {"repetition_penalty", [](auto* r) { r->mutable_sampling_params()->set_repetition_penalty(0); }},
+      {"repetition_penalty",
+       [](auto* r) { r->mutable_sampling_params()->set_repetition_penalty(0); }},
       {"presence_penalty", [](auto* r) { r->mutable_sampling_params()->set_presence_penalty(3); }},
-      {"frequency_penalty", [](auto* r) { r->mutable_sampling_params()->set_frequency_penalty(-3); }},
+      {"frequency_penalty",
+       [](auto* r) { r->mutable_sampling_params()->set_frequency_penalty(-3); }},
       {"logprobs", [](auto* r) { r->mutable_sampling_params()->set_logprobs(21); }},
       {"stop", [](auto* r) { r->mutable_sampling_params()->add_stop(""); }},
-      {"stop", [](auto* r) {
+      {"stop",
+       [](auto* r) {
          for (int i = 0; i < 17; ++i) r->mutable_sampling_params()->add_stop(StrCat("s", i));
        }},
       {"stop", [](auto* r) { r->mutable_sampling_params()->add_stop(std::string(300, 'x')); }},
@@ -511,7 +522,8 @@ TEST_F(ClusterTest, BadRequestsNameTheFieldAndTheClusterKeepsServing) {
   // Invalid UTF-8 in each text field.
   const std::vector<Bad> utf8_cases = {
       {"text", [](auto* r) { r->set_text("caf\xc3 ok"); }},
-      {"chat.messages[0].content", [](auto* r) {
+      {"chat.messages[0].content",
+       [](auto* r) {
          auto* m = r->mutable_chat()->add_messages();
          m->set_role("user");
          m->set_content("\xff\xfe");
@@ -531,8 +543,8 @@ TEST_F(ClusterTest, BadRequestsNameTheFieldAndTheClusterKeepsServing) {
     v1::GenerateRequest r = base();
     r.mutable_sampling_params()->set_max_tokens(200);
     r.mutable_sampling_params()->set_ignore_eos(true);
-    const GenerateResult res = ::tandem::testing::Generate(cluster_->generation(), r,
-                                                           std::chrono::milliseconds(100));
+    const GenerateResult res =
+        ::tandem::testing::Generate(cluster_->generation(), r, std::chrono::milliseconds(100));
     EXPECT_EQ(res.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   }
   const GenerateResult ok = ::tandem::testing::Generate(cluster_->generation(), base());
@@ -553,13 +565,15 @@ TEST_F(ClusterTest, OverloadIsRefusedFastAndQueuedRequestsStillFinish) {
   std::vector<GenerateResult> results(2);
   std::atomic<int> first_streaming{0};
   std::thread a([&] {
-    results[0] = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c),
-                                             std::chrono::seconds(120),
-                                             [&](int, grpc::ClientContext*) { first_streaming = 1; });
+    results[0] =
+        ::tandem::testing::Generate(cluster_->generation(), ToRequest(c), std::chrono::seconds(120),
+                                    [&](int, grpc::ClientContext*) { first_streaming = 1; });
   });
   const auto t0 = Clock::now();
-  while (!first_streaming && MsSince(t0) < 30000) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  std::thread b([&] { results[1] = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
+  while (!first_streaming && MsSince(t0) < 30000)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::thread b(
+      [&] { results[1] = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
   // Wait until the second one sits in the queue.
   for (auto t1 = Clock::now(); MsSince(t1) < 5000;) {
     v1::GetServerInfoRequest q;

@@ -350,7 +350,7 @@ class TandemClient:
         if (text is None) == (messages is None):
             raise ValueError("give exactly one of text and messages")
         if text is not None:
-            request = pb.TokenizeRequest(text=text)
+            request = pb.TokenizeRequest(text=_utf8(text))
         else:
             request = pb.TokenizeRequest(chat=_chat(messages))
         return list(self._unary(self._stub.Tokenize, request, timeout).token_ids)
@@ -494,13 +494,14 @@ class TandemClient:
             if value is not None:
                 setattr(params, name, value)
         if stop is not None:
-            params.stop.extend([stop] if isinstance(stop, str) else list(stop))
+            stops = [stop] if isinstance(stop, (str, bytes)) else list(stop)
+            params.stop.extend(_utf8(s) for s in stops)
         if stop_token_ids is not None:
             params.stop_token_ids.extend(stop_token_ids)
 
         request = pb.GenerateRequest(request_id=request_id, sampling_params=params, stream=stream)
         if prompt is not None:
-            request.text = prompt  # set even when empty: the oneof records it
+            request.text = _utf8(prompt)  # set even when empty: the oneof records it
         elif token_ids is not None:
             request.token_ids.ids.extend(token_ids)
             request.token_ids.SetInParent()  # an empty list is still a token_ids prompt
@@ -520,8 +521,14 @@ def _chat(messages: Sequence[Mapping[str, str]] | None) -> pb.Chat:
             raise ValueError(
                 f"messages[{i}] must be a mapping with 'role' and 'content'"
             ) from None
-        chat.messages.add(role=role, content=content)
+        chat.messages.add(role=role, content=_utf8(content))
     return chat
+
+
+def _utf8(text: str | bytes) -> bytes:
+    """Text fields travel as UTF-8 bytes (the server checks them and names the field
+    when they are not valid UTF-8); bytes pass through unchanged."""
+    return text if isinstance(text, bytes) else text.encode("utf-8")
 
 
 def _completion(complete: pb.GenerateComplete) -> Completion:

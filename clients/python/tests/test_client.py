@@ -50,7 +50,6 @@ class Cluster:
             "--prefill-workers", "1",
             "--decode-workers", "1",
             "--grpc-port", str(self.port),
-            "--http-port", "0",
             "--threads-per-worker", "1",
         ]
         self.output: collections.deque[str] = collections.deque(maxlen=400)
@@ -188,7 +187,15 @@ class TandemClientTest(unittest.TestCase):
             (dict(stop=[""]), ("stop",)),
             (dict(stop=["x"] * 17), ("stop",)),
             (dict(prompt=None, token_ids=[10**9]), ("token_ids",)),
-            (dict(prompt=""), ("prompt", "text")),
+            (dict(prompt=""), ("text",)),
+            (dict(prompt=b"caf\xc3"), ("text",)),
+            (dict(prompt=None, messages=[{"role": "wizard", "content": "hi"}]),
+             ("chat.messages[0].role",)),
+            (dict(top_k=-2), ("top_k",)),
+            (dict(frequency_penalty=-3), ("frequency_penalty",)),
+            (dict(repetition_penalty=0), ("repetition_penalty",)),
+            (dict(logprobs=21), ("logprobs",)),
+            (dict(stop_token_ids=[49152]), ("stop_token_ids",)),
             (dict(max_tokens=10**7), ("max_tokens",)),
         ]
         for overrides, fields in cases:
