@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/bench_prompts.h"
 #include "cli/exit_status.h"
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
@@ -27,17 +28,6 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Deterministic pseudo-random prompt ids (avoiding the special tokens at the start).
-std::vector<int32_t> Prompt(int32_t n, int32_t vocab, uint32_t salt) {
-  std::vector<int32_t> ids(n);
-  uint32_t x = 2463534242u ^ salt;
-  for (auto& id : ids) {
-    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    id = 100 + static_cast<int32_t>(x % static_cast<uint32_t>(vocab - 100));
-  }
-  return ids;
-}
-
 struct Run {
   double first_token_s = 0;  // from submission to the first token of every request
   double decode_s = 0;       // from then until the last token
@@ -51,7 +41,7 @@ Run RunBatch(engine::Engine& e, int n, int32_t prompt_len, int32_t gen, int32_t 
   p.temperature = 0;
   p.max_tokens = gen;
   p.ignore_eos = true;
-  for (int i = 0; i < n; ++i) (void)e.AddRequest(Prompt(prompt_len, vocab, salt + i), p);
+  for (int i = 0; i < n; ++i) (void)e.AddRequest(BenchPrompt(prompt_len, vocab, salt + i), p);
   Run r;
   const auto t0 = Clock::now();
   int firsts = 0;
@@ -72,10 +62,7 @@ Run RunBatch(engine::Engine& e, int n, int32_t prompt_len, int32_t gen, int32_t 
   return r;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
 
 // Read bandwidth: every thread sums its share of a 1 GiB buffer, best of 3.
 double ReadBandwidthGBs(int threads) {
@@ -117,7 +104,7 @@ double GemmGflops(int threads) {
 
 }  // namespace
 
-void AddBenchCommand(CLI::App& app, BenchOptions* o) {
+CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* o) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   CLI::App* cmd =
@@ -132,6 +119,7 @@ void AddBenchCommand(CLI::App& app, BenchOptions* o) {
   cmd->add_option("--batch-gen", o->batch_gen)->capture_default_str();
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes)->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  return bench;
 }
 
 int RunBench(const BenchOptions& o) {

@@ -23,7 +23,8 @@ struct BenchOptions {
   bool json = false;
 };
 
-void AddBenchCommand(CLI::App& app, BenchOptions* options);
+// Adds `bench` and `bench engine`; returns `bench` (other benchmarks hang off it).
+CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* options);
 int RunBench(const BenchOptions& options);
 
 }  // namespace tandem::cli

@@ -4,6 +4,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/bench_command.h"
 #include "cli/client_command.h"
+#include "cli/cluster_bench_command.h"
 #include "cli/generate_command.h"
 #include "cli/inspect_command.h"
 #include "cli/serve_command.h"
@@ -23,10 +24,13 @@ int main(int argc, char** argv) {
   tandem::cli::ServeOptions serve;
   tandem::cli::AddServeCommand(app, &serve);
   tandem::cli::BenchOptions bench;
-  tandem::cli::AddBenchCommand(app, &bench);
+  CLI::App* bench_app = tandem::cli::AddBenchCommand(app, &bench);
+  tandem::cli::ClusterBenchOptions cluster_bench;
+  tandem::cli::AddClusterBenchCommand(bench_app, &cluster_bench);
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("serve")) return tandem::cli::RunServe(serve);
   if (app.got_subcommand("client")) return tandem::cli::RunClient(client);
+  if (bench_app->got_subcommand("cluster")) return tandem::cli::RunClusterBench(cluster_bench);
   if (app.got_subcommand("bench")) return tandem::cli::RunBench(bench);
   if (app.got_subcommand("generate")) return tandem::cli::RunGenerate(generate);
   if (app.got_subcommand("tokenize")) return tandem::cli::RunTokenize(tokenize);

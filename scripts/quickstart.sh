@@ -1,20 +1,66 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine: installs packages, builds, fetches the
-# default model (SmolLM2-135M-Instruct, Q4_1) and streams an answer from the
-# single-process CPU engine. (The disaggregated cluster arrives with the cluster issue.)
+# default model (SmolLM2-135M-Instruct, Q4_1), starts a local disaggregated cluster
+# (router + 1 prefill worker + 1 decode worker on loopback), streams one answer through
+# it, prints how to query it, and keeps serving until Ctrl-C.
+#
+#   scripts/quickstart.sh [--once] [QUESTION]
+#     --once   stop the cluster after the demo answer (tests use this)
+#   TANDEM_PORT  the router's gRPC port (default 50051)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+ONCE=0
+if [ "${1:-}" = "--once" ]; then
+  ONCE=1
+  shift
+fi
+QUESTION=${1:-"What is the capital of France? Answer in one sentence."}
+PORT=${TANDEM_PORT:-50051}
+MODEL=models/smollm2-135m-instruct-q4_1.gguf
+
 scripts/setup.sh
 scripts/fetch-model.sh
-scripts/build.sh tandem
+scripts/build.sh tandem tandem-router tandem-prefill-worker tandem-decode-worker
 
-MODEL=models/smollm2-135m-instruct-q4_1.gguf
-QUESTION=${1:-"What is the capital of France? Answer in one sentence."}
-echo "model: $MODEL"
+LOG=$(mktemp /tmp/tandem-quickstart-XXXXXX.log)
+build/bin/tandem serve --model "$MODEL" --grpc-port "$PORT" >"$LOG" 2>&1 &
+SERVE=$!
+stop_cluster() {
+  if kill -0 "$SERVE" 2>/dev/null; then
+    kill -TERM "$SERVE" 2>/dev/null || true
+    wait "$SERVE" 2>/dev/null || true
+  fi
+}
+trap stop_cluster EXIT
+
+for _ in $(seq 1200); do
+  grep -q "tandem serve ready" "$LOG" && break
+  if ! kill -0 "$SERVE" 2>/dev/null; then
+    echo "quickstart: the cluster did not start:" >&2
+    cat "$LOG" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+grep -q "tandem serve ready" "$LOG" || { echo "quickstart: the cluster is not ready after 120 s" >&2; cat "$LOG" >&2; exit 1; }
+grep "tandem serve ready" "$LOG"
+
 echo "user: $QUESTION"
 printf "assistant: "
-build/bin/tandem generate --model "$MODEL" --chat --prompt "$QUESTION" --temperature 0 --max-tokens 128
-echo
-echo "Try: build/bin/tandem generate --model $MODEL --chat --prompt 'Tell me a short story'"
-echo "     build/bin/tandem generate --model $MODEL --prompt 'Once upon a time' --json"
+build/bin/tandem client --endpoint "127.0.0.1:$PORT" --chat --prompt "$QUESTION" \
+  --temperature 0 --max-tokens 128
+
+cat <<EOM
+
+The cluster serves gRPC (tandem.v1.Generation) on 127.0.0.1:$PORT. Try:
+  build/bin/tandem client --endpoint 127.0.0.1:$PORT --chat --prompt 'Tell me a short story'
+  build/bin/tandem client --endpoint 127.0.0.1:$PORT --prompt 'Once upon a time' --json
+  clients/python/generate_stubs.sh && .venv-client/bin/python clients/python/examples/stream.py --endpoint 127.0.0.1:$PORT --prompt 'Hello'
+Its log: $LOG
+EOM
+if [ "$ONCE" = 1 ]; then
+  exit 0
+fi
+echo "Serving until Ctrl-C."
+wait "$SERVE" || true

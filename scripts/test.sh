@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, checks formatting, fetches the default
-# model, builds, runs every CTest test, then fuzzes the GGUF reader for 60 s.
+# model, builds, runs every CTest test, runs the quickstart demo once (a real cluster
+# answering through `tandem client`), then fuzzes the GGUF reader for 60 s.
 # Works on a fresh Debian 12 machine; CI (.ci/run) calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,4 +11,5 @@ scripts/format.sh --check
 scripts/fetch-model.sh
 scripts/build.sh
 (cd build && ctest --output-on-failure -j "$(nproc)")
+TANDEM_PORT=${TANDEM_QUICKSTART_PORT:-50151} scripts/quickstart.sh --once
 scripts/fuzz.sh
