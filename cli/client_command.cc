@@ -99,7 +99,9 @@ int RunClient(const ClientOptions& o) {
                           {"kv_transfer_ms", t.kv_transfer_ms()},
                           {"time_to_first_token_ms", t.time_to_first_token_ms()},
                           {"decode_ms", t.decode_ms()},
-                          {"e2e_ms", t.e2e_ms()}}},
+                          {"e2e_ms", t.e2e_ms()},
+                          {"prefill_compute_ms", t.prefill_compute_ms()},
+                          {"prefill_queue_ms", t.prefill_queue_ms()}}},
                         {"request_id", done.request_id()}};
     if (!done.stop_reason().empty()) j["stop_reason"] = done.stop_reason();
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

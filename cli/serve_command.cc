@@ -14,12 +14,10 @@
 #include <vector>
 
 #include "cli/exit_status.h"
-#include "common/rpc/rpc_server.h"
+#include "common/rpc/router_probe.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "common/util/subprocess.h"
-#include "grpc/health/v1/health.grpc.pb.h"
-#include "tandem/v1/generation.grpc.pb.h"
 
 namespace tandem::cli {
 
@@ -35,39 +33,6 @@ struct Child {
   int port = 0;
   Subprocess process;
 };
-
-// Ready: the router's health says SERVING and it sees every worker healthy.
-bool WaitForReady(const std::string& address, std::chrono::seconds timeout) {
-  auto channel = rpc::MakeChannel(address);
-  auto stub = grpc::health::v1::Health::NewStub(channel);
-  auto generation = v1::Generation::NewStub(channel);
-  auto all_healthy = [&] {
-    v1::GetServerInfoRequest req;
-    v1::GetServerInfoResponse info;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    if (!generation->GetServerInfo(&ctx, req, &info).ok()) return false;
-    for (const auto& w : info.prefill_workers())
-      if (!w.healthy()) return false;
-    for (const auto& w : info.decode_workers())
-      if (!w.healthy()) return false;
-    return true;
-  };
-  const auto until = Clock::now() + timeout;
-  while (Clock::now() < until) {
-    grpc::health::v1::HealthCheckRequest req;
-    req.set_service("tandem.v1.Generation");
-    grpc::health::v1::HealthCheckResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    if (stub->Check(&ctx, req, &resp).ok() &&
-        resp.status() == grpc::health::v1::HealthCheckResponse::SERVING && all_healthy()) {
-      return true;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
 
 std::string SelfDir() {
   std::error_code ec;
@@ -191,7 +156,7 @@ int RunServe(const ServeOptions& o) {
   }
   *(std::find(router.args.begin(), router.args.end(), "--port") + 1) = std::to_string(router.port);
   const std::string endpoint = StrCat(o.host == "0.0.0.0" ? "127.0.0.1" : o.host, ":", router.port);
-  if (!WaitForReady(endpoint, std::chrono::seconds(120))) {
+  if (!rpc::WaitForRouterReady(endpoint, std::chrono::seconds(120))) {
     stop_all(&router);
     return Fail(absl::UnavailableError("the cluster did not become ready within 120 s"));
   }

@@ -65,15 +65,20 @@ bool DecodeWorker::Release(uint64_t lease_id) {
   return released;
 }
 
-absl::Status DecodeWorker::BeginKv(uint64_t lease_id, std::span<const int32_t> block_ids) {
-  std::lock_guard<std::mutex> lock(mu_);
+absl::StatusOr<DecodeWorker::Lease*> DecodeWorker::WritableLease(uint64_t lease_id) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     ++stats_.kv_failures;
     return absl::FailedPreconditionError(
         StrCat("lease ", lease_id, ": unknown, expired or already decoding; KV refused"));
   }
-  Lease& l = it->second;
+  return &it->second;
+}
+
+absl::Status DecodeWorker::BeginKv(uint64_t lease_id, std::span<const int32_t> block_ids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(Lease * lease, WritableLease(lease_id));
+  Lease& l = *lease;
   if (block_ids.empty() || block_ids.size() > l.blocks.size() ||
       !std::equal(block_ids.begin(), block_ids.end(), l.blocks.begin())) {
     ++stats_.kv_failures;
@@ -89,13 +94,8 @@ absl::Status DecodeWorker::BeginKv(uint64_t lease_id, std::span<const int32_t> b
 absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t first_block,
                                    int32_t num_blocks, std::span<const uint8_t> payload) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end()) {
-    ++stats_.kv_failures;
-    return absl::FailedPreconditionError(
-        StrCat("lease ", lease_id, ": unknown, expired or already decoding; KV refused"));
-  }
-  Lease& l = it->second;
+  ASSIGN_OR_RETURN(Lease * lease, WritableLease(lease_id));
+  Lease& l = *lease;
   const int64_t slice_bytes = layout_.LayerStride() * static_cast<int64_t>(sizeof(float));
   absl::Status bad;
   if (l.expected_blocks < 0) {

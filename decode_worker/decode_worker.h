@@ -99,6 +99,8 @@ class DecodeWorker {
   // One turn of the engine thread: expire leases, step, hand tokens to sinks.
   bool Iterate();
   void ExpireLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The lease KV may be written to; FailedPrecondition (counted) otherwise.
+  absl::StatusOr<Lease*> WritableLease(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<engine::Engine> engine_;
   kv::KvLayout layout_;

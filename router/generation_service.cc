@@ -60,6 +60,8 @@ class OutboxSink : public ResponseSink {
     t->set_time_to_first_token_ms(done.timings.ttft_ms);
     t->set_decode_ms(done.timings.decode_ms);
     t->set_e2e_ms(done.timings.e2e_ms);
+    t->set_prefill_compute_ms(done.timings.prefill_compute_ms);
+    t->set_prefill_queue_ms(done.timings.prefill_queue_ms);
     outbox_->Push(std::move(msg));
     outbox_->End(grpc::Status::OK);
   }

@@ -292,6 +292,8 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
   const auto t_prefilled = Clock::now();
   done.timings.prefill_ms = Ms(t_reserved, t_prefilled);
   done.timings.kv_transfer_ms = presp.transfer_ms();
+  done.timings.prefill_compute_ms = presp.compute_ms();
+  done.timings.prefill_queue_ms = presp.queue_ms();
   if (!st.ok()) {
     Release(decode, reservation.lease_id());
     r->Fail(st);

@@ -51,6 +51,7 @@ struct OutputChunk {
 
 struct RequestTimings {
   double queue_ms = 0, prefill_ms = 0, kv_transfer_ms = 0, ttft_ms = 0, decode_ms = 0, e2e_ms = 0;
+  double prefill_compute_ms = 0, prefill_queue_ms = 0;
 };
 
 struct Completion {

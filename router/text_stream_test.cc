@@ -18,7 +18,8 @@ class TextStreamTest : public ::testing::Test {
     delete file_;
   }
   // Streams `ids` one by one; returns the concatenated output (Finish included).
-  static std::string Stream(TextStream& s, const std::vector<int32_t>& ids, std::string* pieces = nullptr) {
+  static std::string Stream(TextStream& s, const std::vector<int32_t>& ids,
+                            std::string* pieces = nullptr) {
     std::string out;
     for (int32_t id : ids) {
       const std::string p = s.Push(id, false);

@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/rpc/router_probe.h"
 #include "common/rpc/rpc_server.h"
 #include "common/util/strings.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/test_paths.h"
 
 namespace tandem::testing {
@@ -81,35 +81,11 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string
   c->endpoint_ = StrCat("127.0.0.1:", c->router_->port);
   auto channel = rpc::MakeChannel(c->endpoint_);
   c->generation_ = v1::Generation::NewStub(channel);
-  auto health = grpc::health::v1::Health::NewStub(channel);
-  const auto until = Clock::now() + kStartTimeout;
-  while (Clock::now() < until) {
-    grpc::health::v1::HealthCheckRequest req;
-    req.set_service("tandem.v1.Generation");
-    grpc::health::v1::HealthCheckResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    if (health->Check(&ctx, req, &resp).ok() &&
-        resp.status() == grpc::health::v1::HealthCheckResponse::SERVING && c->AllHealthy()) {
-      return c;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (!rpc::WaitForRouterReady(c->endpoint_, kStartTimeout)) {
+    *error = "the router never saw every worker healthy; logs in " + c->dir_;
+    return nullptr;
   }
-  *error = "the router never became ready; logs in " + c->dir_;
-  return nullptr;
-}
-
-bool Cluster::AllHealthy() {
-  v1::GetServerInfoRequest req;
-  v1::GetServerInfoResponse info;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  if (!generation_->GetServerInfo(&ctx, req, &info).ok()) return false;
-  for (const auto& w : info.prefill_workers())
-    if (!w.healthy()) return false;
-  for (const auto& w : info.decode_workers())
-    if (!w.healthy()) return false;
-  return true;
+  return c;
 }
 
 Cluster::~Cluster() {

@@ -56,7 +56,6 @@ class Cluster {
     int port = 0;
   };
   Cluster() = default;
-  bool AllHealthy();  // the router sees every worker healthy
   Proc* proc(Role role, int i) { return role == kPrefill ? prefill_[i].get() : decode_[i].get(); }
   const Proc* proc(Role role, int i) const {
     return role == kPrefill ? prefill_[i].get() : decode_[i].get();

@@ -510,17 +510,7 @@ TEST_F(ClusterTest, BadRequestsNameTheFieldAndTheClusterKeepsServing) {
        }},
       {"stop", [](auto* r) { r->mutable_sampling_params()->add_stop(std::string(300, 'x')); }},
       {"stop_token_ids", [](auto* r) { r->mutable_sampling_params()->add_stop_token_ids(49152); }},
-  };
-  for (const Bad& b : cases) {
-    v1::GenerateRequest r = base();
-    b.edit(&r);
-    const GenerateResult res = ::tandem::testing::Generate(cluster_->generation(), r);
-    EXPECT_EQ(res.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
-        << b.field << ": " << res.status.error_message();
-    EXPECT_THAT(res.status.error_message(), ::testing::StartsWith(b.field + ": "));
-  }
-  // Invalid UTF-8 in each text field.
-  const std::vector<Bad> utf8_cases = {
+      // Invalid UTF-8 in each text field.
       {"text", [](auto* r) { r->set_text("caf\xc3 ok"); }},
       {"chat.messages[0].content",
        [](auto* r) {
@@ -530,7 +520,7 @@ TEST_F(ClusterTest, BadRequestsNameTheFieldAndTheClusterKeepsServing) {
        }},
       {"stop", [](auto* r) { r->mutable_sampling_params()->add_stop("\xed\xa0\x80"); }},
   };
-  for (const Bad& b : utf8_cases) {
+  for (const Bad& b : cases) {
     v1::GenerateRequest r = base();
     b.edit(&r);
     const GenerateResult res = ::tandem::testing::Generate(cluster_->generation(), r);
