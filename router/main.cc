@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_split.h"
 #include "common/engine/loaded_model.h"
+#include "common/kv/kv_cache.h"
 #include "common/rpc/process_main.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
@@ -55,8 +56,10 @@ int main(int argc, char** argv) {
   router::WorkerPool pool(prefill_addrs, decode_addrs, std::chrono::milliseconds(poll_ms));
   router::RequestValidator validator(*model->tokenizer, config, limits);
   router::Router router(*model->tokenizer, config, &pool, options);
-  router::ModelInfo info{config.name.empty() ? flags.model : config.name,
-                         int64_t{2} * config.n_layers * config.n_kv_heads * config.head_dim * 4};
+  const kv::KvLayout layout{static_cast<int32_t>(config.n_layers),
+                            static_cast<int32_t>(config.n_kv_heads),
+                            static_cast<int32_t>(config.head_dim)};
+  router::ModelInfo info{config.name.empty() ? flags.model : config.name, layout.BytesPerToken()};
   router::GenerationService service(&router, &pool, &validator, config, info);
 
   auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&service},

@@ -47,7 +47,7 @@ class RouterRequest {
     cancelled_ = true;
     if (active_ != nullptr) active_->TryCancel();
   }
-  bool cancelled() {
+  bool cancelled() const {
     std::lock_guard<std::mutex> lock(mu_);
     return cancelled_;
   }
@@ -76,7 +76,7 @@ class RouterRequest {
     return true;
   }
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   bool cancelled_ = false;
   bool ended_ = false;
   grpc::ClientContext* active_ = nullptr;
@@ -152,16 +152,14 @@ RouterStats Router::Stats() {
 
 void Router::Dispatch() {
   while (!stop_) {
-    queue_.RemoveIf(
-        [](const RouterRequest& r) {
-          return const_cast<RouterRequest&>(r).cancelled() || r.expired();
-        },
-        [this](std::shared_ptr<RouterRequest> r) {
-          r->Fail(r->cancelled() ? absl::CancelledError("cancelled while queued")
-                                 : absl::DeadlineExceededError("deadline passed while queued"));
-          std::lock_guard<std::mutex> lock(mu_);
-          by_id_.erase(r->id);
-        });
+    queue_.RemoveIf([](const RouterRequest& r) { return r.cancelled() || r.expired(); },
+                    [this](std::shared_ptr<RouterRequest> r) {
+                      r->Fail(r->cancelled()
+                                  ? absl::CancelledError("cancelled while queued")
+                                  : absl::DeadlineExceededError("deadline passed while queued"));
+                      std::lock_guard<std::mutex> lock(mu_);
+                      by_id_.erase(r->id);
+                    });
     std::shared_ptr<RouterRequest> r = queue_.Front(std::chrono::milliseconds(20));
     if (r == nullptr || stop_) continue;
     if (!TryStart(r)) {

@@ -8,47 +8,12 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/testing/paged_attention_fixture.h"
 
 namespace tandem::kernels {
 namespace {
 
-// A batch of sequences with given cache lengths and new-token counts, blocks handed
-// out in a shuffled order so tables are not contiguous.
-struct Fixture {
-  kv::KvLayout layout;
-  std::unique_ptr<kv::KvCache> cache;
-  std::vector<int32_t> q_indptr{0}, kv_len, block_indptr{0}, block_ids;
-  std::vector<float> q;
-  AttentionShape shape;
-
-  Fixture(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t block_size,
-          const std::vector<std::pair<int32_t, int32_t>>& seqs /* (kv_len, n_new) */,
-          std::mt19937& rng) {
-    layout = {2, n_kv_heads, head_dim, block_size};
-    int32_t blocks = 0;
-    for (auto [len, n_new] : seqs) blocks += (len + block_size - 1) / block_size;
-    cache = *kv::KvCache::Create(layout, int64_t{blocks} * layout.BlockBytes());
-    std::vector<int32_t> order(blocks);
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
-    int32_t next = 0;
-    std::normal_distribution<float> g(0.0f, 1.0f);
-    for (auto [len, n_new] : seqs) {
-      kv_len.push_back(len);
-      q_indptr.push_back(q_indptr.back() + n_new);
-      for (int32_t b = 0; b < (len + block_size - 1) / block_size; ++b)
-        block_ids.push_back(order[next++]);
-      block_indptr.push_back(static_cast<int32_t>(block_ids.size()));
-    }
-    // Fill the whole cache with noise: only the right rows may be read.
-    for (int64_t i = 0; i < int64_t{blocks} * layout.BlockElements(); ++i)
-      cache->Block(0)[i] = g(rng);
-    q.resize(static_cast<size_t>(q_indptr.back()) * n_heads * head_dim);
-    for (auto& v : q) v = g(rng);
-    shape = {n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};
-  }
-  PagedBatch batch() const { return {q_indptr, kv_len, block_indptr, block_ids}; }
-};
+using ::tandem::kernels::testing::Fixture;
 
 class PagedAttentionPaths : public ::testing::TestWithParam<bool> {
  protected:
