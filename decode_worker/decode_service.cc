@@ -113,7 +113,7 @@ grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*, const v1::GetWo
   resp->set_num_blocks(s.engine.blocks.num_blocks);
   resp->set_block_size(s.engine.blocks.block_size);
   resp->set_free_blocks(s.engine.blocks.free_blocks);
-  resp->set_cached_blocks(0);
+  resp->set_cached_blocks(s.engine.blocks.cached_blocks);
   resp->set_running(s.engine.running);
   resp->set_waiting(s.engine.waiting);
   resp->set_reserved(s.leases);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   rpc::ServerFlags flags;
   engine::EngineOptions options;
   options.kv_cache_bytes = int64_t{256} << 20;
+  options.prefix_caching = true;
   rpc::AddServerFlags(app, &flags);
   rpc::AddEngineFlags(app, &options);
   CLI11_PARSE(app, argc, argv);

@@ -25,7 +25,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
   transport::KvDestination dst{
       d.address(), d.lease_id(), {d.block_ids().begin(), d.block_ids().end()}};
   std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
-  auto r = w->Prefill(std::move(prompt), rpc::FromProto(req->params()), dst);
+  auto r = w->Prefill(std::move(prompt), rpc::FromProto(req->params()), dst, req->cache_salt());
   if (!r.ok()) return rpc::ToGrpc(r.status());
   resp->set_first_token_id(r->first.token);
   if (req->params().logprobs() >= 0) rpc::ToProto(r->first, resp->mutable_logprob());
@@ -34,6 +34,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
   resp->set_compute_ms(r->compute_ms);
   resp->set_transfer_ms(r->transfer_ms);
   resp->set_kv_bytes(r->kv_bytes);
+  resp->set_cached_tokens(static_cast<int32_t>(r->cached_tokens));
   return grpc::Status::OK;
 }
 
@@ -45,6 +46,10 @@ grpc::Status PrefillService::GetWorkerStats(grpc::ServerContext*, const v1::GetW
   resp->set_num_blocks(s.engine.blocks.num_blocks);
   resp->set_block_size(s.engine.blocks.block_size);
   resp->set_free_blocks(s.engine.blocks.free_blocks);
+  resp->set_cached_blocks(s.engine.blocks.cached_blocks);
+  resp->set_prefix_query_tokens_total(s.engine.blocks.prefix_query_tokens);
+  resp->set_prefix_hit_tokens_total(s.engine.blocks.prefix_hit_tokens);
+  resp->set_evicted_blocks_total(s.engine.blocks.evicted_blocks);
   resp->set_running(s.engine.running);
   resp->set_waiting(s.engine.waiting);
   resp->set_preemptions_total(s.engine.preemptions);

@@ -80,7 +80,8 @@ PrefillWorker::~PrefillWorker() {
 
 absl::StatusOr<PrefillResult> PrefillWorker::Prefill(std::vector<int32_t> prompt,
                                                      const engine::SamplingParams& params,
-                                                     const transport::KvDestination& destination) {
+                                                     const transport::KvDestination& destination,
+                                                     uint64_t cache_salt) {
   RETURN_IF_ERROR(sender_->Connect(destination.address));
   auto p = std::make_unique<Pending>();
   p->destination = destination;
@@ -89,9 +90,10 @@ absl::StatusOr<PrefillResult> PrefillWorker::Prefill(std::vector<int32_t> prompt
   auto future = p->promise.get_future();
   // std::function must be copyable: the request travels in a shared holder.
   auto holder = std::make_shared<std::unique_ptr<Pending>>(std::move(p));
-  thread_->Post([this, holder, prompt = std::move(prompt), params]() mutable {
+  thread_->Post([this, holder, prompt = std::move(prompt), params, cache_salt]() mutable {
     std::unique_ptr<Pending> p = std::move(*holder);
-    auto id = engine_->AddRequest(std::move(prompt), params, engine::RequestMode::kPrefillOnly);
+    auto id = engine_->AddRequest(std::move(prompt), params, engine::RequestMode::kPrefillOnly,
+                                  cache_salt);
     if (!id.ok()) {
       p->promise.set_value(id.status());
       return;
@@ -117,6 +119,9 @@ bool PrefillWorker::Iterate() {
         if (it == pending_.end()) continue;
         Pending* p = it->second.get();
         p->result.first = ev;
+        if (const engine::Sequence* seq = engine_->Find(ev.id)) {
+          p->result.cached_tokens = seq->prefix_hit_tokens;
+        }
         p->result.queue_ms = Ms(p->queued_at, p->started_at);
         p->result.compute_ms = Ms(p->started_at, now);
         {

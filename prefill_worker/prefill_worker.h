@@ -33,6 +33,7 @@ struct PrefillResult {
   double compute_ms = 0;
   double transfer_ms = 0;
   int64_t kv_bytes = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
 };
 
 struct PrefillWorkerStats {
@@ -54,7 +55,8 @@ class PrefillWorker {
 
   absl::StatusOr<PrefillResult> Prefill(std::vector<int32_t> prompt,
                                         const engine::SamplingParams& params,
-                                        const transport::KvDestination& destination);
+                                        const transport::KvDestination& destination,
+                                        uint64_t cache_salt = 0);
 
   PrefillWorkerStats Stats() const;
   const kv::KvLayout& layout() const { return engine_->cache().layout(); }

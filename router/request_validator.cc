@@ -1,5 +1,7 @@
 #include "router/request_validator.h"
 
+#include <xxhash.h>
+
 #include <random>
 
 #include "common/tokenizer/chat_template.h"
@@ -71,6 +73,10 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
   spec.request_id = req.request_id();
   if (spec.request_id.size() > 256) return Bad("request_id", "at most 256 bytes");
   spec.stream = req.stream();
+  if (req.cache_salt().size() > 256) return Bad("cache_salt", "at most 256 bytes");
+  if (!req.cache_salt().empty()) {
+    spec.cache_salt = XXH3_64bits(req.cache_salt().data(), req.cache_salt().size()) | 1;
+  }
   switch (req.input_case()) {
     case v1::GenerateRequest::kText: {
       ASSIGN_OR_RETURN(spec.prompt, EncodeText("text", req.text()));

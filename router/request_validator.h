@@ -26,6 +26,7 @@ struct RequestSpec {
   engine::SamplingParams params;  // seed always set
   std::vector<std::string> stop;
   bool stream = true;
+  uint64_t cache_salt = 0;  // 0: the shared prefix-cache namespace
 };
 
 struct ValidatorLimits {

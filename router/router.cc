@@ -252,6 +252,7 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
   preq.set_request_id(r->id);
   preq.mutable_prompt_token_ids()->Assign(spec.prompt.begin(), spec.prompt.end());
   *preq.mutable_params() = params;
+  preq.set_cache_salt(spec.cache_salt);
   v1::KvDestination* dst = preq.mutable_destination();
   dst->set_address(decode->address);
   dst->set_lease_id(reservation.lease_id());
@@ -292,6 +293,7 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
   done.timings.kv_transfer_ms = presp.transfer_ms();
   done.timings.prefill_compute_ms = presp.compute_ms();
   done.timings.prefill_queue_ms = presp.queue_ms();
+  done.cached_tokens = presp.cached_tokens();
   if (!st.ok()) {
     Release(decode, reservation.lease_id());
     r->Fail(st);

@@ -22,7 +22,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
                       static_cast<int32_t>(c.head_dim), options.block_size};
   ASSIGN_OR_RETURN(e->cache_, kv::KvCache::Create(layout, options.kv_cache_bytes));
-  e->blocks_ = std::make_unique<kv::BlockManager>(e->cache_->num_blocks(), options.block_size);
+  e->blocks_ = std::make_unique<kv::BlockManager>(e->cache_->num_blocks(), options.block_size,
+                                                  options.prefix_caching);
   e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get());
   e->executor_ = std::make_unique<ModelExecutor>(weights, e->backend_.get(), e->cache_.get());
   std::random_device rd;
@@ -57,7 +58,7 @@ absl::Status Engine::ValidateRequest(std::span<const int32_t> prompt,
 }
 
 absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const SamplingParams& p,
-                                             RequestMode mode) {
+                                             RequestMode mode, uint64_t cache_salt) {
   RETURN_IF_ERROR(ValidateRequest(prompt, p));
   auto seq = std::make_unique<Sequence>();
   seq->id = next_id_++;
@@ -65,6 +66,7 @@ absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const 
   seq->params = p;
   seq->seed = p.seed.has_value() ? *p.seed : seed_counter_++;
   seq->prefill_only = mode == RequestMode::kPrefillOnly;
+  seq->cache_salt = cache_salt;
   Sequence* raw = seq.get();
   sequences_[raw->id] = std::move(seq);
   scheduler_->Enqueue(raw);
@@ -194,7 +196,9 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step(StepObserver* observer) {
   for (Sequence* seq : step.sequences) {
     new_tokens.clear();
     for (int64_t i = seq->num_cached; i < seq->size(); ++i) new_tokens.push_back(seq->TokenAt(i));
-    if (seq->num_cached == 0) stats_.prompt_tokens_computed += seq->size();
+    if (seq->num_cached < static_cast<int64_t>(seq->prompt.size())) {
+      stats_.prompt_tokens_computed += seq->num_uncomputed();
+    }
     batch_.AddSequence(new_tokens, static_cast<int32_t>(seq->size()), blocks_->BlockTable(seq->id),
                        /*want_logits=*/true);
   }

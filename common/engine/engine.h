@@ -37,6 +37,9 @@ struct EngineOptions {
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int32_t block_size = 16;
   int num_threads = 0;  // 0: every core
+  // Keep full blocks after their sequence ends and reuse them for requests that start
+  // with the same tokens (same cache salt); output is identical either way.
+  bool prefix_caching = false;
   SchedulerOptions scheduler;
 };
 
@@ -88,8 +91,10 @@ class Engine {
   // Validates and queues a request. InvalidArgument names the bad field: empty
   // prompt, token ids out of range, prompt + max_tokens over the context or over the
   // whole KV cache, bad sampling parameters.
+  // `cache_salt`: requests only share cached prefixes with requests of the same salt.
   absl::StatusOr<kv::SeqId> AddRequest(std::vector<int32_t> prompt, const SamplingParams& params,
-                                       RequestMode mode = RequestMode::kFull);
+                                       RequestMode mode = RequestMode::kFull,
+                                       uint64_t cache_salt = 0);
 
   // Allocates blocks for `num_tokens` tokens under a new kReserved sequence, to be
   // filled from outside (KvCache::Block of each id in BlockTable). ResourceExhausted
@@ -103,6 +108,8 @@ class Engine {
                               const SamplingParams& params);
   // Frees a kReserved or kHeld sequence; false (and nothing changes) otherwise.
   bool Release(kv::SeqId id);
+  // Forgets every cached prefix block (they become free).
+  void ClearPrefixCache() { blocks_->ClearCache(); }
 
   // Ends a waiting or running request at the next step boundary (its blocks are freed
   // now); the next Step reports it finished with kCancelled. Other ids are ignored.

@@ -38,10 +38,11 @@ class EngineTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Engine> MakeEngine(int64_t kv_bytes = int64_t{64} << 20,
-                                            int32_t block_size = 16) {
+                                            int32_t block_size = 16, bool prefix_caching = false) {
     EngineOptions o;
     o.kv_cache_bytes = kv_bytes;
     o.block_size = block_size;
+    o.prefix_caching = prefix_caching;
     o.num_threads = 2;
     auto e = Engine::Create(*weights_, o);
     EXPECT_TRUE(e.ok()) << e.status();
@@ -321,6 +322,78 @@ TEST_F(EngineTest, ReservationsAreCheckedThenCommitted) {
   ASSERT_TRUE(b.ok());
   EXPECT_TRUE(e->Release(*b));
   ExpectNoLeak(*e);
+}
+
+// Prefix caching changes what is computed, never what comes out: requests sharing a
+// prefix in one batch, one after another (hits), under a pool so small that cached
+// blocks are evicted and sequences preempted, and with different salts.
+TEST_F(EngineTest, PrefixCacheGivesTheSameTokensAsNoCache) {
+  const std::vector<int32_t> system = *tok_->Encode(
+      "You are a careful assistant. Answer briefly and precisely, and say when you do not "
+      "know. Today we talk about the history of the lighthouse on the northern cape.");
+  std::vector<std::vector<int32_t>> prompts;
+  for (const char* q : {" Who built it?", " When was it lit first?", " Why is it red?",
+                        " How tall is it?", " Who keeps it now?", " Is it open?"}) {
+    std::vector<int32_t> p = system;
+    const std::vector<int32_t> question = *tok_->Encode(q);
+    p.insert(p.end(), question.begin(), question.end());
+    prompts.push_back(p);
+  }
+  ASSERT_GT(system.size(), 32u);
+  for (double temperature : {0.0, 0.8}) {
+    SCOPED_TRACE(temperature);
+    std::vector<SamplingParams> params;
+    std::vector<std::vector<int32_t>> alone;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      params.push_back(Params(temperature, 6, 50 + i));
+      alone.push_back(Alone(prompts[i], params[i]));
+    }
+    for (int32_t block_size : {1, 16}) {
+      SCOPED_TRACE(block_size);
+      auto e = MakeEngine(int64_t{64} << 20, block_size, /*prefix_caching=*/true);
+      // All at once (no reuse within a step), then one by one (reuse), then again.
+      std::map<kv::SeqId, size_t> which;
+      for (size_t i = 0; i < prompts.size(); ++i) which[*e->AddRequest(prompts[i], params[i])] = i;
+      auto out = Drain(*e);
+      for (int round = 0; round < 2; ++round) {
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          const kv::SeqId id = *e->AddRequest(prompts[i], params[i]);
+          which[id] = i;
+          out = Drain(*e, std::move(out));
+          EXPECT_GE(e->Stats().blocks.prefix_hit_tokens, 1);
+        }
+      }
+      for (const auto& [id, i] : which) EXPECT_EQ(out[id], alone[i]) << "request " << i;
+      const auto s = e->Stats();
+      EXPECT_GT(s.blocks.prefix_hit_tokens,
+                0.8 * 12 * static_cast<double>(system.size() / block_size * block_size) - 1);
+      EXPECT_EQ(s.blocks.free_blocks + s.blocks.cached_blocks, s.blocks.num_blocks);
+      // A salt keeps the cache apart: no hit for the same prompt.
+      const int64_t hits = s.blocks.prefix_hit_tokens;
+      const kv::SeqId salted = *e->AddRequest(prompts[0], params[0], RequestMode::kFull, 99);
+      auto salted_out = Drain(*e);
+      EXPECT_EQ(e->Stats().blocks.prefix_hit_tokens, hits);
+      EXPECT_EQ(salted_out[salted], alone[0]);
+      e->ClearPrefixCache();
+      ExpectNoLeak(*e);
+    }
+    {  // 10 blocks of 16 tokens: evictions and preemptions, still the same tokens.
+      auto e = MakeEngine(int64_t{10} * 16 * 2 * 30 * 3 * 64 * 4, 16, /*prefix_caching=*/true);
+      std::map<kv::SeqId, size_t> which;
+      for (size_t i = 0; i < prompts.size(); ++i) which[*e->AddRequest(prompts[i], params[i])] = i;
+      auto out = Drain(*e);                         // all at once: preemption
+      for (uint64_t salt = 1; salt <= 6; ++salt) {  // one by one, each salt its own cache
+        for (size_t i = 0; i < prompts.size(); ++i) {
+          which[*e->AddRequest(prompts[i], params[i], RequestMode::kFull, salt)] = i;
+          out = Drain(*e, std::move(out));
+        }
+      }
+      for (const auto& [id, i] : which) EXPECT_EQ(out[id], alone[i]) << "request " << i;
+      EXPECT_GT(e->Stats().blocks.evicted_blocks, 0) << "the test meant to evict";
+      e->ClearPrefixCache();
+      ExpectNoLeak(*e);
+    }
+  }
 }
 
 }  // namespace

@@ -68,16 +68,27 @@ ScheduledStep Scheduler::Schedule() {
   // Stage 2: admit from the queue, in order, while everything fits.
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front();
-    const int64_t need = seq->num_uncomputed();
     const bool alone = step.sequences.empty();
-    if (need > budget && !alone) break;
     if (blocks_->Has(seq->id)) {
+      if (seq->num_uncomputed() > budget && !alone) break;
       if (!blocks_->CanAppend(seq->id, seq->size())) break;
       TANDEM_CHECK(blocks_->Append(seq->id, seq->size()).ok());
     } else {
-      if (!blocks_->CanAllocate(seq->size())) break;
-      TANDEM_CHECK(blocks_->Allocate(seq->id, seq->size()).ok());
+      // A fresh (or preempted) sequence starts from the longest cached prefix.
+      kv::PrefixMatch prefix;
+      if (blocks_->prefix_caching()) {
+        std::vector<int32_t> tokens(seq->prompt);
+        tokens.insert(tokens.end(), seq->output.begin(), seq->output.end());
+        prefix = blocks_->MatchPrefix(tokens, seq->cache_salt);
+      }
+      const int64_t cached = prefix.tokens(blocks_->block_size());
+      if (seq->size() - cached > budget && !alone) break;
+      if (!blocks_->CanAllocate(seq->size(), prefix)) break;
+      TANDEM_CHECK(blocks_->Allocate(seq->id, seq->size(), prefix, seq->cache_salt).ok());
+      seq->num_cached = cached;
+      if (seq->preemptions == 0) seq->prefix_hit_tokens = cached;
     }
+    const int64_t need = seq->num_uncomputed();
     waiting_.pop_front();
     seq->state = SequenceState::kRunning;
     running_.push_back(seq);

@@ -40,7 +40,9 @@ struct Sequence {
   FinishReason finish = FinishReason::kNone;
   int64_t num_cached = 0;  // leading tokens whose K/V are in the cache
   int32_t preemptions = 0;
-  bool prefill_only = false;  // stop after the first token and hold the blocks
+  bool prefill_only = false;      // stop after the first token and hold the blocks
+  uint64_t cache_salt = 0;        // prefix-cache namespace
+  int64_t prefix_hit_tokens = 0;  // prompt tokens found in the prefix cache at admission
 
   int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t TokenAt(int64_t i) const {

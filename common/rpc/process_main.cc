@@ -28,6 +28,9 @@ void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
       ->capture_default_str();
   app.add_option("--max-batched-tokens", o->scheduler.max_batched_tokens, "Tokens per forward pass")
       ->capture_default_str();
+  app.add_flag("--prefix-caching,!--no-prefix-caching", o->prefix_caching,
+               "Reuse the K/V of cached prompt prefixes")
+      ->capture_default_str();
 }
 
 absl::Status AnnounceListening(const std::string& name, const ServerFlags& f, int port) {

@@ -38,9 +38,10 @@ absl::StatusOr<void*> DeviceScratch::Get(int i, int64_t bytes) {
   return ptr_[i];
 }
 
-absl::Status PagedAttentionCuda(const float* q, const PagedBatch& batch, const AttentionShape& shape,
-                                int32_t layer, const kv::KvLayout& layout, const float* cache,
-                                float* out, DeviceScratch* scratch, const AttentionTuning& tuning) {
+absl::Status PagedAttentionCuda(const float* q, const PagedBatch& batch,
+                                const AttentionShape& shape, int32_t layer,
+                                const kv::KvLayout& layout, const float* cache, float* out,
+                                DeviceScratch* scratch, const AttentionTuning& tuning) {
   const int32_t rows = batch.q_indptr.empty() ? 0 : batch.q_indptr.back();
   if (rows == 0) return absl::OkStatus();
   if (shape.head_dim > 256) {
@@ -57,10 +58,11 @@ absl::Status PagedAttentionCuda(const float* q, const PagedBatch& batch, const A
   }
   const int64_t meta_bytes = static_cast<int64_t>(meta.size() * sizeof(int32_t));
   const int64_t indptr_bytes = static_cast<int64_t>(batch.block_indptr.size() * sizeof(int32_t));
-  const int64_t ids_bytes = static_cast<int64_t>(std::max<size_t>(1, batch.block_ids.size()) * sizeof(int32_t));
+  const int64_t ids_bytes =
+      static_cast<int64_t>(std::max<size_t>(1, batch.block_ids.size()) * sizeof(int32_t));
   const int32_t splits = std::max(1, tuning.max_splits);
-  const int64_t ws_bytes =
-      AttentionWorkspaceFloats(rows, shape.n_heads, splits, shape.head_dim) * static_cast<int64_t>(sizeof(float));
+  const int64_t ws_bytes = AttentionWorkspaceFloats(rows, shape.n_heads, splits, shape.head_dim) *
+                           static_cast<int64_t>(sizeof(float));
   auto d_meta = scratch->Get(0, meta_bytes);
   if (!d_meta.ok()) return d_meta.status();
   auto d_indptr = scratch->Get(1, indptr_bytes);
@@ -70,12 +72,14 @@ absl::Status PagedAttentionCuda(const float* q, const PagedBatch& batch, const A
   auto d_ws = scratch->Get(3, ws_bytes);
   if (!d_ws.ok()) return d_ws.status();
   auto up = [](void* dst, const void* src, int64_t bytes) {
-    return Check(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice), "upload");
+    return Check(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice),
+                 "upload");
   };
   if (auto st = up(*d_meta, meta.data(), meta_bytes); !st.ok()) return st;
   if (auto st = up(*d_indptr, batch.block_indptr.data(), indptr_bytes); !st.ok()) return st;
   if (!batch.block_ids.empty()) {
-    if (auto st = up(*d_ids, batch.block_ids.data(), static_cast<int64_t>(batch.block_ids.size() * sizeof(int32_t)));
+    if (auto st = up(*d_ids, batch.block_ids.data(),
+                     static_cast<int64_t>(batch.block_ids.size() * sizeof(int32_t)));
         !st.ok()) {
       return st;
     }

@@ -35,10 +35,10 @@ struct AttentionTuning {
   int32_t max_splits = 32;       // 1 turns split-K off
 };
 
-absl::Status PagedAttentionCuda(const float* q, const PagedBatch& batch, const AttentionShape& shape,
-                                int32_t layer, const kv::KvLayout& layout, const float* cache,
-                                float* out, DeviceScratch* scratch,
-                                const AttentionTuning& tuning = {});
+absl::Status PagedAttentionCuda(const float* q, const PagedBatch& batch,
+                                const AttentionShape& shape, int32_t layer,
+                                const kv::KvLayout& layout, const float* cache, float* out,
+                                DeviceScratch* scratch, const AttentionTuning& tuning = {});
 
 }  // namespace tandem::kernels::cuda
 

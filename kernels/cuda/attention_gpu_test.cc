@@ -22,7 +22,8 @@ template <class T>
 T* Upload(const std::vector<T>& host) {
   T* d = nullptr;
   EXPECT_EQ(cudaMalloc(&d, host.size() * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            cudaSuccess);
   return d;
 }
 
@@ -60,9 +61,10 @@ TEST(AttentionGpu, MatchesReferenceAtAwkwardSizes) {
   std::mt19937 rng(21);
   for (int32_t head_dim : {64, 128}) {
     for (int32_t block_size : {1, 16}) {
-      Fixture f(8, 2, head_dim, block_size,
-                {{1, 1}, {15, 15}, {17, 17}, {1000, 7}, {4097, 1}}, rng);
-      for (AttentionTuning t : {AttentionTuning{512, 1}, AttentionTuning{256, 32}, AttentionTuning{15, 64}}) {
+      Fixture f(8, 2, head_dim, block_size, {{1, 1}, {15, 15}, {17, 17}, {1000, 7}, {4097, 1}},
+                rng);
+      for (AttentionTuning t :
+           {AttentionTuning{512, 1}, AttentionTuning{256, 32}, AttentionTuning{15, 64}}) {
         SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " block " << block_size
                                           << " split " << t.keys_per_split << "/" << t.max_splits);
         EXPECT_LT(MaxError(f, 1, t), 1e-4);

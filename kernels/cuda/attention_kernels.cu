@@ -28,7 +28,8 @@ __global__ void PartialKernel(AttentionLaunch a) {
   const int pos = a.row_pos[row];
   const int keys = pos + 1;
   const int splits = tile::NumSplits(keys, a.keys_per_split, a.max_splits);
-  float* part = a.workspace + ((static_cast<int64_t>(row) * a.n_heads + h) * a.max_splits + split) * (d + 2);
+  float* part =
+      a.workspace + ((static_cast<int64_t>(row) * a.n_heads + h) * a.max_splits + split) * (d + 2);
   if (split >= splits) {
     if (tid == 0) {
       part[0] = -INFINITY;
@@ -58,7 +59,8 @@ __global__ void PartialKernel(AttentionLaunch a) {
       int32_t block, slot;
       tile::Locate(table, t0 + j, a.geometry.block_size, &block, &slot);
       float dot = 0.f;
-      for (int i = lane; i < d; i += 32) dot += q[i] * a.cache[a.geometry.K(block, a.layer, kvh, i, slot)];
+      for (int i = lane; i < d; i += 32)
+        dot += q[i] * a.cache[a.geometry.K(block, a.layer, kvh, i, slot)];
       dot = WarpSum(dot);
       if (lane == 0) s[j] = dot * a.scale;
     }
@@ -97,7 +99,8 @@ __global__ void PartialKernel(AttentionLaunch a) {
 __global__ void MergeKernel(AttentionLaunch a) {
   const int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   const int d = a.head_dim;
-  const float* parts = a.workspace + (static_cast<int64_t>(row) * a.n_heads + h) * a.max_splits * (d + 2);
+  const float* parts =
+      a.workspace + (static_cast<int64_t>(row) * a.n_heads + h) * a.max_splits * (d + 2);
   float* o = a.out + (static_cast<int64_t>(row) * a.n_heads + h) * d;
   for (int i = tid; i < d; i += blockDim.x) {
     float m = -INFINITY, l = 0.f, acc = 0.f;

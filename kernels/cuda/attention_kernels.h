@@ -18,12 +18,12 @@
 namespace tandem::kernels::cuda {
 
 struct AttentionLaunch {
-  const float* q = nullptr;             // [rows][n_heads][head_dim]
-  const float* cache = nullptr;         // the paged float32 KV cache (geometry below)
+  const float* q = nullptr;      // [rows][n_heads][head_dim]
+  const float* cache = nullptr;  // the paged float32 KV cache (geometry below)
   tile::KvGeometry geometry;
   int32_t layer = 0;
-  const int32_t* row_seq = nullptr;     // [rows] sequence of each query row
-  const int32_t* row_pos = nullptr;     // [rows] its position in the sequence
+  const int32_t* row_seq = nullptr;       // [rows] sequence of each query row
+  const int32_t* row_pos = nullptr;       // [rows] its position in the sequence
   const int32_t* block_indptr = nullptr;  // [seqs + 1]
   const int32_t* block_ids = nullptr;     // block tables, concatenated
   int32_t rows = 0;

@@ -18,8 +18,8 @@ namespace {
 using ::tandem::kernels::testing::Fixture;
 
 tile::KvGeometry Geometry(const kv::KvLayout& l) {
-  return {l.BlockElements(), l.LayerStride(), l.PartStride(), l.block_size, l.n_kv_heads,
-          l.head_dim};
+  return {l.BlockElements(), l.LayerStride(), l.PartStride(),
+          l.block_size,      l.n_kv_heads,    l.head_dim};
 }
 
 // One query row over keys [k_begin, k_end) of its sequence, in tiles of `tile_keys`;
@@ -79,7 +79,8 @@ std::vector<float> TiledAttention(const Fixture& f, int32_t layer, int32_t tile_
     for (int32_t r = 0; r < q_len; ++r) {
       const int32_t q_pos = f.kv_len[s] - q_len + r;
       for (int32_t h = 0; h < sh.n_heads; ++h) {
-        const float* q = f.q.data() + (static_cast<int64_t>(q_begin + r) * sh.n_heads + h) * sh.head_dim;
+        const float* q =
+            f.q.data() + (static_cast<int64_t>(q_begin + r) * sh.n_heads + h) * sh.head_dim;
         const int32_t kvh = tile::KvHeadOf(h, sh.n_heads, sh.n_kv_heads);
         const int32_t keys = q_pos + 1;
         const int32_t splits = tile::NumSplits(keys, keys_per_split, max_splits);
@@ -92,7 +93,8 @@ std::vector<float> TiledAttention(const Fixture& f, int32_t layer, int32_t tile_
           Partial part = AttendRange(q, q_pos, b, e, table, kvh, layer, f, tile_keys);
           float m, l, wa, wb;
           tile::MergeWeights(total.sm.m, total.sm.l, part.sm.m, part.sm.l, &m, &l, &wa, &wb);
-          for (int32_t i = 0; i < sh.head_dim; ++i) total.acc[i] = wa * total.acc[i] + wb * part.acc[i];
+          for (int32_t i = 0; i < sh.head_dim; ++i)
+            total.acc[i] = wa * total.acc[i] + wb * part.acc[i];
           total.sm.m = m;
           total.sm.l = l;
         }
@@ -108,7 +110,8 @@ std::vector<float> TiledAttention(const Fixture& f, int32_t layer, int32_t tile_
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want) {
   ASSERT_EQ(got.size(), want.size());
   double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double{got[i]} - want[i]));
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(double{got[i]} - want[i]));
   EXPECT_LT(worst, 2e-5) << "max |Δ| over " << got.size() << " outputs";
 }
 
@@ -118,7 +121,7 @@ TEST(AttentionTile, TiledPrefillMatchesReference) {
     for (int32_t block_size : {1, 16}) {
       for (auto [nh, nkv] : {std::pair{4, 4}, std::pair{9, 3}, std::pair{8, 1}}) {
         SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " block " << block_size
-                                        << " heads " << nh << "/" << nkv);
+                                          << " heads " << nh << "/" << nkv);
         // Prompts in one pass, a chunk after a cached prefix, and decode rows.
         Fixture f(nh, nkv, head_dim, block_size, {{1, 1}, {15, 15}, {17, 17}, {100, 7}, {1000, 1}},
                   rng);
@@ -141,7 +144,8 @@ TEST(AttentionTile, SplitKDecodeMatchesReferenceAtBatch1_7_17) {
     std::vector<float> want(f.q.size());
     PagedAttentionReference(f.q.data(), f.batch(), f.shape, 0, *f.cache, want.data());
     for (int32_t keys_per_split : {15, 256, 1024}) {
-      SCOPED_TRACE(::testing::Message() << "batch " << batch << ", " << keys_per_split << " keys per split");
+      SCOPED_TRACE(::testing::Message()
+                   << "batch " << batch << ", " << keys_per_split << " keys per split");
       ExpectClose(TiledAttention(f, 0, 32, keys_per_split, 64), want);
     }
   }

@@ -587,5 +587,48 @@ TEST_F(ClusterTest, OverloadIsRefusedFastAndQueuedRequestsStillFinish) {
   }
 }
 
+// The prefill worker's prefix cache: requests sharing a long prefix reuse its K/V
+// (usage.cached_tokens), whether they come one by one or together, and still give the
+// single-process engine's tokens; another cache salt shares nothing.
+TEST_F(ClusterTest, SharedPrefixesAreReusedWithIdenticalAnswers) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  const std::vector<int32_t> pool = TokenPool();
+  const std::vector<int32_t> system = Window(pool, 200, 5);
+  std::vector<Case> cases;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> prompt = system;
+    const std::vector<int32_t> question = Window(pool, 10 + i, 40 + i);
+    prompt.insert(prompt.end(), question.begin(), question.end());
+    cases.push_back({prompt, Params(i % 2 == 0, 8, 300 + i)});
+  }
+  const auto expected = Reference(cases);
+  // One by one: from the second request on, the 192 tokens of full system blocks are cached.
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const GenerateResult r =
+        ::tandem::testing::Generate(cluster_->generation(), ToRequest(cases[i]));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.token_ids, expected[i].first) << "request " << i;
+    EXPECT_EQ(r.complete.usage().cached_tokens(), i == 0 ? 0 : 192) << "request " << i;
+  }
+  // Together, again: the same tokens.
+  const auto together = RunConcurrently(cases);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ASSERT_TRUE(together[i].status.ok());
+    EXPECT_EQ(together[i].token_ids, expected[i].first) << "concurrent request " << i;
+    EXPECT_GE(together[i].complete.usage().cached_tokens(), 192);
+  }
+  // A salt is its own namespace.
+  v1::GenerateRequest salted = ToRequest(cases[0]);
+  salted.set_cache_salt("tenant-b");
+  const GenerateResult r = ::tandem::testing::Generate(cluster_->generation(), salted);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_EQ(r.token_ids, expected[0].first);
+  EXPECT_EQ(r.complete.usage().cached_tokens(), 0);
+  v1::WorkerStats s;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &s));
+  EXPECT_GT(s.prefix_hit_tokens_total(), 5 * 192);
+  EXPECT_GT(s.cached_blocks(), 0);
+}
+
 }  // namespace
 }  // namespace tandem
