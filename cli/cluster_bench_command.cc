@@ -208,7 +208,7 @@ int RunClusterBench(const ClusterBenchOptions& o) {
     if (!t.ok()) return Fail(t.status());
     std::promise<std::pair<absl::Status, transport::KvTransferStats>> done;
     const auto t0 = Clock::now();
-    for (int32_t l = 0; l < layout.n_layers; ++l) (*t)->SendLayer(l);
+    for (int32_t l = 0; l < layout.n_layers; ++l) (*t)->SendLayer(l, 0, res.block_ids_size());
     (*t)->Finish([&](absl::Status s, transport::KvTransferStats stats) {
       done.set_value({s, stats});
     });

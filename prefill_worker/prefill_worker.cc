@@ -20,41 +20,60 @@ class PrefillWorker::Observer : public engine::StepObserver {
  public:
   explicit Observer(PrefillWorker* w) : w_(w) {}
 
-  void OnScheduled(std::span<engine::Sequence* const> sequences) override {
+  // A prompt may take several steps (chunked prefill): its transfer opens with the
+  // first chunk (which also sends the blocks that came from the prefix cache), and
+  // each step sends the blocks its chunk completed.
+  void OnScheduled(std::span<engine::Sequence* const> sequences,
+                   std::span<const int64_t> num_tokens) override {
     active_.clear();
     const auto now = Clock::now();
-    for (engine::Sequence* seq : sequences) {
+    const int32_t bs = w_->layout().block_size;
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      engine::Sequence* seq = sequences[i];
       auto it = w_->pending_.find(seq->id);
       if (it == w_->pending_.end()) continue;
       Pending* p = it->second.get();
-      p->started_at = now;
-      const std::vector<int32_t>& table = w_->engine_->BlockTable(seq->id);
-      const size_t n = (seq->prompt.size() + w_->layout().block_size - 1) / w_->layout().block_size;
-      if (p->destination.block_ids.size() < n || table.size() < n) {
-        p->error = absl::InvalidArgumentError(
-            StrCat("destination.block_ids: ", p->destination.block_ids.size(), " blocks for a ",
-                   seq->prompt.size(), "-token prompt that needs ", n));
-        continue;
+      const int32_t n = static_cast<int32_t>((seq->prompt.size() + bs - 1) / bs);
+      const bool first_chunk = p->transfer == nullptr;
+      if (first_chunk) {
+        if (!p->error.ok()) continue;
+        p->started_at = now;
+        const std::vector<int32_t>& table = w_->engine_->BlockTable(seq->id);
+        if (static_cast<int32_t>(p->destination.block_ids.size()) < n ||
+            static_cast<int32_t>(table.size()) < n) {
+          p->error = absl::InvalidArgumentError(
+              StrCat("destination.block_ids: ", p->destination.block_ids.size(), " blocks for a ",
+                     seq->prompt.size(), "-token prompt that needs ", n));
+          continue;
+        }
+        transport::KvDestination dst = p->destination;
+        dst.block_ids.resize(n);
+        auto t = w_->sender_->Begin(dst, std::vector<int32_t>(table.begin(), table.begin() + n));
+        if (!t.ok()) {
+          p->error = t.status();
+          continue;
+        }
+        p->transfer = *std::move(t);
       }
-      transport::KvDestination dst = p->destination;
-      dst.block_ids.resize(n);
-      auto t = w_->sender_->Begin(dst, std::vector<int32_t>(table.begin(), table.begin() + n));
-      if (!t.ok()) {
-        p->error = t.status();
-        continue;
-      }
-      p->transfer = *std::move(t);
-      active_.push_back(p->transfer.get());
+      const int64_t begin = first_chunk ? 0 : seq->num_cached;
+      const int64_t end = seq->num_cached + num_tokens[i];
+      const int32_t first = static_cast<int32_t>(begin / bs);
+      const int32_t last = std::min<int32_t>(n, static_cast<int32_t>((end + bs - 1) / bs));
+      if (last > first) active_.push_back({p->transfer.get(), first, last - first});
     }
   }
 
   void OnLayerKv(int32_t layer) override {
-    for (transport::KvTransfer* t : active_) t->SendLayer(layer);
+    for (const Send& s : active_) s.transfer->SendLayer(layer, s.first, s.count);
   }
 
  private:
+  struct Send {
+    transport::KvTransfer* transfer;
+    int32_t first, count;
+  };
   PrefillWorker* const w_;
-  std::vector<transport::KvTransfer*> active_;
+  std::vector<Send> active_;
 };
 
 absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(

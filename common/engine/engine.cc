@@ -189,18 +189,21 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step(StepObserver* observer) {
 
   ScheduledStep step = scheduler_->Schedule();
   if (step.empty()) return events;
-  if (observer != nullptr) observer->OnScheduled(step.sequences);
+  if (observer != nullptr) observer->OnScheduled(step.sequences, step.num_tokens);
 
   batch_ = ForwardBatch();
   std::vector<int32_t> new_tokens;
-  for (Sequence* seq : step.sequences) {
+  for (size_t s = 0; s < step.sequences.size(); ++s) {
+    Sequence* seq = step.sequences[s];
+    const int64_t end = seq->num_cached + step.num_tokens[s];
     new_tokens.clear();
-    for (int64_t i = seq->num_cached; i < seq->size(); ++i) new_tokens.push_back(seq->TokenAt(i));
+    for (int64_t i = seq->num_cached; i < end; ++i) new_tokens.push_back(seq->TokenAt(i));
     if (seq->num_cached < static_cast<int64_t>(seq->prompt.size())) {
-      stats_.prompt_tokens_computed += seq->num_uncomputed();
+      stats_.prompt_tokens_computed += step.num_tokens[s];
     }
-    batch_.AddSequence(new_tokens, static_cast<int32_t>(seq->size()), blocks_->BlockTable(seq->id),
-                       /*want_logits=*/true);
+    if (end < seq->size()) ++stats_.prefill_chunks;  // a partial prefill
+    batch_.AddSequence(new_tokens, static_cast<int32_t>(end), blocks_->BlockTable(seq->id),
+                       /*want_logits=*/end == seq->size());
   }
   ModelExecutor::LayerCallback on_layer;
   if (observer != nullptr) on_layer = [observer](int32_t l) { observer->OnLayerKv(l); };
@@ -209,17 +212,21 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step(StepObserver* observer) {
 
   const auto& c = weights_->config();
   const int64_t vocab = c.vocab_size;
+  int64_t logit_row = 0;
   for (size_t s = 0; s < step.sequences.size(); ++s) {
     Sequence* seq = step.sequences[s];
     const int64_t bs = blocks_->block_size();
-    const bool filled_block = seq->size() / bs > seq->num_cached / bs;
-    seq->num_cached = seq->size();
+    const int64_t end = seq->num_cached + step.num_tokens[s];
+    const bool filled_block = end / bs > seq->num_cached / bs;
+    seq->num_cached = end;
     if (filled_block) {
       std::vector<int32_t> tokens(seq->prompt);
       tokens.insert(tokens.end(), seq->output.begin(), seq->output.end());
+      tokens.resize(end);
       blocks_->HashFullBlocks(seq->id, tokens);
     }
-    const std::span<const float> row(logits_.data() + s * vocab, vocab);
+    if (end < seq->size()) continue;  // more chunks to go: nothing to sample yet
+    const std::span<const float> row(logits_.data() + logit_row++ * vocab, vocab);
     SampleResult r =
         Sampler::Sample(row, seq->params, seq->seed, seq->size(), seq->prompt, seq->output);
     seq->output.push_back(r.token);

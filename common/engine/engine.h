@@ -64,8 +64,10 @@ enum class RequestMode {
 class StepObserver {
  public:
   virtual ~StepObserver() = default;
-  // Before the forward pass: the sequences it computes.
-  virtual void OnScheduled(std::span<Sequence* const> sequences) = 0;
+  // Before the forward pass: the sequences it computes; sequence i computes tokens
+  // [num_cached, num_cached + num_tokens[i]) (a prompt may take several steps).
+  virtual void OnScheduled(std::span<Sequence* const> sequences,
+                           std::span<const int64_t> num_tokens) = 0;
   // Layer `layer`'s K/V of every scheduled sequence are in the cache.
   virtual void OnLayerKv(int32_t layer) = 0;
 };
@@ -80,6 +82,7 @@ struct EngineStats {
   kv::BlockManagerStats blocks;
   int64_t steps = 0;
   int64_t prompt_tokens_computed = 0;  // incl. recomputation after preemption
+  int64_t prefill_chunks = 0;          // partial prefills (a prompt split over steps)
   int64_t generated_tokens = 0;
 };
 

@@ -38,8 +38,10 @@ class EngineTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Engine> MakeEngine(int64_t kv_bytes = int64_t{64} << 20,
-                                            int32_t block_size = 16, bool prefix_caching = false) {
+                                            int32_t block_size = 16, bool prefix_caching = false,
+                                            int32_t max_prefill_chunk = 512) {
     EngineOptions o;
+    o.scheduler.max_prefill_chunk = max_prefill_chunk;
     o.kv_cache_bytes = kv_bytes;
     o.block_size = block_size;
     o.prefix_caching = prefix_caching;
@@ -394,6 +396,61 @@ TEST_F(EngineTest, PrefixCacheGivesTheSameTokensAsNoCache) {
       ExpectNoLeak(*e);
     }
   }
+}
+
+// Chunked prefill: a prompt computed in chunks of 16, 48 or 512 tokens gives exactly
+// the tokens of one pass, with and without prefix caching and block sizes 1 and 16.
+TEST_F(EngineTest, ChunkedPrefillGivesTheSameTokens) {
+  std::vector<int32_t> long_prompt;
+  for (const auto& p : Prompts(12)) long_prompt.insert(long_prompt.end(), p.begin(), p.end());
+  ASSERT_GT(long_prompt.size(), 300u);
+  for (double temperature : {0.0, 0.8}) {
+    const SamplingParams p = Params(temperature, 5, 77);
+    std::vector<int32_t> one_pass;
+    {
+      auto e = MakeEngine(int64_t{64} << 20, 16, false, /*max_prefill_chunk=*/0);
+      const kv::SeqId id = *e->AddRequest(long_prompt, p);
+      auto events = StepOk(*e);  // the whole prompt in one step
+      ASSERT_EQ(events.size(), 1u);
+      one_pass = Drain(*e, {{id, {events[0].token}}})[id];
+    }
+    for (int32_t chunk : {16, 48}) {
+      for (int32_t block_size : {1, 16}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "T " << temperature << " chunk " << chunk << " block " << block_size);
+        auto e = MakeEngine(int64_t{64} << 20, block_size, /*prefix_caching=*/true, chunk);
+        const kv::SeqId id = *e->AddRequest(long_prompt, p);
+        EXPECT_EQ(Drain(*e)[id], one_pass);
+        EXPECT_GE(e->Stats().prefill_chunks, static_cast<int64_t>(long_prompt.size()) / chunk - 1);
+        e->ClearPrefixCache();
+        ExpectNoLeak(*e);
+      }
+    }
+  }
+}
+
+// A short prompt that arrives while a long one is being prefilled gets its first token
+// in the next step, not after the whole long prompt (counted in steps, not seconds).
+TEST_F(EngineTest, ShortPromptIsNotStuckBehindALongOne) {
+  std::vector<int32_t> long_prompt;
+  for (const auto& p : Prompts(16)) long_prompt.insert(long_prompt.end(), p.begin(), p.end());
+  auto e = MakeEngine(int64_t{64} << 20, 16, false, /*max_prefill_chunk=*/64);
+  const kv::SeqId long_id = *e->AddRequest(long_prompt, Params(0, 2, 1));
+  EXPECT_TRUE(StepOk(*e).empty());  // first chunk of the long prompt: no token yet
+  const kv::SeqId short_id = *e->AddRequest(Prompts(3)[1], Params(0, 2, 1));
+  int step = 1, short_first = -1, long_first = -1;
+  while (e->HasWork()) {
+    ++step;
+    for (const auto& ev : StepOk(*e)) {
+      if (ev.id == short_id && short_first < 0) short_first = step;
+      if (ev.id == long_id && long_first < 0) long_first = step;
+    }
+  }
+  const int long_steps = static_cast<int>((long_prompt.size() + 63) / 64);
+  EXPECT_EQ(short_first, 2);
+  EXPECT_EQ(long_first, long_steps);
+  EXPECT_GT(long_steps, 4);
+  ExpectNoLeak(*e);
 }
 
 }  // namespace

@@ -61,16 +61,25 @@ ScheduledStep Scheduler::Schedule() {
     step.preempted.push_back(victim);
   }
   int64_t budget = options_.max_batched_tokens;
-  for (Sequence* seq : running_) {
+  auto schedule = [&](Sequence* seq, int64_t n) {
     step.sequences.push_back(seq);
-    budget -= seq->num_uncomputed();
+    step.num_tokens.push_back(n);
+    budget -= n;
+  };
+  // Stage 2: decoding sequences first (one token each), then the next chunk of every
+  // prompt being prefilled, then the queue.
+  for (Sequence* seq : running_) {
+    if (seq->num_uncomputed() == 1) schedule(seq, 1);
   }
-  // Stage 2: admit from the queue, in order, while everything fits.
+  for (Sequence* seq : running_) {
+    if (seq->num_uncomputed() <= 1) continue;
+    if (const int64_t n = ChunkOf(*seq, budget, step.sequences.empty()); n > 0) schedule(seq, n);
+  }
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front();
     const bool alone = step.sequences.empty();
     if (blocks_->Has(seq->id)) {
-      if (seq->num_uncomputed() > budget && !alone) break;
+      if (ChunkOf(*seq, budget, alone) == 0) break;
       if (!blocks_->CanAppend(seq->id, seq->size())) break;
       TANDEM_CHECK(blocks_->Append(seq->id, seq->size()).ok());
     } else {
@@ -82,20 +91,34 @@ ScheduledStep Scheduler::Schedule() {
         prefix = blocks_->MatchPrefix(tokens, seq->cache_salt);
       }
       const int64_t cached = prefix.tokens(blocks_->block_size());
-      if (seq->size() - cached > budget && !alone) break;
+      const int64_t saved = seq->num_cached;
+      seq->num_cached = cached;
+      const int64_t chunk = ChunkOf(*seq, budget, alone);
+      seq->num_cached = saved;
+      if (chunk == 0) break;
       if (!blocks_->CanAllocate(seq->size(), prefix)) break;
       TANDEM_CHECK(blocks_->Allocate(seq->id, seq->size(), prefix, seq->cache_salt).ok());
       seq->num_cached = cached;
       if (seq->preemptions == 0) seq->prefix_hit_tokens = cached;
     }
-    const int64_t need = seq->num_uncomputed();
     waiting_.pop_front();
     seq->state = SequenceState::kRunning;
     running_.push_back(seq);
-    step.sequences.push_back(seq);
-    budget -= need;
+    schedule(seq, ChunkOf(*seq, budget, alone));
   }
   return step;
+}
+
+int64_t Scheduler::ChunkOf(const Sequence& seq, int64_t budget, bool alone) const {
+  const int64_t need = seq.num_uncomputed();
+  const int64_t bs = blocks_->block_size();
+  int64_t cap = budget;
+  if (options_.max_prefill_chunk > 0) cap = std::min<int64_t>(cap, options_.max_prefill_chunk);
+  if (need <= cap) return need;
+  // A partial chunk ends on a block boundary (num_cached is on one too).
+  int64_t n = (seq.num_cached + cap) / bs * bs - seq.num_cached;
+  if (n <= 0 && alone) n = std::min(need, bs - seq.num_cached % bs);
+  return std::max<int64_t>(n, 0);
 }
 
 }  // namespace tandem::engine

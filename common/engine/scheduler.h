@@ -4,11 +4,17 @@
 //   1. capacity — every running sequence must fit one more token in KV memory; when
 //      blocks run out, the youngest running sequence is preempted (its blocks freed,
 //      it goes back to the front of the queue to be recomputed) until the rest fit;
-//   2. batch — waiting sequences are admitted in arrival order while the running
-//      count stays under max_running, their tokens fit the step's token budget and
-//      their blocks can be allocated (check, then commit). A waiting sequence that
-//      already holds blocks (its prompt's KV arrived from a prefill worker) only needs
-//      room for its next token.
+//   2. batch — every decoding sequence gets its next token; prompts being prefilled
+//      get their next chunk; then waiting sequences are admitted in arrival order
+//      while the running count stays under max_running, the step's token budget
+//      lasts and their blocks can be allocated (check, then commit). A waiting
+//      sequence that already holds blocks (its prompt's KV arrived from a prefill
+//      worker) only needs room for its next token.
+//
+// Chunked prefill: a prompt is computed in chunks of at most max_prefill_chunk tokens
+// (a multiple of the block size), one chunk per step, so a short prompt that arrives
+// behind a long one joins the next step instead of waiting for the whole long prompt.
+// Blocks for the whole prompt are allocated at admission.
 //
 // Memory is blocks only: the scheduler calls the BlockManager, never the cache bytes.
 // Not thread-safe: owned by the engine thread.
@@ -26,11 +32,13 @@ namespace tandem::engine {
 
 struct SchedulerOptions {
   int32_t max_running = 64;           // sequences in one batch
-  int32_t max_batched_tokens = 2048;  // tokens per forward pass (a longer prompt runs alone)
+  int32_t max_batched_tokens = 2048;  // tokens per forward pass
+  int32_t max_prefill_chunk = 512;    // prompt tokens of one sequence per step (0: no limit)
 };
 
 struct ScheduledStep {
-  std::vector<Sequence*> sequences;  // each computes tokens [num_cached, size())
+  std::vector<Sequence*> sequences;  // sequence i computes tokens
+  std::vector<int64_t> num_tokens;   // [num_cached, num_cached + num_tokens[i])
   std::vector<Sequence*> preempted;  // sent back to the queue in this step
   bool empty() const { return sequences.empty(); }
 };
@@ -54,6 +62,10 @@ class Scheduler {
 
  private:
   void Preempt(Sequence* seq);
+  // Tokens `seq` computes this step given `budget` left: all it lacks if that fits,
+  // else a chunk ending on a block boundary; 0 if not even one block fits (unless
+  // `alone`, when one block's worth is taken anyway so the step makes progress).
+  int64_t ChunkOf(const Sequence& seq, int64_t budget, bool alone) const;
 
   SchedulerOptions options_;
   kv::BlockManager* blocks_;

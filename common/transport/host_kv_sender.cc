@@ -22,7 +22,9 @@ class HostKvSender::Transfer : public KvTransfer {
   Transfer(HostKvSender* sender, KvDestination dst, std::vector<int32_t> src)
       : sender_(sender), dst_(std::move(dst)), src_(std::move(src)) {}
 
-  void SendLayer(int32_t layer) override { sender_->Enqueue({this, layer}); }
+  void SendLayer(int32_t layer, int32_t first, int32_t count) override {
+    sender_->Enqueue({this, layer, first, count});
+  }
   void Finish(std::function<void(absl::Status, KvTransferStats)> done) override {
     done_ = std::move(done);
     finish_called_ = Clock::now();
@@ -125,12 +127,13 @@ void HostKvSender::Run() {
     if (task.layer < 0) {
       Complete(task.transfer);
     } else if (task.transfer->error_.ok()) {
-      WriteLayer(task.transfer, task.layer);
+      WriteLayer(task.transfer, task.layer, task.first, task.count);
     }
   }
 }
 
-void HostKvSender::WriteLayer(Transfer* t, int32_t layer) {
+void HostKvSender::WriteLayer(Transfer* t, int32_t layer, int32_t first_block,
+                              int32_t count_blocks) {
   if (t->writer_ == nullptr) {
     t->ctx_.set_deadline(std::chrono::system_clock::now() + kTransferTimeout);
     t->writer_ = t->stub_->PushKvBlocks(&t->ctx_, &t->response_);
@@ -140,8 +143,8 @@ void HostKvSender::WriteLayer(Transfer* t, int32_t layer) {
   const int64_t slice_floats = layout.LayerStride();
   const int64_t slice_bytes = slice_floats * static_cast<int64_t>(sizeof(float));
   const int32_t per_chunk = static_cast<int32_t>(std::max<int64_t>(1, chunk_bytes_ / slice_bytes));
-  const int32_t n = static_cast<int32_t>(t->src_.size());
-  for (int32_t first = 0; first < n; first += per_chunk) {
+  const int32_t n = std::min(first_block + count_blocks, static_cast<int32_t>(t->src_.size()));
+  for (int32_t first = first_block; first < n; first += per_chunk) {
     const int32_t count = std::min(per_chunk, n - first);
     v1::KvBlocksChunk chunk;
     if (t->stats_.bytes == 0) {

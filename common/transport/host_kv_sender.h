@@ -38,10 +38,12 @@ class HostKvSender : public KvSender {
   struct Task {
     Transfer* transfer;
     int32_t layer;  // -1: finish
+    int32_t first = 0;
+    int32_t count = 0;
   };
   void Enqueue(Task task);
   void Run();
-  void WriteLayer(Transfer* t, int32_t layer);
+  void WriteLayer(Transfer* t, int32_t layer, int32_t first, int32_t count);
   void Complete(Transfer* t);
 
   const kv::KvCache* cache_;

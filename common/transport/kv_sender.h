@@ -40,9 +40,10 @@ struct KvTransferStats {
 class KvTransfer {
  public:
   virtual ~KvTransfer() = default;
-  // Queues layer `layer` of every block for sending; the cache bytes must stay put
-  // until Finish's callback has run.
-  virtual void SendLayer(int32_t layer) = 0;
+  // Queues layer `layer` of blocks [first, first + count) (indices into the transfer's
+  // block lists) for sending; the cache bytes must stay put until Finish's callback
+  // has run. Each (layer, block) must be sent exactly once.
+  virtual void SendLayer(int32_t layer, int32_t first, int32_t count) = 0;
   // After the last SendLayer: `done` runs (on a transport thread) with the outcome.
   virtual void Finish(std::function<void(absl::Status, KvTransferStats)> done) = 0;
 };
