@@ -82,9 +82,12 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveReque
                                     v1::ReserveResponse* resp) {
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
-  auto r = w->Reserve(req->num_tokens(), std::chrono::milliseconds(req->lease_ms()));
+  std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
+  auto r = w->Reserve(req->num_tokens(), std::chrono::milliseconds(req->lease_ms()), prompt,
+                      req->cache_salt());
   if (!r.ok()) return rpc::ToGrpc(r.status());
   resp->set_lease_id(r->lease_id);
+  resp->set_cached_blocks(r->cached_blocks);
   resp->mutable_block_ids()->Assign(r->block_ids.begin(), r->block_ids.end());
   *resp->mutable_fingerprint() = fingerprint_;
   return grpc::Status::OK;
@@ -124,6 +127,9 @@ grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*, const v1::GetWo
   resp->set_kv_transfer_failures_total(s.kv_failures);
   resp->set_expired_leases_total(s.expired_leases);
   resp->set_generated_tokens_total(s.engine.generated_tokens);
+  resp->set_prefix_query_tokens_total(s.engine.blocks.prefix_query_tokens);
+  resp->set_prefix_hit_tokens_total(s.engine.blocks.prefix_hit_tokens);
+  resp->set_evicted_blocks_total(s.engine.blocks.evicted_blocks);
   return grpc::Status::OK;
 }
 

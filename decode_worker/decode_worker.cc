@@ -31,22 +31,26 @@ DecodeWorker::~DecodeWorker() {
 }
 
 absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
-                                                  std::chrono::milliseconds lease) {
+                                                  std::chrono::milliseconds lease,
+                                                  std::span<const int32_t> prompt,
+                                                  uint64_t cache_salt) {
   if (lease <= std::chrono::milliseconds(0) || lease > options_.max_lease) {
     return absl::InvalidArgumentError(
         StrCat("lease_ms: must be in [1, ", options_.max_lease.count(), "]"));
   }
   absl::StatusOr<Reservation> result;
   thread_->Run([&] {
-    auto id = engine_->Reserve(num_tokens);
+    int32_t cached = 0;
+    auto id = engine_->Reserve(num_tokens, prompt, cache_salt, &cached);
     if (!id.ok()) {
       result = id.status();
       return;
     }
-    Reservation r{*id, engine_->BlockTable(*id)};
+    Reservation r{*id, engine_->BlockTable(*id), cached};
     std::lock_guard<std::mutex> lock(mu_);
     Lease& l = leases_[*id];
     l.blocks = r.block_ids;
+    l.cached_blocks = cached;
     l.expires = Clock::now() + lease;
     l.layer_received.assign(layout_.n_layers, 0);
     result = std::move(r);
@@ -79,7 +83,8 @@ absl::Status DecodeWorker::BeginKv(uint64_t lease_id, std::span<const int32_t> b
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Lease * lease, WritableLease(lease_id));
   Lease& l = *lease;
-  if (block_ids.empty() || block_ids.size() > l.blocks.size() ||
+  if (block_ids.size() < static_cast<size_t>(l.cached_blocks) || block_ids.empty() ||
+      block_ids.size() > l.blocks.size() ||
       !std::equal(block_ids.begin(), block_ids.end(), l.blocks.begin())) {
     ++stats_.kv_failures;
     return absl::InvalidArgumentError(
@@ -103,10 +108,12 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
   } else if (layer < 0 || layer >= layout_.n_layers) {
     bad = absl::InvalidArgumentError(
         StrCat("layer: ", layer, " outside [0, ", layout_.n_layers, ")"));
-  } else if (first_block < 0 || num_blocks < 1 || first_block + num_blocks > l.expected_blocks) {
+  } else if (first_block < l.cached_blocks || num_blocks < 1 ||
+             first_block + num_blocks > l.expected_blocks) {
     bad = absl::InvalidArgumentError(StrCat("first_block/num_blocks: [", first_block, ", ",
-                                            first_block + num_blocks, ") outside the ",
-                                            l.expected_blocks, " blocks of the transfer"));
+                                            first_block + num_blocks, ") outside blocks [",
+                                            l.cached_blocks, ", ", l.expected_blocks,
+                                            ") of the transfer (the rest are cached here)"));
   } else if (static_cast<int64_t>(payload.size()) != num_blocks * slice_bytes) {
     bad = absl::InvalidArgumentError(
         StrCat("payload: ", payload.size(), " bytes, expected ", num_blocks * slice_bytes));
@@ -135,11 +142,11 @@ absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
   }
   Lease& l = it->second;
   for (int32_t layer = 0; layer < layout_.n_layers; ++layer) {
-    if (l.expected_blocks < 0 || l.layer_received[layer] < l.expected_blocks) {
+    const int32_t expected = l.expected_blocks - l.cached_blocks;
+    if (l.expected_blocks < 0 || l.layer_received[layer] < expected) {
       ++stats_.kv_failures;
       return absl::DataLossError(StrCat("lease ", lease_id, ": layer ", layer, " got ",
-                                        l.layer_received[layer], " of ", l.expected_blocks,
-                                        " blocks"));
+                                        l.layer_received[layer], " of ", expected, " blocks"));
     }
   }
   l.complete = true;

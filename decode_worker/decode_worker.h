@@ -36,6 +36,7 @@ struct DecodeWorkerOptions {
 struct Reservation {
   uint64_t lease_id = 0;
   std::vector<int32_t> block_ids;
+  int32_t cached_blocks = 0;  // leading blocks already holding the prompt's K/V
 };
 
 // Receives one sequence's tokens on the engine thread. Must not block.
@@ -63,9 +64,12 @@ class DecodeWorker {
                                                               const DecodeWorkerOptions& options);
   ~DecodeWorker();  // stops the engine thread; open sinks get OnError(Unavailable)
 
-  // Blocks for `num_tokens` tokens, held for `lease`. ResourceExhausted when they do
-  // not fit now.
-  absl::StatusOr<Reservation> Reserve(int64_t num_tokens, std::chrono::milliseconds lease);
+  // Blocks for `num_tokens` tokens, held for `lease`; the leading blocks of `prompt`
+  // that this worker's prefix cache holds are shared rather than allocated (they are
+  // then neither sent nor written). ResourceExhausted when they do not fit now.
+  absl::StatusOr<Reservation> Reserve(int64_t num_tokens, std::chrono::milliseconds lease,
+                                      std::span<const int32_t> prompt = {},
+                                      uint64_t cache_salt = 0);
   // Frees an unused reservation; false when the lease is unknown.
   bool Release(uint64_t lease_id);
 
@@ -91,6 +95,7 @@ class DecodeWorker {
   struct Lease {
     std::vector<int32_t> blocks;
     std::chrono::steady_clock::time_point expires;
+    int32_t cached_blocks = 0;            // shared from the prefix cache: never written
     int32_t expected_blocks = -1;         // set by BeginKv
     std::vector<int32_t> layer_received;  // [n_layers] blocks received per layer
     bool complete = false;

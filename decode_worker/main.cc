@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   rpc::ServerFlags flags;
   decode::DecodeWorkerOptions options;
   options.engine.kv_cache_bytes = int64_t{512} << 20;
+  options.engine.prefix_caching = true;
   rpc::AddServerFlags(app, &flags);
   rpc::AddEngineFlags(app, &options.engine);
   CLI11_PARSE(app, argc, argv);

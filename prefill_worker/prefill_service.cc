@@ -23,7 +23,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
     return rpc::ToGrpc(st);
   }
   transport::KvDestination dst{
-      d.address(), d.lease_id(), {d.block_ids().begin(), d.block_ids().end()}};
+      d.address(), d.lease_id(), {d.block_ids().begin(), d.block_ids().end()}, d.cached_blocks()};
   std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
   auto r = w->Prefill(std::move(prompt), rpc::FromProto(req->params()), dst, req->cache_salt());
   if (!r.ok()) return rpc::ToGrpc(r.status());

@@ -57,7 +57,9 @@ class PrefillWorker::Observer : public engine::StepObserver {
       }
       const int64_t begin = first_chunk ? 0 : seq->num_cached;
       const int64_t end = seq->num_cached + num_tokens[i];
-      const int32_t first = static_cast<int32_t>(begin / bs);
+      // Blocks the decode worker already caches are not sent.
+      const int32_t first =
+          std::max(static_cast<int32_t>(begin / bs), p->destination.cached_blocks);
       const int32_t last = std::min<int32_t>(n, static_cast<int32_t>((end + bs - 1) / bs));
       if (last > first) active_.push_back({p->transfer.get(), first, last - first});
     }

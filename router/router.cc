@@ -190,6 +190,8 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
     req.set_request_id(r->id);
     req.set_num_tokens(static_cast<int32_t>(r->spec.prompt.size()) + 1);
     req.set_lease_ms(static_cast<int32_t>(options_.lease.count()));
+    req.mutable_prompt_token_ids()->Assign(r->spec.prompt.begin(), r->spec.prompt.end());
+    req.set_cache_salt(r->spec.cache_salt);
     v1::ReserveResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + kReserveTimeout);
@@ -258,6 +260,7 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
   dst->set_lease_id(reservation.lease_id());
   *dst->mutable_block_ids() = reservation.block_ids();
   *dst->mutable_fingerprint() = reservation.fingerprint();
+  dst->set_cached_blocks(reservation.cached_blocks());
   v1::PrefillResponse presp;
   absl::Status st = absl::UnavailableError("prefill: no healthy prefill worker");
   std::vector<Worker*> tried;

@@ -105,7 +105,8 @@ std::vector<Worker*> WorkerPool::DecodeCandidates() {
   // Free blocks as last reported, less a guess at what the router reserved since;
   // then the fewest sequences in flight.
   auto score = [](const Worker* w) {
-    return std::make_pair(-(w->stats.free_blocks() - 4 * w->in_flight), w->in_flight);
+    const int32_t available = w->stats.free_blocks() + w->stats.cached_blocks();
+    return std::make_pair(-(available - 4 * w->in_flight), w->in_flight);
   };
   std::stable_sort(out.begin(), out.end(),
                    [&](const Worker* a, const Worker* b) { return score(a) < score(b); });

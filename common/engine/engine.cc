@@ -73,18 +73,25 @@ absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const 
   return raw->id;
 }
 
-absl::StatusOr<kv::SeqId> Engine::Reserve(int64_t num_tokens) {
+absl::StatusOr<kv::SeqId> Engine::Reserve(int64_t num_tokens, std::span<const int32_t> prompt,
+                                          uint64_t cache_salt, int32_t* cached_blocks) {
   if (num_tokens < 1) return absl::InvalidArgumentError("num_tokens: must be at least 1");
+  if (static_cast<int64_t>(prompt.size()) > num_tokens) {
+    return absl::InvalidArgumentError("prompt_token_ids: longer than num_tokens");
+  }
   const kv::SeqId id = next_id_;
-  if (!blocks_->CanAllocate(num_tokens)) {
+  const kv::PrefixMatch prefix = blocks_->MatchPrefix(prompt, cache_salt);
+  if (!blocks_->CanAllocate(num_tokens, prefix)) {
     return absl::ResourceExhaustedError(StrCat("KV cache: ", blocks_->BlocksFor(num_tokens),
                                                " blocks needed, ", blocks_->num_free_blocks(),
                                                " free"));
   }
-  TANDEM_CHECK(blocks_->Allocate(id, num_tokens).ok());
+  TANDEM_CHECK(blocks_->Allocate(id, num_tokens, prefix, cache_salt).ok());
+  if (cached_blocks != nullptr) *cached_blocks = static_cast<int32_t>(prefix.blocks.size());
   ++next_id_;
   auto seq = std::make_unique<Sequence>();
   seq->id = id;
+  seq->cache_salt = cache_salt;
   seq->state = SequenceState::kReserved;
   sequences_[id] = std::move(seq);
   return id;

@@ -100,9 +100,12 @@ class Engine {
                                        uint64_t cache_salt = 0);
 
   // Allocates blocks for `num_tokens` tokens under a new kReserved sequence, to be
-  // filled from outside (KvCache::Block of each id in BlockTable). ResourceExhausted
-  // (nothing changes) when they do not fit.
-  absl::StatusOr<kv::SeqId> Reserve(int64_t num_tokens);
+  // filled from outside (KvCache::Block of each id in BlockTable). With prefix
+  // caching, the leading blocks of `prompt` found in the cache are shared instead
+  // (*cached_blocks of them; they must not be written). ResourceExhausted (nothing
+  // changes) when they do not fit.
+  absl::StatusOr<kv::SeqId> Reserve(int64_t num_tokens, std::span<const int32_t> prompt = {},
+                                    uint64_t cache_salt = 0, int32_t* cached_blocks = nullptr);
   // Turns a kReserved sequence whose blocks hold `prompt`'s K/V into a waiting one
   // with `first_token` generated; it runs from the next step. Validates like
   // AddRequest; a first token that already ends the request is reported by the next

@@ -1,7 +1,6 @@
 #include "common/kv/block_manager.h"
 
-#include <xxhash.h>
-
+#include "common/kv/block_hash.h"
 #include "common/util/check.h"
 #include "common/util/strings.h"
 
@@ -21,9 +20,7 @@ BlockManager::BlockManager(int32_t num_blocks, int32_t block_size, bool prefix_c
 }
 
 uint64_t BlockManager::ChainHash(uint64_t parent, const int32_t* block_tokens) const {
-  // 0 means "no hash" in block_hash_; a real hash of 0 is nudged.
-  const uint64_t h = XXH3_64bits_withSeed(block_tokens, block_size_ * sizeof(int32_t), parent);
-  return h == 0 ? 1 : h;
+  return ChainBlockHash(parent, block_tokens, block_size_);
 }
 
 void BlockManager::Unlru(int32_t b) {

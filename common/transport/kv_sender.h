@@ -28,6 +28,7 @@ struct KvDestination {
   std::string address;             // the decode worker, host:port
   uint64_t lease_id = 0;           // its reservation
   std::vector<int32_t> block_ids;  // reserved ids, in sequence order
+  int32_t cached_blocks = 0;       // leading blocks the receiver already holds: not sent
 };
 
 struct KvTransferStats {

@@ -628,6 +628,14 @@ TEST_F(ClusterTest, SharedPrefixesAreReusedWithIdenticalAnswers) {
   ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &s));
   EXPECT_GT(s.prefix_hit_tokens_total(), 5 * 192);
   EXPECT_GT(s.cached_blocks(), 0);
+  // The decode worker kept the prefix too: later reservations shared its blocks and
+  // the prefill worker sent only the rest.
+  v1::WorkerStats d;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &d));
+  EXPECT_GT(d.prefix_hit_tokens_total(), 5 * 192);
+  const int64_t full_prompt_bytes = int64_t{14} * 2 * 30 * 3 * 64 * 4 * 16;  // 14 blocks
+  EXPECT_LT(d.kv_transfer_bytes_total(), 13 * full_prompt_bytes / 2)
+      << "13 prompts were pushed in full";
 }
 
 }  // namespace
