@@ -4,22 +4,19 @@
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <future>
 #include <map>
-#include <sstream>
 #include <thread>
 
 #include "cli/bench_prompts.h"
 #include "cli/exit_status.h"
+#include "cli/local_cluster.h"
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/rpc_server.h"
 #include "common/transport/host_kv_sender.h"
 #include "common/util/strings.h"
-#include "common/util/subprocess.h"
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -131,31 +128,10 @@ int RunClusterBench(const ClusterBenchOptions& o) {
   eo.kv_cache_bytes = int64_t{512} << 20;
 
   // The cluster.
-  char dir[] = "/tmp/tandem-bench-XXXXXX";
-  if (mkdtemp(dir) == nullptr) return Fail(absl::InternalError("mkdtemp failed"));
-  const std::string log = std::string(dir) + "/serve.log";
-  std::error_code ec;
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-  Subprocess serve;
-  serve.Start({self, "serve", "--model", o.model, "--grpc-port", "0", "--threads-per-worker",
-               std::to_string(threads)},
-              log);
-  std::string endpoint, decode_addr;
-  for (int i = 0; i < 6000 && endpoint.empty() && serve.running(); ++i) {
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    const std::string out = text.str();
-    const size_t at = out.find("ready: gRPC ");
-    const size_t d = out.find("; decode ");
-    if (at != std::string::npos && d != std::string::npos) {
-      endpoint = out.substr(at + 12, out.find(' ', at + 12) - at - 12);
-      decode_addr = out.substr(d + 9, out.find_first_of(",;", d + 9) - d - 9);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (endpoint.empty())
-    return Fail(absl::UnavailableError("tandem serve did not start; see " + log));
+  auto cluster = LocalCluster::Start(o.model, {"--threads-per-worker", std::to_string(threads)});
+  if (!cluster.ok()) return Fail(cluster.status());
+  const std::string endpoint = (*cluster)->endpoint();
+  const std::string decode_addr = (*cluster)->decode()[0];
   auto channel = rpc::MakeChannel(endpoint);
   auto stub = v1::Generation::NewStub(channel);
 
@@ -249,8 +225,7 @@ int RunClusterBench(const ClusterBenchOptions& o) {
                    {"ratio_p50", Quantile(all, 0.5) / Quantile(steps, 0.5)},
                    {"ratio_p99", Quantile(all, 0.99) / Quantile(steps, 0.99)}});
   }
-  serve.Stop(std::chrono::seconds(30));
-  std::filesystem::remove_all(dir, ec);
+  cluster->reset();
 
   const double l_ttft = Quantile(local_ttft, 0.5), c_ttft = Quantile(ttft, 0.5);
   const double kv_full = Quantile(push_ms, 0.5), kv_exposed = Quantile(exposed_kv, 0.5);

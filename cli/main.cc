@@ -3,6 +3,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/bench_command.h"
+#include "cli/cache_bench_command.h"
 #include "cli/client_command.h"
 #include "cli/cluster_bench_command.h"
 #include "cli/generate_command.h"
@@ -27,9 +28,13 @@ int main(int argc, char** argv) {
   CLI::App* bench_app = tandem::cli::AddBenchCommand(app, &bench);
   tandem::cli::ClusterBenchOptions cluster_bench;
   tandem::cli::AddClusterBenchCommand(bench_app, &cluster_bench);
+  tandem::cli::CacheBenchOptions cache_bench;
+  auto [prefix_app, chunked_app] = tandem::cli::AddCacheBenchCommands(bench_app, &cache_bench);
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("serve")) return tandem::cli::RunServe(serve);
   if (app.got_subcommand("client")) return tandem::cli::RunClient(client);
+  if (prefix_app->parsed()) return tandem::cli::RunPrefixCacheBench(cache_bench);
+  if (chunked_app->parsed()) return tandem::cli::RunChunkedPrefillBench(cache_bench);
   if (bench_app->got_subcommand("cluster")) return tandem::cli::RunClusterBench(cluster_bench);
   if (app.got_subcommand("bench")) return tandem::cli::RunBench(bench);
   if (app.got_subcommand("generate")) return tandem::cli::RunGenerate(generate);

@@ -67,6 +67,15 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
                   "On SIGINT/SIGTERM, how long running requests may take to finish")
       ->capture_default_str();
   cmd->add_option("--max-queued-requests", o->max_queued_requests)->capture_default_str();
+  cmd->add_flag("--prefix-caching,!--no-prefix-caching", o->prefix_caching,
+                "Reuse cached prompt prefixes on the workers")
+      ->capture_default_str();
+  cmd->add_option("--routing-policy", o->routing_policy,
+                  "Prefill worker choice: round_robin, least_loaded, cache_aware")
+      ->capture_default_str();
+  cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk,
+                  "Prompt tokens one sequence computes per step (chunked prefill; 0: whole prompt)")
+      ->capture_default_str();
   cmd->add_option("--bin-dir", o->bin_dir,
                   "Where the tandem-* binaries are (default: beside this one)");
 }
@@ -99,7 +108,10 @@ int RunServe(const ServeOptions& o) {
               "--threads",
               std::to_string(threads),
               "--kv-cache-bytes",
-              std::to_string(kv_bytes)};
+              std::to_string(kv_bytes),
+              o.prefix_caching ? "--prefix-caching" : "--no-prefix-caching",
+              "--max-prefill-chunk",
+              std::to_string(o.max_prefill_chunk)};
   };
   for (int i = 0; i < o.prefill_workers; ++i) add_worker("prefill", i, o.prefill_kv_cache_bytes);
   for (int i = 0; i < o.decode_workers; ++i) add_worker("decode", i, o.decode_kv_cache_bytes);
@@ -147,7 +159,9 @@ int RunServe(const ServeOptions& o) {
                  "--drain-timeout-ms",
                  std::to_string(o.drain_timeout_ms),
                  "--max-queued-requests",
-                 std::to_string(o.max_queued_requests)};
+                 std::to_string(o.max_queued_requests),
+                 "--routing-policy",
+                 o.routing_policy};
   router.process.Start(router.args);
   router.port = WaitForPortFile(router.port_file, &router.process, std::chrono::seconds(60));
   if (router.port == 0) {

@@ -27,7 +27,10 @@ struct ServeOptions {
   int64_t prefill_kv_cache_bytes = int64_t{256} << 20;
   int drain_timeout_ms = 10000;
   int max_queued_requests = 256;
-  std::string bin_dir;  // default: the directory of this executable
+  bool prefix_caching = true;                  // on every worker
+  std::string routing_policy = "cache_aware";  // router
+  int32_t max_prefill_chunk = 512;             // prefill workers
+  std::string bin_dir;                         // default: the directory of this executable
 };
 
 void AddServeCommand(CLI::App& app, ServeOptions* options);

@@ -130,6 +130,7 @@ grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*, const v1::GetWo
   resp->set_prefix_query_tokens_total(s.engine.blocks.prefix_query_tokens);
   resp->set_prefix_hit_tokens_total(s.engine.blocks.prefix_hit_tokens);
   resp->set_evicted_blocks_total(s.engine.blocks.evicted_blocks);
+  resp->set_prefill_chunks_total(s.engine.prefill_chunks);
   return grpc::Status::OK;
 }
 

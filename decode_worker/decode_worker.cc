@@ -52,6 +52,7 @@ absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
     l.blocks = r.block_ids;
     l.cached_blocks = cached;
     l.expires = Clock::now() + lease;
+    l.duration = lease;
     l.layer_received.assign(layout_.n_layers, 0);
     result = std::move(r);
   });
@@ -128,6 +129,7 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
                 static_cast<size_t>(slice_bytes));
   }
   l.layer_received[layer] += num_blocks;
+  l.expires = Clock::now() + l.duration;
   stats_.kv_bytes_received += static_cast<int64_t>(payload.size());
   return absl::OkStatus();
 }

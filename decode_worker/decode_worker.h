@@ -4,7 +4,8 @@
 // router Reserves blocks under a lease, a prefill worker writes the prompt's K/V into
 // them (BeginKv / WriteKv / EndKv), then StartDecode admits the sequence at the next
 // step boundary and its tokens flow to a TokenSink. Leases that see no StartDecode in
-// time are reclaimed at a step boundary; KV for an unknown or expired lease is refused.
+// time are reclaimed at a step boundary (every KV write renews the lease, so a long
+// prompt prefilled in chunks keeps it); KV for an unknown or expired lease is refused.
 //
 // Thread-safe: every public method may be called from any thread (RPC threads). Engine
 // calls happen on the engine thread only; RPC threads queue commands for it. KV bytes
@@ -30,7 +31,7 @@ namespace tandem::decode {
 
 struct DecodeWorkerOptions {
   engine::EngineOptions engine;
-  std::chrono::milliseconds max_lease{60000};
+  std::chrono::milliseconds max_lease{600000};
 };
 
 struct Reservation {
@@ -95,9 +96,10 @@ class DecodeWorker {
   struct Lease {
     std::vector<int32_t> blocks;
     std::chrono::steady_clock::time_point expires;
-    int32_t cached_blocks = 0;            // shared from the prefix cache: never written
-    int32_t expected_blocks = -1;         // set by BeginKv
-    std::vector<int32_t> layer_received;  // [n_layers] blocks received per layer
+    std::chrono::milliseconds duration{0};  // every KV write renews the lease for this long
+    int32_t cached_blocks = 0;              // shared from the prefix cache: never written
+    int32_t expected_blocks = -1;           // set by BeginKv
+    std::vector<int32_t> layer_received;    // [n_layers] blocks received per layer
     bool complete = false;
   };
   DecodeWorker() = default;

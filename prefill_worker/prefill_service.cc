@@ -50,6 +50,7 @@ grpc::Status PrefillService::GetWorkerStats(grpc::ServerContext*, const v1::GetW
   resp->set_prefix_query_tokens_total(s.engine.blocks.prefix_query_tokens);
   resp->set_prefix_hit_tokens_total(s.engine.blocks.prefix_hit_tokens);
   resp->set_evicted_blocks_total(s.engine.blocks.evicted_blocks);
+  resp->set_prefill_chunks_total(s.engine.prefill_chunks);
   resp->set_running(s.engine.running);
   resp->set_waiting(s.engine.waiting);
   resp->set_preemptions_total(s.engine.preemptions);

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   flags.port = 50051;
   std::string prefill, decode;
   router::RouterOptions options;
-  int lease_ms = 30000, poll_ms = 500;
+  int lease_ms = 120000, poll_ms = 500;
   router::ValidatorLimits limits;
   rpc::AddServerFlags(app, &flags);
   app.add_option("--prefill", prefill, "Prefill workers, host:port,...")->required();
@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-prefill-tokens-in-flight", options.max_prefill_tokens_in_flight,
                  "Prompt tokens sent to one prefill worker before the rest wait in the queue")
       ->capture_default_str();
+  std::string routing = "cache_aware";
+  app.add_option("--routing-policy", routing,
+                 "How to pick a prefill worker: round_robin, least_loaded, cache_aware")
+      ->capture_default_str();
   app.add_option("--lease-ms", lease_ms, "How long a decode reservation waits for its KV")
       ->capture_default_str();
   app.add_option("--health-poll-ms", poll_ms, "Worker health and stats polling interval")
@@ -44,6 +48,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-router: %s\n", st.ToString().c_str());
     return 1;
   };
+  auto policy = router::ParseRoutingPolicy(routing);
+  if (!policy.ok()) return fail(policy.status());
+  options.routing = *policy;
 
   engine::LoadOptions lo;
   lo.weights = false;  // the router only tokenizes

@@ -1,5 +1,6 @@
 #include "router/router.h"
 
+#include "common/kv/block_hash.h"
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/status_convert.h"
 #include "common/util/status_macros.h"
@@ -13,7 +14,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kReserveTimeout = std::chrono::seconds(2);
 constexpr auto kReleaseTimeout = std::chrono::seconds(2);
-constexpr auto kDefaultPrefillTimeout = std::chrono::seconds(300);
+constexpr auto kDefaultPrefillTimeout = std::chrono::minutes(30);  // when the client sets none
 constexpr auto kRetryWait = std::chrono::milliseconds(5);
 
 double Ms(Clock::time_point a, Clock::time_point b) {
@@ -183,8 +184,17 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
   }
   std::vector<Worker*> candidates = pool_->DecodeCandidates();
   if (candidates.empty()) return fail(absl::UnavailableError("no healthy decode worker"));
-  Worker* prefill = pool_->PickPrefillWithRoom(options_.max_prefill_tokens_in_flight);
-  if (prefill == nullptr) return false;  // prefill is busy enough: wait here, not there
+  const int32_t block_size = pool_->PrefillBlockSize();
+  std::vector<uint64_t> hashes;
+  if (block_size > 0)
+    hashes = kv::PrefixBlockHashes(r->spec.prompt, block_size, r->spec.cache_salt);
+  const PrefillChoice choice =
+      pool_->ChoosePrefill(hashes, static_cast<int64_t>(r->spec.prompt.size()),
+                           options_.max_prefill_tokens_in_flight, options_.routing);
+  // Prefill is busy enough, or the best worker is computing this very prefix: wait
+  // here (in order, deadlines kept) rather than there.
+  if (choice.worker == nullptr || choice.wait) return false;
+  Worker* prefill = choice.worker;
   for (Worker* d : candidates) {
     v1::ReserveRequest req;
     req.set_request_id(r->id);
@@ -204,8 +214,10 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
       }
       pool_->Begin(d, 0);
       pool_->Begin(prefill, static_cast<int64_t>(r->spec.prompt.size()));
-      std::thread([this, r, d, prefill, resp = std::move(resp)]() mutable {
-        Drive(r, d, std::move(resp), prefill);
+      pool_->BeginPrefix(prefill, hashes);
+      std::thread([this, r, d, prefill, resp = std::move(resp),
+                   hashes = std::move(hashes)]() mutable {
+        Drive(r, d, std::move(resp), prefill, std::move(hashes));
         pool_->End(d, 0);
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -238,7 +250,7 @@ void Router::Release(Worker* decode, uint64_t lease_id) {
 }
 
 void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
-                   v1::ReserveResponse reservation, Worker* prefill) {
+                   v1::ReserveResponse reservation, Worker* prefill, std::vector<uint64_t> hashes) {
   const auto t_reserved = Clock::now();
   const RequestSpec& spec = r->spec;
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
@@ -268,16 +280,21 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
     Worker* p = attempt == 0 ? prefill : pool_->PickPrefill(tried);
     if (p == nullptr) break;
     tried.push_back(p);
-    if (attempt > 0) pool_->Begin(p, n_prompt);
+    if (attempt > 0) {
+      pool_->Begin(p, n_prompt);
+      pool_->BeginPrefix(p, hashes);
+    }
     grpc::ClientContext ctx;
     r->SetDeadline(&ctx, kDefaultPrefillTimeout);
     if (!r->SetActive(&ctx)) {
       pool_->End(p, n_prompt);
+      pool_->EndPrefix(p, hashes, false);
       st = absl::CancelledError("cancelled");
       break;
     }
     const grpc::Status s = p->prefill->Prefill(&ctx, preq, &presp);
     pool_->End(p, n_prompt);
+    pool_->EndPrefix(p, hashes, s.ok());
     r->ClearActive();
     if (s.ok()) {
       st = absl::OkStatus();

@@ -76,12 +76,16 @@ class ResponseSink {
 
 struct RouterOptions {
   QueueLimits queue;
-  std::chrono::milliseconds lease{30000};  // how long a reservation waits for its KV
+  // How long a reservation waits for KV (renewed by every KV write). Generous: a
+  // request may queue inside a prefill worker behind a long prompt before its first
+  // chunk starts.
+  std::chrono::milliseconds lease{120000};
   int max_prefill_attempts = 2;
   // Prompt tokens the router keeps in flight per prefill worker; the rest wait in the
   // admission queue (where deadlines and order are kept) rather than holding decode
   // reservations while they queue inside a prefill worker.
   int64_t max_prefill_tokens_in_flight = 8192;
+  RoutingPolicy routing = RoutingPolicy::kCacheAware;
 };
 
 struct RouterStats {
@@ -114,9 +118,10 @@ class Router {
   void Dispatch();
   // Tries to reserve decode memory for `r`; true when it left the queue.
   bool TryStart(const std::shared_ptr<RouterRequest>& r);
-  // `prefill`: the first prefill worker to try, its tokens already counted (Begin).
+  // `prefill`: the first prefill worker to try, its tokens and the prompt's block
+  // `hashes` already counted there (Begin, BeginPrefix).
   void Drive(std::shared_ptr<RouterRequest> r, Worker* decode, v1::ReserveResponse reservation,
-             Worker* prefill);
+             Worker* prefill, std::vector<uint64_t> hashes);
   void Release(Worker* decode, uint64_t lease_id);
 
   const tokenizer::Tokenizer& tokenizer_;

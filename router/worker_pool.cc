@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/rpc/rpc_server.h"
+#include "common/util/strings.h"
 
 namespace tandem::router {
 
@@ -129,10 +130,75 @@ Worker* WorkerPool::PickPrefill(const std::vector<Worker*>& exclude) {
   return best;
 }
 
-Worker* WorkerPool::PickPrefillWithRoom(int64_t max_tokens) {
-  Worker* w = PickPrefill({});
+absl::StatusOr<RoutingPolicy> ParseRoutingPolicy(std::string_view name) {
+  if (name == "round_robin") return RoutingPolicy::kRoundRobin;
+  if (name == "least_loaded") return RoutingPolicy::kLeastLoaded;
+  if (name == "cache_aware") return RoutingPolicy::kCacheAware;
+  return absl::InvalidArgumentError(
+      StrCat("--routing-policy: ", name, " (one of round_robin, least_loaded, cache_aware)"));
+}
+
+PrefillChoice WorkerPool::ChoosePrefill(std::span<const uint64_t> hashes, int64_t tokens,
+                                        int64_t max_tokens, RoutingPolicy policy) {
   std::lock_guard<std::mutex> lock(mu_);
-  return w != nullptr && (w->sent_tokens == 0 || w->sent_tokens < max_tokens) ? w : nullptr;
+  std::vector<Worker*> open;
+  for (auto& w : workers_) {
+    if (w->role == WorkerRole::kPrefill && w->healthy &&
+        (w->sent_tokens == 0 || w->sent_tokens < max_tokens)) {
+      open.push_back(w.get());
+    }
+  }
+  PrefillChoice c;
+  if (open.empty()) return c;
+  switch (policy) {
+    case RoutingPolicy::kRoundRobin:
+      c.worker = open[round_robin_++ % open.size()];
+      break;
+    case RoutingPolicy::kLeastLoaded:
+      c.worker = *std::min_element(open.begin(), open.end(), [](const Worker* a, const Worker* b) {
+        return a->sent_tokens + a->in_flight < b->sent_tokens + b->in_flight;
+      });
+      break;
+    case RoutingPolicy::kCacheAware: {
+      // Estimated work before this prompt's first token there: what is in flight plus
+      // the part of the prompt that is not (and will not soon be) cached.
+      int64_t best_cost = 0;
+      int32_t best_future = 0;
+      for (Worker* w : open) {
+        const int64_t bs = w->stats.block_size();
+        const int32_t future = w->prefixes.FuturePrefix(hashes);
+        const int64_t cost = w->sent_tokens + w->in_flight + tokens - bs * future;
+        if (c.worker == nullptr || cost < best_cost) {
+          c.worker = w;
+          best_cost = cost;
+          best_future = future;
+        }
+      }
+      c.wait = best_future > c.worker->prefixes.CachedPrefix(hashes);
+      break;
+    }
+  }
+  c.cached_blocks = c.worker->prefixes.CachedPrefix(hashes);
+  return c;
+}
+
+int32_t WorkerPool::PrefillBlockSize() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& w : workers_) {
+    if (w->role == WorkerRole::kPrefill && w->stats.block_size() > 0) return w->stats.block_size();
+  }
+  return 0;
+}
+
+void WorkerPool::BeginPrefix(Worker* w, std::span<const uint64_t> hashes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (w->stats.num_blocks() > 0) w->prefixes.set_capacity(w->stats.num_blocks());
+  w->prefixes.AddInFlight(hashes);
+}
+
+void WorkerPool::EndPrefix(Worker* w, std::span<const uint64_t> hashes, bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  w->prefixes.EndInFlight(hashes, ok);
 }
 
 void WorkerPool::Begin(Worker* w, int64_t tokens) {

@@ -18,17 +18,29 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "router/prefix_index.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::router {
 
 enum class WorkerRole { kPrefill, kDecode };
+
+// How the router picks a prefill worker.
+enum class RoutingPolicy {
+  kRoundRobin,   // in turn
+  kLeastLoaded,  // fewest prompt tokens in flight
+  kCacheAware,   // least estimated work: tokens in flight + the prompt's uncached part
+};
+absl::StatusOr<RoutingPolicy> ParseRoutingPolicy(std::string_view name);
 
 // One worker. Stubs are immutable and thread-safe; the rest is guarded by the pool.
 struct Worker {
@@ -42,6 +54,14 @@ struct Worker {
   v1::WorkerStats stats;
   int32_t in_flight = 0;    // requests the router has there now
   int64_t sent_tokens = 0;  // prompt tokens in flight there (prefill)
+  PrefixIndex prefixes;     // prefill: what its prefix cache probably holds
+};
+
+// A routing decision for one prompt.
+struct PrefillChoice {
+  Worker* worker = nullptr;   // null: no healthy prefill worker has room now
+  bool wait = false;          // the best worker is computing this prefix now: wait for it
+  int32_t cached_blocks = 0;  // leading prompt blocks believed cached there
 };
 
 struct WorkerSnapshot {
@@ -66,9 +86,16 @@ class WorkerPool {
   // The healthy prefill worker with the least queued work, not in `exclude`; null if none.
   Worker* PickPrefill(const std::vector<Worker*>& exclude);
 
-  // The healthy prefill worker with the least queued work if it has fewer than
-  // `max_tokens` prompt tokens in flight from this router (or none at all); else null.
-  Worker* PickPrefillWithRoom(int64_t max_tokens);
+  // The prefill worker for a prompt of `tokens` tokens whose full blocks hash to
+  // `hashes` (PrefixBlockHashes with PrefillBlockSize), among healthy workers with
+  // fewer than `max_tokens` prompt tokens in flight from this router (or none).
+  PrefillChoice ChoosePrefill(std::span<const uint64_t> hashes, int64_t tokens, int64_t max_tokens,
+                              RoutingPolicy policy);
+  // Block size the prefill workers report (0 before any did).
+  int32_t PrefillBlockSize();
+  // `hashes` are being computed on `w` / that computation ended (ok: now cached there).
+  void BeginPrefix(Worker* w, std::span<const uint64_t> hashes);
+  void EndPrefix(Worker* w, std::span<const uint64_t> hashes, bool ok);
 
   // Book-keeping of the router's own traffic.
   void Begin(Worker* w, int64_t tokens);
@@ -91,6 +118,7 @@ class WorkerPool {
   std::condition_variable cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t round_robin_ ABSL_GUARDED_BY(mu_) = 0;
   std::function<void(bool)> on_ready_;
   std::thread thread_;
 };

@@ -159,6 +159,40 @@ void BlockManager::Free(SeqId seq) {
   tables_.erase(it);
 }
 
+bool BlockManager::CanFork(SeqId parent, int64_t num_tokens) const {
+  auto it = tables_.find(parent);
+  if (it == tables_.end() || num_tokens < 1) return false;
+  if (BlocksFor(num_tokens) > static_cast<int32_t>(it->second.blocks.size())) return false;
+  return num_tokens % block_size_ == 0 || num_free_blocks() >= 1;
+}
+
+absl::Status BlockManager::Fork(SeqId parent, SeqId child, int64_t num_tokens, int32_t* copy_from,
+                                int32_t* copy_to) {
+  if (tables_.contains(child)) {
+    return absl::AlreadyExistsError(StrCat("sequence ", child, " already has blocks"));
+  }
+  if (!CanFork(parent, num_tokens)) {
+    return absl::ResourceExhaustedError(StrCat("cannot fork sequence ", parent));
+  }
+  const Table p = tables_.at(parent);  // copy: the insertion below may rehash
+  Table& c = tables_[child];
+  c.salt = p.salt;
+  const int32_t full = static_cast<int32_t>(num_tokens / block_size_);
+  for (int32_t i = 0; i < full; ++i) {
+    ++ref_count_[p.blocks[i]];
+    c.blocks.push_back(p.blocks[i]);
+    if (i < static_cast<int32_t>(p.hashes.size())) c.hashes.push_back(p.hashes[i]);
+  }
+  *copy_from = -1;
+  *copy_to = -1;
+  if (num_tokens % block_size_ != 0) {
+    *copy_from = p.blocks[full];
+    *copy_to = TakeFree();
+    c.blocks.push_back(*copy_to);
+  }
+  return absl::OkStatus();
+}
+
 void BlockManager::ClearCache() {
   while (!lru_.empty()) {
     const int32_t b = lru_.front();

@@ -91,6 +91,14 @@ class BlockManager {
   // others become free. Unknown sequences are ignored.
   void Free(SeqId seq);
 
+  // A new sequence `child` holding the first `num_tokens` tokens of `parent` (parallel
+  // sampling, beams): the full blocks are shared; a partial last block cannot be (both
+  // will write into it), so the child gets a fresh one whose content the caller copies
+  // from the parent's (*copy_from → *copy_to; -1 when there is nothing to copy).
+  bool CanFork(SeqId parent, int64_t num_tokens) const;
+  absl::Status Fork(SeqId parent, SeqId child, int64_t num_tokens, int32_t* copy_from,
+                    int32_t* copy_to);
+
   // Forgets every cached block (they become free). Referenced blocks are untouched.
   void ClearCache();
 

@@ -113,7 +113,7 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedOnlyUnderPressureNeverReferencedBlocks)
 }
 
 // Long random sequences of allocate (with and without a cached prefix) / append /
-// hash / free / clear against a simple model of who holds which block; the internal
+// fork / hash / free / clear against a simple model of who holds which block; the internal
 // invariants hold after every step, and reused blocks always hold the tokens a
 // sequence expects (tracked per block by the model).
 TEST(PrefixCache, RandomOperationsAgreeWithASimpleModel) {
@@ -171,6 +171,24 @@ TEST(PrefixCache, RandomOperationsAgreeWithASimpleModel) {
           }
           bm.HashFullBlocks(it->first, t);
           it->second = t;
+        } else if (op == 6 && !tokens.empty()) {  // fork one (all or part of its tokens)
+          auto it = std::next(tokens.begin(),
+                              std::uniform_int_distribution<size_t>(0, tokens.size() - 1)(rng));
+          const int64_t n = std::uniform_int_distribution<int64_t>(1, it->second.size())(rng);
+          int32_t from = -1, to = -1;
+          const bool can = bm.CanFork(it->first, n);
+          ASSERT_EQ(bm.Fork(it->first, next, n, &from, &to).ok(), can);
+          if (can) {
+            if (from >= 0) content[to] = content[from];  // the caller copies the partial block
+            // The child's content is the parent's first n tokens.
+            if (n % block_size != 0) content[to].resize(n % block_size);
+            tokens[next] = std::vector<int32_t>(it->second.begin(), it->second.begin() + n);
+            const auto& table = bm.BlockTable(next);
+            ASSERT_EQ(static_cast<int64_t>(table.size()), bm.BlocksFor(n));
+            for (size_t i = 0; i + 1 < table.size(); ++i)
+              ASSERT_EQ(table[i], bm.BlockTable(it->first)[i]);
+          }
+          ++next;
         } else if (op < 9 && !tokens.empty()) {  // free one
           auto it = std::next(tokens.begin(),
                               std::uniform_int_distribution<size_t>(0, tokens.size() - 1)(rng));

@@ -28,6 +28,9 @@ void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
       ->capture_default_str();
   app.add_option("--max-batched-tokens", o->scheduler.max_batched_tokens, "Tokens per forward pass")
       ->capture_default_str();
+  app.add_option("--max-prefill-chunk", o->scheduler.max_prefill_chunk,
+                 "Prompt tokens one sequence computes per step (chunked prefill; 0: whole prompt)")
+      ->capture_default_str();
   app.add_flag("--prefix-caching,!--no-prefix-caching", o->prefix_caching,
                "Reuse the K/V of cached prompt prefixes")
       ->capture_default_str();

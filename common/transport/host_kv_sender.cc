@@ -14,7 +14,9 @@ namespace tandem::transport {
 namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
-constexpr auto kTransferTimeout = std::chrono::seconds(60);
+// A long prompt on a slow machine may stream chunks for minutes; a dead peer is caught
+// by keepalive pings long before this.
+constexpr auto kTransferTimeout = std::chrono::minutes(30);
 }  // namespace
 
 class HostKvSender::Transfer : public KvTransfer {

@@ -186,6 +186,14 @@ class ClusterTest : public ::testing::Test {
       EXPECT_EQ(r.complete.usage().completion_tokens(), static_cast<int>(r.token_ids.size()));
       EXPECT_GE(r.chunks, 1);
     }
+    // The 700- to 1,500-token prompts were prefilled in chunks, their KV sent per chunk.
+    int64_t chunks = 0;
+    for (int i = 0; i < config.prefill; ++i) {
+      v1::WorkerStats s;
+      ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, i, &s));
+      chunks += s.prefill_chunks_total();
+    }
+    EXPECT_GE(chunks, 3);
   }
 
   static engine::LoadedModel* model_;
@@ -636,6 +644,45 @@ TEST_F(ClusterTest, SharedPrefixesAreReusedWithIdenticalAnswers) {
   const int64_t full_prompt_bytes = int64_t{14} * 2 * 30 * 3 * 64 * 4 * 16;  // 14 blocks
   EXPECT_LT(d.kv_transfer_bytes_total(), 13 * full_prompt_bytes / 2)
       << "13 prompts were pushed in full";
+}
+
+// Cache-aware routing with 2 prefill workers: requests that share a prefix follow it to
+// the worker that caches it (all but the first hit), where round-robin routing would
+// split them and compute the prefix on both.
+TEST_F(ClusterTest, CacheAwareRoutingFollowsThePrefix) {
+  for (const std::string policy : {"cache_aware", "round_robin"}) {
+    SCOPED_TRACE(policy);
+    ClusterConfig config = Topology(2, 1);
+    config.router_flags = {"--routing-policy", policy};
+    ASSERT_NO_FATAL_FAILURE(StartCluster(config));
+    const std::vector<int32_t> pool = TokenPool();
+    const std::vector<int32_t> system = Window(pool, 160, 9);  // 10 full blocks
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> prompt = system;
+      const std::vector<int32_t> q = Window(pool, 12, 60 + i);
+      prompt.insert(prompt.end(), q.begin(), q.end());
+      const GenerateResult r = ::tandem::testing::Generate(cluster_->generation(),
+                                                           ToRequest({prompt, Params(true, 2, i)}));
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    }
+    int64_t hits = 0;
+    int used = 0;
+    for (int w = 0; w < 2; ++w) {
+      v1::WorkerStats s;
+      ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, w, &s));
+      hits += s.prefix_hit_tokens_total();
+      used += s.prefix_query_tokens_total() > 0;
+    }
+    if (policy == "cache_aware") {
+      EXPECT_EQ(used, 1);
+      EXPECT_EQ(hits, 5 * 160);
+    } else {
+      EXPECT_EQ(used, 2);
+      EXPECT_EQ(hits, 4 * 160);
+    }
+    EXPECT_EQ(cluster_->WaitForBaseline(), "");
+    cluster_.reset();
+  }
 }
 
 }  // namespace
