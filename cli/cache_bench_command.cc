@@ -30,11 +30,7 @@ struct Ttft {
 };
 
 Ttft FirstToken(v1::Generation::Stub* stub, const std::vector<int32_t>& prompt) {
-  v1::GenerateRequest req;
-  req.mutable_token_ids()->mutable_ids()->Assign(prompt.begin(), prompt.end());
-  req.mutable_sampling_params()->set_max_tokens(1);
-  req.mutable_sampling_params()->set_temperature(0);
-  req.set_stream(true);
+  const v1::GenerateRequest req = GreedyTokenRequest(prompt, 1);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(900));
   Ttft t;
@@ -77,7 +73,8 @@ std::pair<CLI::App*, CLI::App*> AddCacheBenchCommands(CLI::App* bench, CacheBenc
   p->add_option("--question-tokens", o->question_tokens)->capture_default_str();
   c->add_option("--long-tokens", o->long_tokens)->capture_default_str();
   c->add_option("--short-tokens", o->short_tokens)->capture_default_str();
-  c->add_option("--chunk", o->chunk, "--max-prefill-chunk of the chunked run")->capture_default_str();
+  c->add_option("--chunk", o->chunk, "--max-prefill-chunk of the chunked run")
+      ->capture_default_str();
   c->add_option("--delay-ms", o->delay_ms, "How long after the long prompt the short one is sent")
       ->capture_default_str();
   return {p, c};
@@ -107,7 +104,8 @@ int RunPrefixCacheBench(const CacheBenchOptions& o) {
   const int64_t prompt_tokens = o.system_tokens + o.question_tokens;
   nlohmann::json runs = nlohmann::json::array();
   for (bool cache : {true, false}) {
-    std::vector<std::string> flags = {"--prefill-workers", "2", "--decode-workers", "1",
+    std::vector<std::string> flags = {"--prefill-workers",    "2",
+                                      "--decode-workers",     "1",
                                       "--threads-per-worker", std::to_string(o.threads_per_worker)};
     if (cache) {
       flags.insert(flags.end(), {"--routing-policy", "cache_aware"});
@@ -162,16 +160,19 @@ int RunPrefixCacheBench(const CacheBenchOptions& o) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("tandem bench prefix-cache: %d requests at once, %d shared + %d own tokens, 2 prefill + 1 decode workers, %d thread(s) each\n\n",
-              o.requests, o.system_tokens, o.question_tokens, o.threads_per_worker);
+  std::printf(
+      "tandem bench prefix-cache: %d requests at once, %d shared + %d own tokens, 2 prefill + 1 "
+      "decode workers, %d thread(s) each\n\n",
+      o.requests, o.system_tokens, o.question_tokens, o.threads_per_worker);
   std::printf("%-28s %12s %12s %9s %10s %22s\n", "", "TTFT p50", "TTFT p90", "wall", "hit rate",
               "hit rate after 1st/wkr");
   for (const auto& r : runs) {
-    std::printf("%-28s %9.0f ms %9.0f ms %7.1f s %9.1f%% %21.1f%%\n",
-                r["prefix_cache"].get<bool>() ? "prefix cache, cache_aware" : "no cache, least_loaded",
-                r["ttft_p50_ms"].get<double>(), r["ttft_p90_ms"].get<double>(),
-                r["wall_s"].get<double>(), 100 * r["hit_rate"].get<double>(),
-                100 * r["hit_rate_after_first_per_worker"].get<double>());
+    std::printf(
+        "%-28s %9.0f ms %9.0f ms %7.1f s %9.1f%% %21.1f%%\n",
+        r["prefix_cache"].get<bool>() ? "prefix cache, cache_aware" : "no cache, least_loaded",
+        r["ttft_p50_ms"].get<double>(), r["ttft_p90_ms"].get<double>(), r["wall_s"].get<double>(),
+        100 * r["hit_rate"].get<double>(),
+        100 * r["hit_rate_after_first_per_worker"].get<double>());
   }
   std::printf("\nTTFT p50: %.1fx lower with the cache\n", ratio);
   return 0;
@@ -186,9 +187,10 @@ int RunChunkedPrefillBench(const CacheBenchOptions& o) {
   nlohmann::json runs = nlohmann::json::array();
   for (int32_t chunk : {o.chunk, 0}) {
     auto cluster = LocalCluster::Start(
-        o.model, {"--prefill-workers", "1", "--decode-workers", "1", "--threads-per-worker",
-                  std::to_string(o.threads_per_worker), "--max-prefill-chunk", std::to_string(chunk),
-                  "--prefill-kv-cache-bytes", std::to_string(int64_t{768} << 20)});
+        o.model,
+        {"--prefill-workers", "1", "--decode-workers", "1", "--threads-per-worker",
+         std::to_string(o.threads_per_worker), "--max-prefill-chunk", std::to_string(chunk),
+         "--prefill-kv-cache-bytes", std::to_string(int64_t{768} << 20)});
     if (!cluster.ok()) return Fail(cluster.status());
     auto stub = v1::Generation::NewStub(rpc::MakeChannel((*cluster)->endpoint()));
     Ttft long_t, short_t;
@@ -197,7 +199,8 @@ int RunChunkedPrefillBench(const CacheBenchOptions& o) {
     short_t = FirstToken(stub.get(), short_prompt);
     l.join();
     if (!long_t.ok || !short_t.ok) {
-      return Fail(absl::InternalError(StrCat("a request failed: ", long_t.error, " / ", short_t.error)));
+      return Fail(
+          absl::InternalError(StrCat("a request failed: ", long_t.error, " / ", short_t.error)));
     }
     runs.push_back({{"max_prefill_chunk", chunk},
                     {"long_ttft_ms", long_t.ms},
@@ -205,14 +208,18 @@ int RunChunkedPrefillBench(const CacheBenchOptions& o) {
                     {"short_ttft_after_send_ms", short_t.ms},
                     {"short_over_long", short_t.ms / long_t.ms}});
   }
-  nlohmann::json j = {{"long_tokens", o.long_tokens}, {"short_tokens", o.short_tokens}, {"runs", runs}};
+  nlohmann::json j = {
+      {"long_tokens", o.long_tokens}, {"short_tokens", o.short_tokens}, {"runs", runs}};
   if (o.json) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("tandem bench chunked-prefill: a %d-token prompt, then %d ms later a %d-token one; 1 prefill + 1 decode worker, %d thread(s) each\n\n",
-              o.long_tokens, o.delay_ms, o.short_tokens, o.threads_per_worker);
-  std::printf("%-22s %16s %26s %12s\n", "", "long TTFT", "short TTFT (from its send)", "short/long");
+  std::printf(
+      "tandem bench chunked-prefill: a %d-token prompt, then %d ms later a %d-token one; 1 prefill "
+      "+ 1 decode worker, %d thread(s) each\n\n",
+      o.long_tokens, o.delay_ms, o.short_tokens, o.threads_per_worker);
+  std::printf("%-22s %16s %26s %12s\n", "", "long TTFT", "short TTFT (from its send)",
+              "short/long");
   for (const auto& r : runs) {
     std::printf("%-22s %13.0f ms %23.0f ms %11.1f%%\n",
                 r["max_prefill_chunk"].get<int>() > 0

@@ -68,12 +68,7 @@ struct ClusterRun {
 
 ClusterRun Generate(v1::Generation::Stub* stub, const std::vector<int32_t>& prompt,
                     int32_t max_tokens) {
-  v1::GenerateRequest req;
-  req.mutable_token_ids()->mutable_ids()->Assign(prompt.begin(), prompt.end());
-  req.mutable_sampling_params()->set_max_tokens(max_tokens);
-  req.mutable_sampling_params()->set_temperature(0);
-  req.mutable_sampling_params()->set_ignore_eos(true);
-  req.set_stream(true);
+  const v1::GenerateRequest req = GreedyTokenRequest(prompt, max_tokens);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
   ClusterRun r;

@@ -47,6 +47,16 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(
   return absl::UnavailableError("tandem serve did not start; see " + log);
 }
 
+v1::GenerateRequest GreedyTokenRequest(const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  v1::GenerateRequest req;
+  req.mutable_token_ids()->mutable_ids()->Assign(prompt.begin(), prompt.end());
+  req.mutable_sampling_params()->set_max_tokens(max_tokens);
+  req.mutable_sampling_params()->set_temperature(0);
+  req.mutable_sampling_params()->set_ignore_eos(true);
+  req.set_stream(true);
+  return req;
+}
+
 LocalCluster::~LocalCluster() {
   serve_.Stop(std::chrono::seconds(30));
   std::error_code ec;

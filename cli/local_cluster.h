@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/util/subprocess.h"
+#include "tandem/v1/generation.pb.h"
 
 namespace tandem::cli {
 
@@ -30,6 +31,10 @@ class LocalCluster {
   std::string endpoint_;
   std::vector<std::string> prefill_, decode_;
 };
+
+// A streaming greedy request for `prompt` (token ids) that generates `max_tokens`
+// tokens, ignoring end-of-sequence: what the benchmarks send.
+v1::GenerateRequest GreedyTokenRequest(const std::vector<int32_t>& prompt, int32_t max_tokens);
 
 }  // namespace tandem::cli
 

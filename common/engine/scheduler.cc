@@ -75,36 +75,49 @@ ScheduledStep Scheduler::Schedule() {
     if (seq->num_uncomputed() <= 1) continue;
     if (const int64_t n = ChunkOf(*seq, budget, step.sequences.empty()); n > 0) schedule(seq, n);
   }
+  // Waiting sequences that already hold their blocks (prefilled elsewhere) go first and
+  // out of order: they need no new memory to start, and running them is what frees it.
+  // (Were they kept behind a fresh sequence that cannot get blocks — which they hold —
+  // nothing would ever run again.)
+  for (auto it = waiting_.begin();
+       it != waiting_.end() && static_cast<int32_t>(running_.size()) < options_.max_running;) {
+    Sequence* seq = *it;
+    const int64_t n = blocks_->Has(seq->id) ? ChunkOf(*seq, budget, step.sequences.empty()) : 0;
+    if (n == 0 || !blocks_->CanAppend(seq->id, seq->size())) {
+      ++it;
+      continue;
+    }
+    TANDEM_CHECK(blocks_->Append(seq->id, seq->size()).ok());
+    it = waiting_.erase(it);
+    seq->state = SequenceState::kRunning;
+    running_.push_back(seq);
+    schedule(seq, n);
+  }
+  // Then fresh (or preempted) sequences, in arrival order.
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_running) {
     Sequence* seq = waiting_.front();
     const bool alone = step.sequences.empty();
-    if (blocks_->Has(seq->id)) {
-      if (ChunkOf(*seq, budget, alone) == 0) break;
-      if (!blocks_->CanAppend(seq->id, seq->size())) break;
-      TANDEM_CHECK(blocks_->Append(seq->id, seq->size()).ok());
-    } else {
-      // A fresh (or preempted) sequence starts from the longest cached prefix.
-      kv::PrefixMatch prefix;
-      if (blocks_->prefix_caching()) {
-        std::vector<int32_t> tokens(seq->prompt);
-        tokens.insert(tokens.end(), seq->output.begin(), seq->output.end());
-        prefix = blocks_->MatchPrefix(tokens, seq->cache_salt);
-      }
-      const int64_t cached = prefix.tokens(blocks_->block_size());
-      const int64_t saved = seq->num_cached;
-      seq->num_cached = cached;
-      const int64_t chunk = ChunkOf(*seq, budget, alone);
-      seq->num_cached = saved;
-      if (chunk == 0) break;
-      if (!blocks_->CanAllocate(seq->size(), prefix)) break;
-      TANDEM_CHECK(blocks_->Allocate(seq->id, seq->size(), prefix, seq->cache_salt).ok());
-      seq->num_cached = cached;
-      if (seq->preemptions == 0) seq->prefix_hit_tokens = cached;
+    if (blocks_->Has(seq->id)) break;  // could not start above
+    // It starts from the longest cached prefix.
+    kv::PrefixMatch prefix;
+    if (blocks_->prefix_caching()) {
+      std::vector<int32_t> tokens(seq->prompt);
+      tokens.insert(tokens.end(), seq->output.begin(), seq->output.end());
+      prefix = blocks_->MatchPrefix(tokens, seq->cache_salt);
     }
+    const int64_t cached = prefix.tokens(blocks_->block_size());
+    const int64_t saved = seq->num_cached;
+    seq->num_cached = cached;
+    const int64_t n = ChunkOf(*seq, budget, alone);
+    seq->num_cached = saved;
+    if (n == 0 || !blocks_->CanAllocate(seq->size(), prefix)) break;
+    TANDEM_CHECK(blocks_->Allocate(seq->id, seq->size(), prefix, seq->cache_salt).ok());
+    seq->num_cached = cached;
+    if (seq->preemptions == 0) seq->prefix_hit_tokens = cached;
     waiting_.pop_front();
     seq->state = SequenceState::kRunning;
     running_.push_back(seq);
-    schedule(seq, ChunkOf(*seq, budget, alone));
+    schedule(seq, n);
   }
   return step;
 }
