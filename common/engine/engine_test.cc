@@ -453,5 +453,26 @@ TEST_F(EngineTest, ShortPromptIsNotStuckBehindALongOne) {
   ExpectNoLeak(*e);
 }
 
+// Liveness: prefilled sequences (blocks held, waiting to start) behind a fresh one that
+// cannot get blocks — the ones they hold — still run, and then so does the fresh one.
+TEST_F(EngineTest, PrefilledSequencesStartEvenBehindAStarvedOne) {
+  auto e = MakeEngine(int64_t{10} * 16 * 2 * 30 * 3 * 64 * 4, 16);  // 10 blocks of 16 tokens
+  std::vector<kv::SeqId> reserved;
+  for (int i = 0; i < 3; ++i) reserved.push_back(*e->Reserve(40));  // 3 blocks each
+  const kv::SeqId fresh = *e->AddRequest(std::vector<int32_t>(50, 7), Params(0, 4, 1));
+  for (kv::SeqId id : reserved) {
+    // The K/V bytes are whatever the blocks hold: this test is about scheduling only.
+    ASSERT_TRUE(e->AdmitPrefilled(id, std::vector<int32_t>(39, 5), 6, Params(0, 4, 1)).ok());
+  }
+  std::map<kv::SeqId, int> tokens;
+  for (int step = 0; step < 100 && e->HasWork(); ++step) {
+    for (const auto& ev : StepOk(*e)) tokens[ev.id] += ev.token >= 0;
+  }
+  EXPECT_FALSE(e->HasWork()) << "stuck";
+  for (kv::SeqId id : reserved) EXPECT_EQ(tokens[id], 3);  // + the first token given
+  EXPECT_EQ(tokens[fresh], 4);
+  ExpectNoLeak(*e);
+}
+
 }  // namespace
 }  // namespace tandem::engine
