@@ -204,7 +204,7 @@ int RunChunkedPrefillBench(const CacheBenchOptions& o) {
     }
     runs.push_back({{"max_prefill_chunk", chunk},
                     {"long_ttft_ms", long_t.ms},
-                    {"short_ttft_ms", short_t.ms + o.delay_ms},
+                    {"short_first_token_since_long_sent_ms", short_t.ms + o.delay_ms},
                     {"short_ttft_after_send_ms", short_t.ms},
                     {"short_over_long", short_t.ms / long_t.ms}});
   }

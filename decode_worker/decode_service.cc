@@ -113,24 +113,13 @@ grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*, const v1::GetWo
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
   const DecodeWorkerStats s = w->Stats();
-  resp->set_num_blocks(s.engine.blocks.num_blocks);
-  resp->set_block_size(s.engine.blocks.block_size);
-  resp->set_free_blocks(s.engine.blocks.free_blocks);
-  resp->set_cached_blocks(s.engine.blocks.cached_blocks);
-  resp->set_running(s.engine.running);
-  resp->set_waiting(s.engine.waiting);
+  rpc::ToProto(s.engine, resp);
   resp->set_reserved(s.leases);
-  resp->set_preemptions_total(s.engine.preemptions);
   resp->set_kv_bytes_per_token(w->layout().BytesPerToken());
   resp->set_queued_prompt_tokens(s.engine.waiting_prompt_tokens);
   resp->set_kv_transfer_bytes_total(s.kv_bytes_received);
   resp->set_kv_transfer_failures_total(s.kv_failures);
   resp->set_expired_leases_total(s.expired_leases);
-  resp->set_generated_tokens_total(s.engine.generated_tokens);
-  resp->set_prefix_query_tokens_total(s.engine.blocks.prefix_query_tokens);
-  resp->set_prefix_hit_tokens_total(s.engine.blocks.prefix_hit_tokens);
-  resp->set_evicted_blocks_total(s.engine.blocks.evicted_blocks);
-  resp->set_prefill_chunks_total(s.engine.prefill_chunks);
   return grpc::Status::OK;
 }
 

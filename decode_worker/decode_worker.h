@@ -94,7 +94,7 @@ class DecodeWorker {
 
  private:
   struct Lease {
-    std::vector<int32_t> blocks;
+    std::vector<int32_t> blocks;  // the engine's table, copied: RPC threads may not read the engine
     std::chrono::steady_clock::time_point expires;
     std::chrono::milliseconds duration{0};  // every KV write renews the lease for this long
     int32_t cached_blocks = 0;              // shared from the prefix cache: never written

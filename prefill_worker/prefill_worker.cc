@@ -133,31 +133,29 @@ bool PrefillWorker::Iterate() {
     auto events = engine_->Step(observer_.get());
     // Requests were validated on entry: a failed pass is a broken invariant.
     TANDEM_CHECK(events.ok());
-    {
-      const auto now = Clock::now();
-      for (const engine::TokenEvent& ev : *events) {
-        auto it = pending_.find(ev.id);
-        if (it == pending_.end()) continue;
-        Pending* p = it->second.get();
-        p->result.first = ev;
-        if (const engine::Sequence* seq = engine_->Find(ev.id)) {
-          p->result.cached_tokens = seq->prefix_hit_tokens;
-        }
-        p->result.queue_ms = Ms(p->queued_at, p->started_at);
-        p->result.compute_ms = Ms(p->started_at, now);
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          stats_.queued_prompt_tokens -= p->prompt_tokens;
-        }
-        const kv::SeqId id = ev.id;
-        if (p->transfer == nullptr) {
-          Done(id, p->error.ok() ? absl::InternalError("no KV transfer") : p->error, {});
-          continue;
-        }
-        p->transfer->Finish([this, id](absl::Status st, transport::KvTransferStats stats) {
-          thread_->Post([this, id, st = std::move(st), stats] { Done(id, st, stats); });
-        });
+    const auto now = Clock::now();
+    for (const engine::TokenEvent& ev : *events) {
+      auto it = pending_.find(ev.id);
+      if (it == pending_.end()) continue;
+      Pending* p = it->second.get();
+      p->result.first = ev;
+      if (const engine::Sequence* seq = engine_->Find(ev.id)) {
+        p->result.cached_tokens = seq->prefix_hit_tokens;
       }
+      p->result.queue_ms = Ms(p->queued_at, p->started_at);
+      p->result.compute_ms = Ms(p->started_at, now);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.queued_prompt_tokens -= p->prompt_tokens;
+      }
+      const kv::SeqId id = ev.id;
+      if (p->transfer == nullptr) {
+        Done(id, p->error.ok() ? absl::InternalError("no KV transfer") : p->error, {});
+        continue;
+      }
+      p->transfer->Finish([this, id](absl::Status st, transport::KvTransferStats stats) {
+        thread_->Post([this, id, st = std::move(st), stats] { Done(id, st, stats); });
+      });
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -29,8 +29,6 @@ class PrefixIndex {
   // The computation ended; on success its blocks are now cached.
   void EndInFlight(std::span<const uint64_t> hashes, bool cached);
 
-  size_t size() const { return lru_.size(); }
-
  private:
   void Insert(uint64_t hash);
 

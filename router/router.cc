@@ -31,6 +31,9 @@ class RouterRequest {
   std::optional<std::chrono::system_clock::time_point> deadline;
   Clock::time_point arrival = Clock::now();
   std::shared_ptr<ResponseSink> sink;
+  // The prompt's full-block hashes at `hashes_block_size`, kept across dispatch retries.
+  std::vector<uint64_t> hashes;
+  int32_t hashes_block_size = 0;
 
   // Registers the worker call in flight so Cancel can reach it; false if cancelled.
   bool SetActive(grpc::ClientContext* ctx) {
@@ -184,24 +187,24 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
   }
   std::vector<Worker*> candidates = pool_->DecodeCandidates();
   if (candidates.empty()) return fail(absl::UnavailableError("no healthy decode worker"));
-  const int32_t block_size = pool_->PrefillBlockSize();
-  std::vector<uint64_t> hashes;
-  if (block_size > 0)
-    hashes = kv::PrefixBlockHashes(r->spec.prompt, block_size, r->spec.cache_salt);
-  const PrefillChoice choice =
-      pool_->ChoosePrefill(hashes, static_cast<int64_t>(r->spec.prompt.size()),
-                           options_.max_prefill_tokens_in_flight, options_.routing);
+  if (const int32_t block_size = pool_->PrefillBlockSize(); block_size != r->hashes_block_size) {
+    r->hashes = kv::PrefixBlockHashes(r->spec.prompt, block_size, r->spec.cache_salt);
+    r->hashes_block_size = block_size;
+  }
+  const int64_t n_prompt = static_cast<int64_t>(r->spec.prompt.size());
+  const PrefillChoice choice = pool_->ChoosePrefill(
+      r->hashes, n_prompt, options_.max_prefill_tokens_in_flight, options_.routing);
   // Prefill is busy enough, or the best worker is computing this very prefix: wait
   // here (in order, deadlines kept) rather than there.
   if (choice.worker == nullptr || choice.wait) return false;
   Worker* prefill = choice.worker;
+  v1::ReserveRequest req;
+  req.set_request_id(r->id);
+  req.set_num_tokens(static_cast<int32_t>(n_prompt) + 1);
+  req.set_lease_ms(static_cast<int32_t>(options_.lease.count()));
+  req.mutable_prompt_token_ids()->Assign(r->spec.prompt.begin(), r->spec.prompt.end());
+  req.set_cache_salt(r->spec.cache_salt);
   for (Worker* d : candidates) {
-    v1::ReserveRequest req;
-    req.set_request_id(r->id);
-    req.set_num_tokens(static_cast<int32_t>(r->spec.prompt.size()) + 1);
-    req.set_lease_ms(static_cast<int32_t>(options_.lease.count()));
-    req.mutable_prompt_token_ids()->Assign(r->spec.prompt.begin(), r->spec.prompt.end());
-    req.set_cache_salt(r->spec.cache_salt);
     v1::ReserveResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + kReserveTimeout);
@@ -213,11 +216,9 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
         ++running_;
       }
       pool_->Begin(d, 0);
-      pool_->Begin(prefill, static_cast<int64_t>(r->spec.prompt.size()));
-      pool_->BeginPrefix(prefill, hashes);
-      std::thread([this, r, d, prefill, resp = std::move(resp),
-                   hashes = std::move(hashes)]() mutable {
-        Drive(r, d, std::move(resp), prefill, std::move(hashes));
+      pool_->Begin(prefill, n_prompt, r->hashes);
+      std::thread([this, r, d, prefill, resp = std::move(resp)]() mutable {
+        Drive(r, d, std::move(resp), prefill);
         pool_->End(d, 0);
         {
           std::lock_guard<std::mutex> lock(mu_);
@@ -250,7 +251,7 @@ void Router::Release(Worker* decode, uint64_t lease_id) {
 }
 
 void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
-                   v1::ReserveResponse reservation, Worker* prefill, std::vector<uint64_t> hashes) {
+                   v1::ReserveResponse reservation, Worker* prefill) {
   const auto t_reserved = Clock::now();
   const RequestSpec& spec = r->spec;
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
@@ -280,28 +281,22 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
     Worker* p = attempt == 0 ? prefill : pool_->PickPrefill(tried);
     if (p == nullptr) break;
     tried.push_back(p);
-    if (attempt > 0) {
-      pool_->Begin(p, n_prompt);
-      pool_->BeginPrefix(p, hashes);
-    }
+    if (attempt > 0) pool_->Begin(p, n_prompt, r->hashes);
     grpc::ClientContext ctx;
     r->SetDeadline(&ctx, kDefaultPrefillTimeout);
     if (!r->SetActive(&ctx)) {
-      pool_->End(p, n_prompt);
-      pool_->EndPrefix(p, hashes, false);
+      pool_->End(p, n_prompt, r->hashes);
       st = absl::CancelledError("cancelled");
       break;
     }
     const grpc::Status s = p->prefill->Prefill(&ctx, preq, &presp);
-    pool_->End(p, n_prompt);
-    pool_->EndPrefix(p, hashes, s.ok());
+    pool_->End(p, n_prompt, r->hashes, s.ok());
     r->ClearActive();
     if (s.ok()) {
       st = absl::OkStatus();
       break;
     }
-    st = absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      StrCat("prefill on ", p->address, ": ", s.error_message()));
+    st = rpc::FromGrpc(s, StrCat("prefill on ", p->address));
     if (r->cancelled()) {
       st = absl::CancelledError("cancelled");
       break;
@@ -430,8 +425,7 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
     Release(decode, reservation.lease_id());
     r->Fail(s.ok() ? absl::InternalError(StrCat("decode on ", decode->address,
                                                 ": stream ended without a finish reason"))
-                   : absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                                  StrCat("decode on ", decode->address, ": ", s.error_message())));
+                   : rpc::FromGrpc(s, StrCat("decode on ", decode->address)));
   }
 }
 

@@ -118,10 +118,9 @@ class Router {
   void Dispatch();
   // Tries to reserve decode memory for `r`; true when it left the queue.
   bool TryStart(const std::shared_ptr<RouterRequest>& r);
-  // `prefill`: the first prefill worker to try, its tokens and the prompt's block
-  // `hashes` already counted there (Begin, BeginPrefix).
+  // `prefill`: the first prefill worker to try, the request already counted there (Begin).
   void Drive(std::shared_ptr<RouterRequest> r, Worker* decode, v1::ReserveResponse reservation,
-             Worker* prefill, std::vector<uint64_t> hashes);
+             Worker* prefill);
   void Release(Worker* decode, uint64_t lease_id);
 
   const tokenizer::Tokenizer& tokenizer_;

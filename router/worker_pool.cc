@@ -114,18 +114,18 @@ std::vector<Worker*> WorkerPool::DecodeCandidates() {
   return out;
 }
 
+namespace {
+// Prompt tokens and requests the router has in flight on a prefill worker.
+int64_t Load(const Worker* w) { return w->sent_tokens + w->in_flight; }
+}  // namespace
+
 Worker* WorkerPool::PickPrefill(const std::vector<Worker*>& exclude) {
   std::lock_guard<std::mutex> lock(mu_);
   Worker* best = nullptr;
-  int64_t best_load = 0;
   for (auto& w : workers_) {
     if (w->role != WorkerRole::kPrefill || !w->healthy) continue;
     if (std::find(exclude.begin(), exclude.end(), w.get()) != exclude.end()) continue;
-    const int64_t load = w->sent_tokens + w->in_flight;
-    if (best == nullptr || load < best_load) {
-      best = w.get();
-      best_load = load;
-    }
+    if (best == nullptr || Load(w.get()) < Load(best)) best = w.get();
   }
   return best;
 }
@@ -156,7 +156,7 @@ PrefillChoice WorkerPool::ChoosePrefill(std::span<const uint64_t> hashes, int64_
       break;
     case RoutingPolicy::kLeastLoaded:
       c.worker = *std::min_element(open.begin(), open.end(), [](const Worker* a, const Worker* b) {
-        return a->sent_tokens + a->in_flight < b->sent_tokens + b->in_flight;
+        return Load(a) < Load(b);
       });
       break;
     case RoutingPolicy::kCacheAware: {
@@ -167,7 +167,7 @@ PrefillChoice WorkerPool::ChoosePrefill(std::span<const uint64_t> hashes, int64_
       for (Worker* w : open) {
         const int64_t bs = w->stats.block_size();
         const int32_t future = w->prefixes.FuturePrefix(hashes);
-        const int64_t cost = w->sent_tokens + w->in_flight + tokens - bs * future;
+        const int64_t cost = Load(w) + tokens - bs * future;
         if (c.worker == nullptr || cost < best_cost) {
           c.worker = w;
           best_cost = cost;
@@ -178,7 +178,6 @@ PrefillChoice WorkerPool::ChoosePrefill(std::span<const uint64_t> hashes, int64_
       break;
     }
   }
-  c.cached_blocks = c.worker->prefixes.CachedPrefix(hashes);
   return c;
 }
 
@@ -190,27 +189,20 @@ int32_t WorkerPool::PrefillBlockSize() {
   return 0;
 }
 
-void WorkerPool::BeginPrefix(Worker* w, std::span<const uint64_t> hashes) {
+void WorkerPool::Begin(Worker* w, int64_t tokens, std::span<const uint64_t> hashes) {
   std::lock_guard<std::mutex> lock(mu_);
+  ++w->in_flight;
+  w->sent_tokens += tokens;
+  if (hashes.empty()) return;
   if (w->stats.num_blocks() > 0) w->prefixes.set_capacity(w->stats.num_blocks());
   w->prefixes.AddInFlight(hashes);
 }
 
-void WorkerPool::EndPrefix(Worker* w, std::span<const uint64_t> hashes, bool ok) {
-  std::lock_guard<std::mutex> lock(mu_);
-  w->prefixes.EndInFlight(hashes, ok);
-}
-
-void WorkerPool::Begin(Worker* w, int64_t tokens) {
-  std::lock_guard<std::mutex> lock(mu_);
-  ++w->in_flight;
-  w->sent_tokens += tokens;
-}
-
-void WorkerPool::End(Worker* w, int64_t tokens) {
+void WorkerPool::End(Worker* w, int64_t tokens, std::span<const uint64_t> hashes, bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
   --w->in_flight;
   w->sent_tokens -= tokens;
+  w->prefixes.EndInFlight(hashes, ok);
 }
 
 void WorkerPool::MarkUnhealthy(Worker* w) {

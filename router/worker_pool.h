@@ -59,9 +59,8 @@ struct Worker {
 
 // A routing decision for one prompt.
 struct PrefillChoice {
-  Worker* worker = nullptr;   // null: no healthy prefill worker has room now
-  bool wait = false;          // the best worker is computing this prefix now: wait for it
-  int32_t cached_blocks = 0;  // leading prompt blocks believed cached there
+  Worker* worker = nullptr;  // null: no healthy prefill worker has room now
+  bool wait = false;         // the best worker is computing this prefix now: wait for it
 };
 
 struct WorkerSnapshot {
@@ -93,13 +92,12 @@ class WorkerPool {
                               RoutingPolicy policy);
   // Block size the prefill workers report (0 before any did).
   int32_t PrefillBlockSize();
-  // `hashes` are being computed on `w` / that computation ended (ok: now cached there).
-  void BeginPrefix(Worker* w, std::span<const uint64_t> hashes);
-  void EndPrefix(Worker* w, std::span<const uint64_t> hashes, bool ok);
 
-  // Book-keeping of the router's own traffic.
-  void Begin(Worker* w, int64_t tokens);
-  void End(Worker* w, int64_t tokens);
+  // Book-keeping of the router's own traffic: a request with `tokens` prompt tokens
+  // whose full blocks hash to `hashes` is in flight on `w` / has ended there (`ok`: its
+  // blocks are now cached there).
+  void Begin(Worker* w, int64_t tokens, std::span<const uint64_t> hashes = {});
+  void End(Worker* w, int64_t tokens, std::span<const uint64_t> hashes = {}, bool ok = false);
   void MarkUnhealthy(Worker* w);
 
   bool Ready();

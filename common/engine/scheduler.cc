@@ -66,6 +66,11 @@ ScheduledStep Scheduler::Schedule() {
     step.num_tokens.push_back(n);
     budget -= n;
   };
+  auto start = [&](Sequence* seq, int64_t n) {
+    seq->state = SequenceState::kRunning;
+    running_.push_back(seq);
+    schedule(seq, n);
+  };
   // Stage 2: decoding sequences first (one token each), then the next chunk of every
   // prompt being prefilled, then the queue.
   for (Sequence* seq : running_) {
@@ -89,9 +94,7 @@ ScheduledStep Scheduler::Schedule() {
     }
     TANDEM_CHECK(blocks_->Append(seq->id, seq->size()).ok());
     it = waiting_.erase(it);
-    seq->state = SequenceState::kRunning;
-    running_.push_back(seq);
-    schedule(seq, n);
+    start(seq, n);
   }
   // Then fresh (or preempted) sequences, in arrival order.
   while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_running) {
@@ -115,9 +118,7 @@ ScheduledStep Scheduler::Schedule() {
     seq->num_cached = cached;
     if (seq->preemptions == 0) seq->prefix_hit_tokens = cached;
     waiting_.pop_front();
-    seq->state = SequenceState::kRunning;
-    running_.push_back(seq);
-    schedule(seq, n);
+    start(seq, n);
   }
   return step;
 }

@@ -24,7 +24,7 @@ inline uint64_t ChainBlockHash(uint64_t parent, const int32_t* block_tokens, int
 inline std::vector<uint64_t> PrefixBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
                                                uint64_t salt) {
   std::vector<uint64_t> out;
-  if (tokens.empty()) return out;
+  if (tokens.empty() || block_size <= 0) return out;
   const size_t n = (tokens.size() - 1) / block_size;
   uint64_t parent = salt;
   for (size_t i = 0; i < n; ++i) {

@@ -57,6 +57,21 @@ v1::WorkerFinishReason ToProto(engine::FinishReason r) {
   return v1::WORKER_FINISH_REASON_UNSPECIFIED;
 }
 
+void ToProto(const engine::EngineStats& s, v1::WorkerStats* out) {
+  out->set_num_blocks(s.blocks.num_blocks);
+  out->set_block_size(s.blocks.block_size);
+  out->set_free_blocks(s.blocks.free_blocks);
+  out->set_cached_blocks(s.blocks.cached_blocks);
+  out->set_running(s.running);
+  out->set_waiting(s.waiting);
+  out->set_preemptions_total(s.preemptions);
+  out->set_generated_tokens_total(s.generated_tokens);
+  out->set_prefix_query_tokens_total(s.blocks.prefix_query_tokens);
+  out->set_prefix_hit_tokens_total(s.blocks.prefix_hit_tokens);
+  out->set_evicted_blocks_total(s.blocks.evicted_blocks);
+  out->set_prefill_chunks_total(s.prefill_chunks);
+}
+
 v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash) {
   v1::KvLayoutFingerprint f;
   f.set_model_hash(model_hash);

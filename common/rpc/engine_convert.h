@@ -22,6 +22,10 @@ void ToProto(const engine::TokenEvent& ev, v1::WorkerLogprob* out);
 
 v1::WorkerFinishReason ToProto(engine::FinishReason r);
 
+// The engine's share of a worker's stats: blocks, sequences, prefix cache, chunks,
+// tokens. The worker adds its own (queues, transfers, leases).
+void ToProto(const engine::EngineStats& s, v1::WorkerStats* out);
+
 // The fingerprint of a float32 cache with `layout` for the model with `model_hash`.
 v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash);
 // FailedPrecondition naming the first field where `theirs` differs from `ours`.

@@ -26,7 +26,6 @@ class RpcServer {
       const std::vector<std::string>& ready_services);
 
   int port() const { return port_; }
-  grpc::Server* server() { return server_.get(); }
   void SetReady(bool ready);
   // Refuses new calls, waits for running ones up to `grace`, then cancels them.
   void Shutdown(std::chrono::milliseconds grace);

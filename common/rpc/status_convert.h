@@ -6,6 +6,7 @@
 #include <grpcpp/support/status.h>
 
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
@@ -19,6 +20,15 @@ inline grpc::Status ToGrpc(const absl::Status& s) {
 inline absl::Status FromGrpc(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+// The same code, the message prefixed with `context` ("prefill on host:port").
+inline absl::Status FromGrpc(const grpc::Status& s, std::string_view context) {
+  if (s.ok()) return absl::OkStatus();
+  std::string message(context);
+  message += ": ";
+  message += s.error_message();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), message);
 }
 
 // "INVALID_ARGUMENT", "UNAVAILABLE", ...

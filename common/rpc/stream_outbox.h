@@ -66,11 +66,6 @@ class StreamOutbox {
     Pump();
   }
 
-  bool ended() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return end_.has_value();
-  }
-
  private:
   // Starts the next write or the finish, outside the lock (gRPC may react inline).
   void Pump() {

@@ -77,10 +77,8 @@ absl::Status HostKvSender::Connect(const std::string& address) {
   v1::HandshakeResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kHandshakeTimeout);
-  if (grpc::Status s = stub->Handshake(&ctx, req, &resp); !s.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        StrCat("KV handshake with ", address, ": ", s.error_message()));
-  }
+  RETURN_IF_ERROR(
+      rpc::FromGrpc(stub->Handshake(&ctx, req, &resp), StrCat("KV handshake with ", address)));
   RETURN_IF_ERROR(rpc::CheckFingerprint(fingerprint_, resp.fingerprint()));
   std::lock_guard<std::mutex> lock(peers_mu_);
   peers_[address] = std::move(stub);

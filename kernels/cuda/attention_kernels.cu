@@ -46,6 +46,7 @@ __global__ void PartialKernel(AttentionLaunch a) {
 
   __shared__ float q[kMaxHeadDim];
   __shared__ float s[kTileKeys];
+  __shared__ int64_t v_base[kTileKeys];  // each key's V row (dimension 0), located once
   __shared__ float factor;
   tile::OnlineSoftmax sm;  // thread 0's; the others read the tile weights from s[]
   const float* q_row = a.q + (static_cast<int64_t>(row) * a.n_heads + h) * d;
@@ -62,7 +63,10 @@ __global__ void PartialKernel(AttentionLaunch a) {
       for (int i = lane; i < d; i += 32)
         dot += q[i] * a.cache[a.geometry.K(block, a.layer, kvh, i, slot)];
       dot = WarpSum(dot);
-      if (lane == 0) s[j] = dot * a.scale;
+      if (lane == 0) {
+        s[j] = dot * a.scale;
+        v_base[j] = a.geometry.V(block, a.layer, kvh, 0, slot);
+      }
     }
     __syncthreads();
     if (tid == 0) {
@@ -78,11 +82,7 @@ __global__ void PartialKernel(AttentionLaunch a) {
     for (int c = 0; c * kThreads + tid < d; ++c) {
       const int i = c * kThreads + tid;
       float v = acc[c] * factor;
-      for (int j = 0; j < n; ++j) {
-        int32_t block, slot;
-        tile::Locate(table, t0 + j, a.geometry.block_size, &block, &slot);
-        v += s[j] * a.cache[a.geometry.V(block, a.layer, kvh, i, slot)];
-      }
+      for (int j = 0; j < n; ++j) v += s[j] * a.cache[v_base[j] + i];
       acc[c] = v;
     }
     __syncthreads();

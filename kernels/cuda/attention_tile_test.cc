@@ -167,6 +167,9 @@ TEST(AttentionTile, MergeIsOrderFreeAndHandlesEmptyParts) {
   tile::OnlineSoftmax sm;
   EXPECT_EQ(sm.Rescale(-INFINITY), 0.f);
   EXPECT_EQ(sm.Normalizer(), 0.f);
+  // The CUDA kernel locates a key's V row once and indexes dimensions from it.
+  const tile::KvGeometry g{1000, 100, 50, 16, 3, 64};
+  for (int32_t d : {0, 1, 63}) EXPECT_EQ(g.V(7, 2, 1, d, 5), g.V(7, 2, 1, 0, 5) + d);
   EXPECT_EQ(tile::NumSplits(1, 256, 64), 1);
   EXPECT_EQ(tile::NumSplits(8192, 256, 64), 32);
   EXPECT_EQ(tile::NumSplits(100000, 256, 64), 64);
