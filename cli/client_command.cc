@@ -19,6 +19,13 @@ void AddClientCommand(CLI::App& app, ClientOptions* o) {
   cmd->add_option("--stop", o->stop, "Stop string (repeatable); not part of the output");
   cmd->add_option("--timeout", o->timeout_s, "Deadline for the whole request, seconds")
       ->capture_default_str();
+  cmd->add_option("--api-key", o->security.api_key, "The router's --api-key")
+      ->envname("TANDEM_API_KEY");
+  cmd->add_option("--tls-ca", o->security.tls_ca, "PEM CA bundle: connect with TLS, verify by it");
+  cmd->add_option("--tls-cert", o->security.tls_cert, "PEM client certificate (mTLS)");
+  cmd->add_option("--tls-key", o->security.tls_key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-server-name", o->security.tls_server_name,
+                  "The name to verify in the server's certificate (default: the endpoint's host)");
 }
 
 int RunClient(const ClientOptions& o) {
@@ -52,7 +59,12 @@ int RunClient(const ClientOptions& o) {
   p->set_ignore_eos(sp.ignore_eos);
   for (const auto& s : o.stop) p->add_stop(s);
 
-  auto stub = v1::Generation::NewStub(rpc::MakeChannel(o.endpoint));
+  auto channel = rpc::MakeSecureChannel(o.endpoint, o.security);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "error: %s\n", std::string(channel.status().message()).c_str());
+    return 1;
+  }
+  auto stub = v1::Generation::NewStub(*channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));

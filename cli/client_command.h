@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/request_flags.h"
+#include "common/rpc/rpc_server.h"
 
 namespace tandem::cli {
 
@@ -17,6 +18,7 @@ struct ClientOptions {
   RequestFlags request;
   std::vector<std::string> stop;
   double timeout_s = 600;
+  rpc::ChannelSecurity security;  // --api-key, --tls-ca, --tls-cert, --tls-key
 };
 
 void AddClientCommand(CLI::App& app, ClientOptions* options);

@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "cli/exit_status.h"
-#include "common/rpc/router_probe.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "common/util/subprocess.h"
@@ -31,6 +30,7 @@ struct Child {
   std::vector<std::string> args;
   std::string port_file;
   int port = 0;
+  int http_port = 0;
   Subprocess process;
 };
 
@@ -53,8 +53,28 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
   cmd->add_option("--host", o->host, "Address the router listens on")->capture_default_str();
+  cmd->add_option("--worker-host", o->worker_host,
+                  "Address the workers listen on (internal; loopback keeps them private)")
+      ->capture_default_str();
   cmd->add_option("--grpc-port", o->grpc_port, "Router gRPC port (0: any free port)")
       ->capture_default_str();
+  cmd->add_option("--http-port", o->http_port,
+                  "Router HTTP port: OpenAI API, /health, /metrics (0: any free port, -1: none)")
+      ->capture_default_str();
+  cmd->add_option("--api-key", o->api_key,
+                  "Require this key on every call, on every process (probes and /metrics "
+                  "stay open)")
+      ->envname("TANDEM_API_KEY");
+  cmd->add_option("--tls-cert", o->tls.cert, "PEM certificate: the router serves TLS");
+  cmd->add_option("--tls-key", o->tls.key, "PEM private key of --tls-cert");
+  cmd->add_option("--tls-client-ca", o->tls.client_ca,
+                  "PEM CA bundle: the router requires client certificates signed by it");
+  cmd->add_option("--metrics-prefix", o->metrics_prefix, "Prometheus metric name prefix")
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", o->served_model_name,
+                  "The model's name in the API and metrics (default: the file name without .gguf)");
+  cmd->add_option("--endpoints-file", o->endpoints_file,
+                  "Once ready, write every process's gRPC and HTTP ports here (JSON)");
   cmd->add_option("--threads-per-worker", o->threads_per_worker,
                   "Compute threads per worker (0: the cores shared out)")
       ->capture_default_str();
@@ -86,6 +106,8 @@ int RunServe(const ServeOptions& o) {
   char tmpl[] = "/tmp/tandem-serve-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return Fail(absl::InternalError("cannot create a temp directory"));
   const std::string run_dir = tmpl;
+  // Children read the key from the environment, so it never shows in a process list.
+  if (!o.api_key.empty()) setenv("TANDEM_API_KEY", o.api_key.c_str(), 1);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = o.threads_per_worker > 0
                           ? o.threads_per_worker
@@ -100,11 +122,15 @@ int RunServe(const ServeOptions& o) {
               "--model",
               o.model,
               "--host",
-              "127.0.0.1",
+              o.worker_host,
               "--port",
+              "0",
+              "--http-port",
               "0",
               "--port-file",
               c.port_file,
+              "--metrics-prefix",
+              o.metrics_prefix,
               "--threads",
               std::to_string(threads),
               "--kv-cache-bytes",
@@ -112,6 +138,9 @@ int RunServe(const ServeOptions& o) {
               o.prefix_caching ? "--prefix-caching" : "--no-prefix-caching",
               "--max-prefill-chunk",
               std::to_string(o.max_prefill_chunk)};
+    if (!o.served_model_name.empty()) {
+      c.args.insert(c.args.end(), {"--served-model-name", o.served_model_name});
+    }
   };
   for (int i = 0; i < o.prefill_workers; ++i) add_worker("prefill", i, o.prefill_kv_cache_bytes);
   for (int i = 0; i < o.decode_workers; ++i) add_worker("decode", i, o.decode_kv_cache_bytes);
@@ -126,6 +155,7 @@ int RunServe(const ServeOptions& o) {
 
   for (Child& c : workers) c.process.Start(c.args);
   std::vector<std::string> prefill_addrs, decode_addrs;
+  const std::string worker_addr = o.worker_host == "0.0.0.0" ? "127.0.0.1" : o.worker_host;
   for (Child& c : workers) {
     c.port = WaitForPortFile(c.port_file, &c.process, std::chrono::seconds(60));
     if (c.port == 0) {
@@ -133,11 +163,12 @@ int RunServe(const ServeOptions& o) {
       return Fail(
           absl::UnavailableError(StrCat(c.name, " did not start (see its messages above)")));
     }
-    // From now on the worker keeps its port, across restarts.
-    auto port_arg = std::find(c.args.begin(), c.args.end(), "--port");
-    *(port_arg + 1) = std::to_string(c.port);
+    // From now on the worker keeps its ports, across restarts.
+    c.http_port = ReadSecondPort(c.port_file);
+    *(std::find(c.args.begin(), c.args.end(), "--port") + 1) = std::to_string(c.port);
+    *(std::find(c.args.begin(), c.args.end(), "--http-port") + 1) = std::to_string(c.http_port);
     (c.name.starts_with("prefill") ? prefill_addrs : decode_addrs)
-        .push_back(StrCat("127.0.0.1:", c.port));
+        .push_back(StrCat(worker_addr, ":", c.port));
   }
 
   Child router;
@@ -161,23 +192,67 @@ int RunServe(const ServeOptions& o) {
                  "--max-queued-requests",
                  std::to_string(o.max_queued_requests),
                  "--routing-policy",
-                 o.routing_policy};
+                 o.routing_policy,
+                 "--http-port",
+                 std::to_string(o.http_port),
+                 "--metrics-prefix",
+                 o.metrics_prefix,
+                 "--ready-file",
+                 run_dir + "/router.ready"};
+  if (!o.served_model_name.empty()) {
+    router.args.insert(router.args.end(), {"--served-model-name", o.served_model_name});
+  }
+  if (o.tls.enabled()) router.args.insert(router.args.end(), {"--tls-cert", o.tls.cert});
+  if (!o.tls.key.empty()) router.args.insert(router.args.end(), {"--tls-key", o.tls.key});
+  if (!o.tls.client_ca.empty()) {
+    router.args.insert(router.args.end(), {"--tls-client-ca", o.tls.client_ca});
+  }
   router.process.Start(router.args);
   router.port = WaitForPortFile(router.port_file, &router.process, std::chrono::seconds(60));
   if (router.port == 0) {
     stop_all(&router);
     return Fail(absl::UnavailableError("the router did not start (see its messages above)"));
   }
+  router.http_port = ReadSecondPort(router.port_file);
   *(std::find(router.args.begin(), router.args.end(), "--port") + 1) = std::to_string(router.port);
-  const std::string endpoint = StrCat(o.host == "0.0.0.0" ? "127.0.0.1" : o.host, ":", router.port);
-  if (!rpc::WaitForRouterReady(endpoint, std::chrono::seconds(120))) {
+  *(std::find(router.args.begin(), router.args.end(), "--http-port") + 1) =
+      std::to_string(router.http_port > 0 ? router.http_port : -1);
+  const std::string host = o.host == "0.0.0.0" ? "127.0.0.1" : o.host;
+  const std::string endpoint = StrCat(host, ":", router.port);
+  if (!WaitForFile(run_dir + "/router.ready", &router.process, std::chrono::seconds(120))) {
     stop_all(&router);
     return Fail(absl::UnavailableError("the cluster did not become ready within 120 s"));
   }
-  std::printf("tandem serve ready: gRPC %s  (prefill %s; decode %s; %d threads per worker)\n",
-              endpoint.c_str(), Join(prefill_addrs, ",").c_str(), Join(decode_addrs, ",").c_str(),
-              threads);
+  const std::string http_url =
+      router.http_port > 0
+          ? StrCat(o.tls.enabled() ? "https://" : "http://", host, ":", router.http_port)
+          : "";
+  if (!o.endpoints_file.empty()) {
+    std::vector<std::string> procs;
+    for (const Child* c : {&router}) {
+      procs.push_back(StrCat(R"({"name": "router", "grpc_port": )", c->port, R"(, "http_port": )",
+                             c->http_port, "}"));
+    }
+    for (const Child& c : workers) {
+      procs.push_back(StrCat(R"({"name": ")", c.name, R"(", "grpc_port": )", c.port,
+                             R"(, "http_port": )", c.http_port, "}"));
+    }
+    std::ofstream out(o.endpoints_file + ".tmp");
+    out << R"({"grpc": ")" << endpoint << R"(", "http": ")" << http_url << R"(", "processes": [)"
+        << Join(procs, ", ") << "]}\n";
+    out.close();
+    std::rename((o.endpoints_file + ".tmp").c_str(), o.endpoints_file.c_str());
+  }
+  std::printf("tandem serve ready: gRPC %s%s%s  (prefill %s; decode %s; %d threads per worker)\n",
+              endpoint.c_str(), http_url.empty() ? "" : ", HTTP ", http_url.c_str(),
+              Join(prefill_addrs, ",").c_str(), Join(decode_addrs, ",").c_str(), threads);
   std::printf("  try: tandem client --endpoint %s --prompt \"Hello\" --chat\n", endpoint.c_str());
+  if (!http_url.empty()) {
+    std::printf(
+        "   or: curl %s/v1/chat/completions -H 'Content-Type: application/json' -d "
+        "'{\"messages\": [{\"role\": \"user\", \"content\": \"Hello\"}]}'\n",
+        http_url.c_str());
+  }
   std::fflush(stdout);
 
   // Supervise: restart what dies, until a termination signal.

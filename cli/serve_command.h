@@ -2,10 +2,11 @@
 // workers as child processes — supervised until SIGINT/SIGTERM.
 //
 // Startup: workers first (each on a free port it reports through a port file), then
-// the router pointed at them; "ready" is printed once the router's health says
-// SERVING. A child that dies is restarted on its old port (the router's health
-// polling picks it up again). Shutdown: the router drains (stops accepting calls,
-// lets running ones finish up to --drain-timeout-ms), then the workers stop.
+// the router pointed at them; "ready" is printed once the router has healthy workers.
+// Workers bind to --worker-host (loopback by default) with an HTTP port each for
+// /metrics; --endpoints-file lists every process's ports. A child that dies is restarted on its old
+// port (the router's health polling picks it up again). Shutdown: the router drains (stops
+// accepting calls, lets running ones finish up to --drain-timeout-ms), then the workers stop.
 #ifndef TANDEM_CLI_SERVE_COMMAND_H_
 #define TANDEM_CLI_SERVE_COMMAND_H_
 
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "common/util/tls_files.h"
 
 namespace tandem::cli {
 
@@ -20,8 +22,15 @@ struct ServeOptions {
   std::string model;
   int prefill_workers = 1;
   int decode_workers = 1;
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1";         // the router's gRPC and HTTP ports
+  std::string worker_host = "127.0.0.1";  // the workers' ports (internal)
   int grpc_port = 50051;
+  int http_port = 8000;  // OpenAI API, /health, /metrics; -1: none, 0: any free port
+  std::string api_key;   // --api-key / $TANDEM_API_KEY, on every process
+  TlsFiles tls;          // the router's public ports
+  std::string metrics_prefix = "tandem:";
+  std::string served_model_name;
+  std::string endpoints_file;  // JSON: every process's ports, once ready
   int threads_per_worker = 0;  // 0: the machine's cores shared out among the workers
   int64_t decode_kv_cache_bytes = int64_t{512} << 20;
   int64_t prefill_kv_cache_bytes = int64_t{256} << 20;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 
+#include "common/rpc/api_key.h"
 #include "decode_worker/decode_worker.h"
 #include "tandem/v1/kv_transfer.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -19,6 +20,7 @@ namespace tandem::decode {
 class DecodeService
     : public v1::DecodeWorker::WithCallbackMethod_Decode<v1::DecodeWorker::Service> {
  public:
+  explicit DecodeService(rpc::ApiKey api_key = {}) : api_key_(std::move(api_key)) {}
   void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint) {
     fingerprint_ = std::move(fingerprint);
     worker_.store(worker);
@@ -34,12 +36,14 @@ class DecodeService
                               v1::WorkerStats* resp) override;
 
  private:
+  const rpc::ApiKey api_key_;
   std::atomic<DecodeWorker*> worker_{nullptr};
   v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
 };
 
 class KvReceiverService : public v1::KvTransfer::Service {
  public:
+  explicit KvReceiverService(rpc::ApiKey api_key = {}) : api_key_(std::move(api_key)) {}
   void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint);
 
   grpc::Status Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
@@ -48,6 +52,7 @@ class KvReceiverService : public v1::KvTransfer::Service {
                             v1::PushKvBlocksResponse* resp) override;
 
  private:
+  const rpc::ApiKey api_key_;
   std::atomic<DecodeWorker*> worker_{nullptr};
   v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
 };

@@ -20,38 +20,51 @@ int main(int argc, char** argv) {
   rpc::AddServerFlags(app, &flags);
   rpc::AddEngineFlags(app, &options.engine);
   CLI11_PARSE(app, argc, argv);
-
-  decode::DecodeService decode_service;
-  decode::KvReceiverService kv_service;
-  auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port),
-                                      {&decode_service, &kv_service}, {"tandem.v1.DecodeWorker"});
-  if (!server.ok()) {
-    std::fprintf(stderr, "tandem-decode-worker: %s\n", server.status().ToString().c_str());
-    return 1;
-  }
-  if (auto st = rpc::AnnounceListening("tandem-decode-worker", flags, (*server)->port());
-      !st.ok()) {
+  auto fail = [](const absl::Status& st) {
     std::fprintf(stderr, "tandem-decode-worker: %s\n", st.ToString().c_str());
     return 1;
+  };
+  if (auto st = metrics::CheckPrefix(flags.metrics_prefix); !st.ok()) return fail(st);
+
+  decode::DecodeService decode_service{rpc::ApiKey(flags.api_key)};
+  decode::KvReceiverService kv_service{rpc::ApiKey(flags.api_key)};
+  auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port),
+                                      {&decode_service, &kv_service}, {"tandem.v1.DecodeWorker"});
+  if (!server.ok()) return fail(server.status());
+  auto model = engine::LoadModel(flags.model, {.weights = false});
+  if (!model.ok()) return fail(model.status());
+  metrics::Metrics metrics(
+      {flags.metrics_prefix, rpc::ServedModelName(flags, model->config), metrics::Role::kDecode});
+  auto http = rpc::MakeHttpServer(flags, &metrics);
+  if (!http.ok()) return fail(http.status());
+  if (*http != nullptr) {
+    if (auto st = (*http)->Listen(); !st.ok()) return fail(st);
   }
-  auto model = engine::LoadModel(flags.model);
-  if (!model.ok()) {
-    std::fprintf(stderr, "tandem-decode-worker: %s\n", model.status().ToString().c_str());
-    return 1;
-  }
+  if (auto st = rpc::AnnounceListening("tandem-decode-worker", flags, (*server)->port(),
+                                       *http != nullptr ? (*http)->port() : 0);
+      !st.ok())
+    return fail(st);
+  model = engine::LoadModel(flags.model);
+  if (!model.ok()) return fail(model.status());
   auto worker = decode::DecodeWorker::Create(*model->weights, options);
-  if (!worker.ok()) {
-    std::fprintf(stderr, "tandem-decode-worker: %s\n", worker.status().ToString().c_str());
-    return 1;
-  }
-  const v1::KvLayoutFingerprint fingerprint =
-      rpc::MakeFingerprint((*worker)->layout(), model->hash);
-  decode_service.SetWorker(worker->get(), fingerprint);
-  kv_service.SetWorker(worker->get(), fingerprint);
+  if (!worker.ok()) return fail(worker.status());
+  decode::DecodeWorker* w = worker->get();
+  const v1::KvLayoutFingerprint fingerprint = rpc::MakeFingerprint(w->layout(), model->hash);
+  decode_service.SetWorker(w, fingerprint);
+  kv_service.SetWorker(w, fingerprint);
+  const decode::DecodeWorkerStats initial = w->Stats();
+  metrics.SetCacheConfig(initial.engine.blocks.block_size, initial.engine.blocks.num_blocks);
+  metrics.SetRefresh([w](metrics::Metrics& m) {
+    const decode::DecodeWorkerStats s = w->Stats();
+    rpc::ExportEngineStats(s.engine, s.kv_bytes_received, s.kv_failures, &m);
+  });
   (*server)->SetReady(true);
+  if (*http != nullptr) (*http)->SetReady(true);
+  rpc::AnnounceReady(flags);
   std::fprintf(stderr, "tandem-decode-worker ready: %d KV blocks of %d tokens\n",
-               (*worker)->Stats().engine.blocks.num_blocks, options.engine.block_size);
-  rpc::ServeUntilSignal("tandem-decode-worker", server->get(), flags);
+               initial.engine.blocks.num_blocks, options.engine.block_size);
+  rpc::ServeUntilSignal("tandem-decode-worker", server->get(), flags, {.server = http->get()});
+  metrics.SetRefresh(nullptr);
   worker->reset();
   return 0;
 }

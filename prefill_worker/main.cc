@@ -25,25 +25,50 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tandem-prefill-worker: %s\n", st.ToString().c_str());
     return 1;
   };
+  if (auto st = metrics::CheckPrefix(flags.metrics_prefix); !st.ok()) return fail(st);
 
-  prefill::PrefillService service;
+  prefill::PrefillService service{rpc::ApiKey(flags.api_key)};
   auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&service},
                                       {"tandem.v1.PrefillWorker"});
   if (!server.ok()) return fail(server.status());
-  if (auto st = rpc::AnnounceListening("tandem-prefill-worker", flags, (*server)->port()); !st.ok())
-    return fail(st);
-  auto model = engine::LoadModel(flags.model);
+  auto model = engine::LoadModel(flags.model, {.weights = false});
   if (!model.ok()) return fail(model.status());
-  auto worker =
-      prefill::PrefillWorker::Create(*model->weights, options, [&](const kv::KvCache& cache) {
+  metrics::Metrics metrics(
+      {flags.metrics_prefix, rpc::ServedModelName(flags, model->config), metrics::Role::kPrefill});
+  auto http = rpc::MakeHttpServer(flags, &metrics);
+  if (!http.ok()) return fail(http.status());
+  if (*http != nullptr) {
+    if (auto st = (*http)->Listen(); !st.ok()) return fail(st);
+  }
+  if (auto st = rpc::AnnounceListening("tandem-prefill-worker", flags, (*server)->port(),
+                                       *http != nullptr ? (*http)->port() : 0);
+      !st.ok())
+    return fail(st);
+  model = engine::LoadModel(flags.model);
+  if (!model.ok()) return fail(model.status());
+  auto worker = prefill::PrefillWorker::Create(
+      *model->weights, options,
+      [&](const kv::KvCache& cache) {
         return std::make_unique<transport::HostKvSender>(
-            &cache, rpc::MakeFingerprint(cache.layout(), model->hash));
+            &cache, rpc::MakeFingerprint(cache.layout(), model->hash), flags.api_key);
+      },
+      [&metrics](const transport::KvTransferStats& stats, const absl::Status& status) {
+        if (status.ok()) metrics.KvTransferDone(stats.ms / 1e3);
       });
   if (!worker.ok()) return fail(worker.status());
-  service.SetWorker(worker->get(), rpc::MakeFingerprint((*worker)->layout(), model->hash));
+  prefill::PrefillWorker* w = worker->get();
+  metrics.SetCacheConfig(w->Stats().engine.blocks.block_size, w->Stats().engine.blocks.num_blocks);
+  metrics.SetRefresh([w](metrics::Metrics& m) {
+    const prefill::PrefillWorkerStats s = w->Stats();
+    rpc::ExportEngineStats(s.engine, s.kv_bytes_sent, s.kv_failures, &m);
+  });
+  service.SetWorker(w, rpc::MakeFingerprint(w->layout(), model->hash));
   (*server)->SetReady(true);
+  if (*http != nullptr) (*http)->SetReady(true);
+  rpc::AnnounceReady(flags);
   std::fprintf(stderr, "tandem-prefill-worker ready\n");
-  rpc::ServeUntilSignal("tandem-prefill-worker", server->get(), flags);
+  rpc::ServeUntilSignal("tandem-prefill-worker", server->get(), flags, {.server = http->get()});
+  metrics.SetRefresh(nullptr);
   worker->reset();
   return 0;
 }

@@ -80,8 +80,9 @@ class PrefillWorker::Observer : public engine::StepObserver {
 
 absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
     const engine::ModelWeights& weights, const engine::EngineOptions& options,
-    const SenderFactory& make_sender) {
+    const SenderFactory& make_sender, TransferObserver on_transfer) {
   std::unique_ptr<PrefillWorker> w(new PrefillWorker());
+  w->on_transfer_ = std::move(on_transfer);
   ASSIGN_OR_RETURN(w->engine_, engine::Engine::Create(weights, options));
   w->sender_ = make_sender(w->engine_->cache());
   w->observer_ = std::make_unique<Observer>(w.get());
@@ -167,6 +168,7 @@ void PrefillWorker::Done(kv::SeqId id, absl::Status status, transport::KvTransfe
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
   engine_->Release(id);
+  if (on_transfer_) on_transfer_(stats, status);
   std::unique_ptr<Pending> p = std::move(it->second);
   pending_.erase(it);
   {

@@ -48,9 +48,12 @@ class PrefillWorker {
   // `make_sender` builds the transport over the engine's cache (it must outlive it).
   using SenderFactory =
       std::function<std::unique_ptr<transport::KvSender>(const kv::KvCache& cache)>;
-  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(const engine::ModelWeights& weights,
-                                                               const engine::EngineOptions& options,
-                                                               const SenderFactory& make_sender);
+  // Called on the engine thread when a KV transfer ends (for metrics); must be quick.
+  using TransferObserver =
+      std::function<void(const transport::KvTransferStats& stats, const absl::Status& status)>;
+  static absl::StatusOr<std::unique_ptr<PrefillWorker>> Create(
+      const engine::ModelWeights& weights, const engine::EngineOptions& options,
+      const SenderFactory& make_sender, TransferObserver on_transfer = nullptr);
   ~PrefillWorker();
 
   absl::StatusOr<PrefillResult> Prefill(std::vector<int32_t> prompt,
@@ -84,6 +87,7 @@ class PrefillWorker {
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<transport::KvSender> sender_;
   std::unique_ptr<Observer> observer_;
+  TransferObserver on_transfer_;
   absl::flat_hash_map<kv::SeqId, std::unique_ptr<Pending>> pending_;  // engine thread
 
   mutable std::mutex mu_;

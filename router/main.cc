@@ -1,5 +1,6 @@
 // tandem-router: the cluster's front door. Validates, tokenizes and queues requests,
-// picks workers, and relays token streams as text (see router.h).
+// picks workers, and relays token streams as text (see router.h) — over gRPC
+// (tandem.v1.Generation) and over HTTP (the OpenAI-compatible API, openai_front.h).
 #include <cstdio>
 
 #include "absl/strings/str_split.h"
@@ -9,6 +10,7 @@
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "router/generation_service.h"
+#include "router/openai_front.h"
 
 int main(int argc, char** argv) {
   using namespace tandem;
@@ -16,13 +18,21 @@ int main(int argc, char** argv) {
   CLI::App app{"tandem-router — the front door of a tandem cluster"};
   rpc::ServerFlags flags;
   flags.port = 50051;
+  TlsFiles tls;
   std::string prefill, decode;
   router::RouterOptions options;
-  int lease_ms = 120000, poll_ms = 500;
+  int lease_ms = 120000, poll_ms = 500, discovery_ms = 5000;
   router::ValidatorLimits limits;
   rpc::AddServerFlags(app, &flags);
-  app.add_option("--prefill", prefill, "Prefill workers, host:port,...")->required();
-  app.add_option("--decode", decode, "Decode workers, host:port,...")->required();
+  rpc::AddTlsFlags(app, &tls);
+  app.add_option("--prefill", prefill,
+                 "Prefill workers, host:port,... (a DNS name stands for every address it "
+                 "resolves to, re-resolved every --discovery-interval-ms)")
+      ->required();
+  app.add_option("--decode", decode, "Decode workers, host:port,... (as --prefill)")->required();
+  app.add_option("--discovery-interval-ms", discovery_ms,
+                 "How often worker DNS names are re-resolved")
+      ->capture_default_str();
   app.add_option("--max-queued-requests", options.queue.max_requests,
                  "Requests waiting for decode memory before RESOURCE_EXHAUSTED")
       ->capture_default_str();
@@ -51,34 +61,63 @@ int main(int argc, char** argv) {
   auto policy = router::ParseRoutingPolicy(routing);
   if (!policy.ok()) return fail(policy.status());
   options.routing = *policy;
+  if (auto st = metrics::CheckPrefix(flags.metrics_prefix); !st.ok()) return fail(st);
+  if (auto st = tls.CheckServer(); !st.ok()) return fail(st);
 
   engine::LoadOptions lo;
   lo.weights = false;  // the router only tokenizes
   auto model = engine::LoadModel(flags.model, lo);
   if (!model.ok()) return fail(model.status());
   const model::ModelConfig& config = model->config;
+  const std::string model_name = rpc::ServedModelName(flags, config);
 
+  metrics::Metrics metrics({flags.metrics_prefix, model_name, metrics::Role::kRouter});
+  options.metrics = &metrics;
   std::vector<std::string> prefill_addrs = absl::StrSplit(prefill, ',', absl::SkipEmpty());
   std::vector<std::string> decode_addrs = absl::StrSplit(decode, ',', absl::SkipEmpty());
-  router::WorkerPool pool(prefill_addrs, decode_addrs, std::chrono::milliseconds(poll_ms));
+  router::WorkerPool pool(prefill_addrs, decode_addrs,
+                          {.poll_interval = std::chrono::milliseconds(poll_ms),
+                           .discovery_interval = std::chrono::milliseconds(discovery_ms),
+                           .api_key = flags.api_key});
   router::RequestValidator validator(*model->tokenizer, config, limits);
   router::Router router(*model->tokenizer, config, &pool, options);
+  metrics.SetRefresh([&router](metrics::Metrics& m) {
+    const router::RouterStats s = router.Stats();
+    m.SetRequests(s.running_requests, s.queued_requests);
+  });
   const kv::KvLayout layout{static_cast<int32_t>(config.n_layers),
                             static_cast<int32_t>(config.n_kv_heads),
                             static_cast<int32_t>(config.head_dim)};
-  router::ModelInfo info{config.name.empty() ? flags.model : config.name, layout.BytesPerToken()};
-  router::GenerationService service(&router, &pool, &validator, config, info);
+  router::ModelInfo info{model_name, layout.BytesPerToken()};
+  router::GenerationService service(&router, &pool, &validator, config, info,
+                                    rpc::ApiKey(flags.api_key));
 
   auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&service},
-                                      {"tandem.v1.Generation"});
+                                      {"tandem.v1.Generation"}, tls);
   if (!server.ok()) return fail(server.status());
-  if (auto st = rpc::AnnounceListening("tandem-router", flags, (*server)->port()); !st.ok())
+  auto http = rpc::MakeHttpServer(flags, &metrics, tls);
+  if (!http.ok()) return fail(http.status());
+  router::OpenAiFront front(&router, &pool, &validator, *model->tokenizer, config, model_name);
+  if (*http != nullptr) {
+    front.Mount(http->get());
+    if (auto st = (*http)->Listen(); !st.ok()) return fail(st);
+  }
+  if (auto st = rpc::AnnounceListening("tandem-router", flags, (*server)->port(),
+                                       *http != nullptr ? (*http)->port() : 0);
+      !st.ok())
     return fail(st);
   rpc::RpcServer* srv = server->get();
-  pool.Start([srv](bool ready) {
+  http::HttpServer* web = http->get();
+  pool.Start([srv, web, &flags](bool ready) {
     srv->SetReady(ready);
+    if (web != nullptr) web->SetReady(ready);
+    if (ready) rpc::AnnounceReady(flags);
     std::fprintf(stderr, "tandem-router %s\n", ready ? "ready" : "not ready: waiting for workers");
   });
-  rpc::ServeUntilSignal("tandem-router", srv, flags);
+  rpc::ServeUntilSignal("tandem-router", srv, flags,
+                        {.server = web,
+                         .idle = [&front] { return front.Idle(); },
+                         .cancel_all = [&front] { front.CancelAll(); }});
+  metrics.SetRefresh(nullptr);
   return 0;
 }

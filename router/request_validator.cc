@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <random>
 
 #include "common/tokenizer/chat_template.h"
@@ -68,7 +69,8 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChat(const v1::Chat
 }
 
 absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest& req,
-                                                       int64_t kv_capacity_tokens) const {
+                                                       int64_t kv_capacity_tokens,
+                                                       bool fill_context) const {
   RequestSpec spec;
   spec.request_id = req.request_id();
   if (spec.request_id.size() > 256) return Bad("request_id", "at most 256 bytes");
@@ -104,7 +106,18 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
 
   const v1::SamplingParams& s = req.sampling_params();
   engine::SamplingParams& p = spec.params;
-  if (s.has_max_tokens()) p.max_tokens = s.max_tokens();
+  if (s.has_max_tokens()) {
+    p.max_tokens = s.max_tokens();
+  } else if (fill_context) {
+    int64_t limit = config_.context_length;
+    if (kv_capacity_tokens > 0) limit = std::min(limit, kv_capacity_tokens);
+    const int64_t room = limit - static_cast<int64_t>(spec.prompt.size());
+    if (room < 1) {
+      return Bad("max_tokens", StrCat("the prompt (", spec.prompt.size(),
+                                      " tokens) leaves no room in the context of ", limit));
+    }
+    p.max_tokens = static_cast<int32_t>(room);
+  }
   if (s.has_temperature()) p.temperature = s.temperature();
   if (s.has_top_k()) p.top_k = s.top_k();
   if (s.has_top_p()) p.top_p = s.top_p();

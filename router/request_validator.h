@@ -42,8 +42,10 @@ class RequestValidator {
       : tokenizer_(tokenizer), config_(config), limits_(limits) {}
 
   // `kv_capacity_tokens`: the most tokens any decode worker can hold (0: unknown).
-  absl::StatusOr<RequestSpec> Validate(const v1::GenerateRequest& req,
-                                       int64_t kv_capacity_tokens) const;
+  // `fill_context`: without max_tokens, generate up to the end of the context (or of
+  // the KV capacity) rather than vLLM's default of 16 (OpenAI chat semantics).
+  absl::StatusOr<RequestSpec> Validate(const v1::GenerateRequest& req, int64_t kv_capacity_tokens,
+                                       bool fill_context = false) const;
   // The prompt of a Tokenize request (text or chat), with the same checks.
   absl::StatusOr<std::vector<int32_t>> Tokenize(const v1::TokenizeRequest& req) const;
 

@@ -5,6 +5,7 @@
 #include "common/rpc/status_convert.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
+#include "router/metered_sink.h"
 #include "router/text_stream.h"
 
 namespace tandem::router {
@@ -116,15 +117,26 @@ absl::StatusOr<std::shared_ptr<RouterRequest>> Router::Submit(
   auto r = std::make_shared<RouterRequest>();
   r->spec = std::move(spec);
   r->deadline = deadline;
-  r->sink = std::move(sink);
+  r->sink = options_.metrics != nullptr
+                ? std::make_shared<MeteredSink>(std::move(sink), options_.metrics)
+                : std::move(sink);
   {
     std::lock_guard<std::mutex> lock(mu_);
     r->id = r->spec.request_id.empty() ? StrCat("req-", next_id_++) : r->spec.request_id;
   }
-  RETURN_IF_ERROR(queue_.Push(r, static_cast<int64_t>(r->spec.prompt.size())));
+  if (auto st = queue_.Push(r, static_cast<int64_t>(r->spec.prompt.size())); !st.ok()) {
+    RecordRejected(st);
+    return st;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   by_id_[r->id] = r;
   return r;
+}
+
+void Router::RecordRejected(const absl::Status& status) {
+  if (options_.metrics != nullptr) {
+    options_.metrics->RequestFailed(rpc::CodeName(rpc::ToGrpc(status).error_code()));
+  }
 }
 
 void Router::Cancel(const std::shared_ptr<RouterRequest>& request) {

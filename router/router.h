@@ -29,6 +29,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/engine/sequence.h"
+#include "common/metrics/metrics.h"
 #include "common/model/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "router/admission_queue.h"
@@ -86,6 +87,8 @@ struct RouterOptions {
   // reservations while they queue inside a prefill worker.
   int64_t max_prefill_tokens_in_flight = 8192;
   RoutingPolicy routing = RoutingPolicy::kCacheAware;
+  // Request metrics (may be null); must outlive the router.
+  metrics::Metrics* metrics = nullptr;
 };
 
 struct RouterStats {
@@ -113,6 +116,8 @@ class Router {
   bool Abort(const std::string& request_id);
 
   RouterStats Stats();
+  // Counts a request refused before Submit (validation) in the error metrics.
+  void RecordRejected(const absl::Status& status);
 
  private:
   void Dispatch();

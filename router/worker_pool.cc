@@ -1,5 +1,10 @@
 #include "router/worker_pool.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 
 #include "common/rpc/rpc_server.h"
@@ -11,25 +16,113 @@ namespace {
 constexpr auto kPollTimeout = std::chrono::milliseconds(1000);
 }  // namespace
 
-WorkerPool::WorkerPool(const std::vector<std::string>& prefill,
-                       const std::vector<std::string>& decode,
-                       std::chrono::milliseconds poll_interval)
-    : interval_(poll_interval) {
-  auto add = [&](WorkerRole role, const std::string& address) {
-    auto w = std::make_unique<Worker>();
-    w->role = role;
-    w->address = address;
-    auto channel = rpc::MakeChannel(address);
-    if (role == WorkerRole::kPrefill) {
-      w->prefill = v1::PrefillWorker::NewStub(channel);
-    } else {
-      w->decode = v1::DecodeWorker::NewStub(channel);
+namespace {
+
+// Splits host:port ("[v6]:port" too); false if there is no port.
+bool SplitHostPort(const std::string& address, std::string* host, std::string* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) return false;
+  *host = address.substr(0, colon);
+  *port = address.substr(colon + 1);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  return !host->empty();
+}
+
+bool IsIpLiteral(const std::string& host) {
+  in6_addr buf;
+  return inet_pton(AF_INET, host.c_str(), &buf) == 1 ||
+         inet_pton(AF_INET6, host.c_str(), &buf) == 1;
+}
+
+// host:port for each address `host` resolves to (IPv4 ones when there are any);
+// empty when it does not resolve.
+std::vector<std::string> Resolve(const std::string& host, const std::string& port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return {};
+  std::vector<std::string> v4, v6;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (a->ai_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, buf, sizeof(buf));
+      v4.push_back(StrCat(buf, ":", port));
+    } else if (a->ai_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, buf,
+                sizeof(buf));
+      v6.push_back(StrCat("[", buf, "]:", port));
     }
-    w->health = grpc::health::v1::Health::NewStub(channel);
-    workers_.push_back(std::move(w));
+  }
+  freeaddrinfo(res);
+  std::vector<std::string>& out = v4.empty() ? v6 : v4;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(const std::vector<std::string>& prefill,
+                       const std::vector<std::string>& decode, WorkerPoolOptions options)
+    : options_(std::move(options)) {
+  auto add = [&](WorkerRole role, const std::string& address) {
+    Entry e{role, "", "", false};
+    if (SplitHostPort(address, &e.host, &e.port)) {
+      e.dns = !IsIpLiteral(e.host);
+    }
+    entries_.push_back(e);
+    if (!e.dns) AddWorker(role, address, -1);
   };
   for (const auto& a : prefill) add(WorkerRole::kPrefill, a);
   for (const auto& a : decode) add(WorkerRole::kDecode, a);
+  Discover();
+}
+
+void WorkerPool::AddWorker(WorkerRole role, const std::string& address, int source) {
+  auto w = std::make_unique<Worker>();
+  w->role = role;
+  w->source = source;
+  w->address = address;
+  auto channel = rpc::MakeChannel(address, options_.api_key);
+  if (role == WorkerRole::kPrefill) {
+    w->prefill = v1::PrefillWorker::NewStub(channel);
+  } else {
+    w->decode = v1::DecodeWorker::NewStub(channel);
+  }
+  w->health = grpc::health::v1::Health::NewStub(channel);
+  std::lock_guard<std::mutex> lock(mu_);
+  workers_.push_back(std::move(w));
+}
+
+void WorkerPool::Discover() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_discovery_) return;
+  next_discovery_ = now + options_.discovery_interval;
+  for (int k = 0; k < static_cast<int>(entries_.size()); ++k) {
+    const Entry& e = entries_[k];
+    if (!e.dns) continue;
+    const std::vector<std::string> found = Resolve(e.host, e.port);
+    if (found.empty()) continue;  // a failed lookup keeps what we had
+    const absl::flat_hash_set<std::string> live(found.begin(), found.end());
+    absl::flat_hash_set<std::string> known;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& w : workers_) {
+        if (w->source != k) continue;
+        known.insert(w->address);
+        const bool retire = !live.contains(w->address);
+        // Retired: no new work. Revived: unhealthy until the next poll answers.
+        if (retire || w->retired) w->healthy = false;
+        w->retired = retire;
+      }
+    }
+    for (const std::string& a : found) {
+      if (!known.contains(a)) AddWorker(e.role, a, k);
+    }
+  }
 }
 
 WorkerPool::~WorkerPool() {
@@ -51,15 +144,20 @@ void WorkerPool::Run() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, interval_, [&] { return stop_; });
+      cv_.wait_for(lock, options_.poll_interval, [&] { return stop_; });
       if (stop_) return;
     }
+    Discover();
     PollOnce();
   }
 }
 
 void WorkerPool::PollOnce() {
   for (auto& w : workers_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (w->retired) continue;
+    }
     const std::string service =
         w->role == WorkerRole::kPrefill ? "tandem.v1.PrefillWorker" : "tandem.v1.DecodeWorker";
     grpc::health::v1::HealthCheckRequest hreq;
@@ -79,7 +177,7 @@ void WorkerPool::PollOnce() {
                .ok();
     }
     std::lock_guard<std::mutex> lock(mu_);
-    w->healthy = ok;
+    w->healthy = ok && !w->retired;
     if (ok) w->stats = stats;
   }
   bool changed = false, ready = false;
@@ -226,7 +324,7 @@ int64_t WorkerPool::MaxDecodeCapacity() {
   std::lock_guard<std::mutex> lock(mu_);
   int64_t best = 0;
   for (auto& w : workers_) {
-    if (w->role != WorkerRole::kDecode) continue;
+    if (w->role != WorkerRole::kDecode || w->retired) continue;
     best = std::max(best, int64_t{w->stats.num_blocks()} * w->stats.block_size());
   }
   return best;
@@ -236,7 +334,7 @@ std::vector<WorkerSnapshot> WorkerPool::Snapshot(WorkerRole role) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<WorkerSnapshot> out;
   for (auto& w : workers_) {
-    if (w->role != role) continue;
+    if (w->role != role || w->retired) continue;
     out.push_back({w->address, w->healthy, w->in_flight, w->stats.free_blocks()});
   }
   return out;

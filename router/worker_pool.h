@@ -1,6 +1,12 @@
 // WorkerPool: the router's view of its prefill and decode workers.
 //
-// Addresses come from flags. A poll thread checks each worker's gRPC health (its
+// Addresses come from flags: each is host:port, where a host that is not an IP
+// address is a DNS name — e.g. a Kubernetes headless Service — that
+// the pool re-resolves every `discovery_interval`, with one worker per address it
+// returns (IPv4 ones when there are any). A worker whose address disappears is retired:
+// it gets no new work (requests already there finish) and is revived if the address
+// comes back. Worker objects are never freed while the pool lives, so a Worker* stays
+// valid. A poll thread checks each worker's gRPC health (its
 // worker service must be SERVING) and reads its GetWorkerStats every `poll_interval`;
 // a worker that fails either is unhealthy and gets no new work until it answers
 // again. Callers report RPC failures (MarkUnhealthy) so a dead worker is dropped at
@@ -25,6 +31,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "router/prefix_index.h"
@@ -51,6 +58,8 @@ struct Worker {
   std::unique_ptr<grpc::health::v1::Health::Stub> health;
   // Guarded by WorkerPool::mu_.
   bool healthy = false;
+  int source = -1;       // the DNS entry that found it; -1: a fixed address
+  bool retired = false;  // its DNS name no longer resolves to this address
   v1::WorkerStats stats;
   int32_t in_flight = 0;    // requests the router has there now
   int64_t sent_tokens = 0;  // prompt tokens in flight there (prefill)
@@ -70,10 +79,16 @@ struct WorkerSnapshot {
   int32_t free_blocks;
 };
 
+struct WorkerPoolOptions {
+  std::chrono::milliseconds poll_interval{500};
+  std::chrono::milliseconds discovery_interval{5000};
+  std::string api_key;  // sent on every call to the workers
+};
+
 class WorkerPool {
  public:
   WorkerPool(const std::vector<std::string>& prefill, const std::vector<std::string>& decode,
-             std::chrono::milliseconds poll_interval);
+             WorkerPoolOptions options);
   ~WorkerPool();
 
   // Polls once synchronously, then keeps polling in the background. `on_ready(bool)`
@@ -109,9 +124,21 @@ class WorkerPool {
  private:
   void PollOnce();
   void Run();
+  // Re-resolves the DNS names; adds, retires and revives workers. Poll thread only.
+  void Discover();
+  // Poll thread (or constructor) only; takes mu_.
+  void AddWorker(WorkerRole role, const std::string& address, int source);
 
+  struct Entry {
+    WorkerRole role;
+    std::string host, port;
+    bool dns;  // re-resolved; otherwise one fixed worker
+  };
+  std::vector<Entry> entries_;
+  // Appended to only by the poll thread (under mu_), which may read it without mu_.
   std::vector<std::unique_ptr<Worker>> workers_;
-  const std::chrono::milliseconds interval_;
+  const WorkerPoolOptions options_;
+  std::chrono::steady_clock::time_point next_discovery_{};
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,9 +10,16 @@ PACKAGES=(
   libabsl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto
+  libcpp-httplib-dev libssl-dev prometheus-cpp-dev   # HTTP front (TLS), /metrics
+  prometheus openssl   # tests: promtool + a Prometheus server; test certificates
   clang libclang-rt-14-dev   # libFuzzer target for the GGUF reader
   clang-format
 )
+
+# kubectl renders the Kubernetes manifests in tests (`kubectl kustomize`). Debian's is
+# in kubernetes-client; a machine that already has a kubectl (another package owns
+# /usr/bin/kubectl) keeps it.
+command -v kubectl >/dev/null || PACKAGES+=(kubernetes-client)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,37 +1,80 @@
-// What the main() of every tandem server process shares: engine flags, the startup
-// sequence (listen → load → ready), the port file a supervisor reads, and a clean
-// shutdown on SIGINT/SIGTERM.
+// What the main() of every tandem server process shares: server and engine flags,
+// the startup sequence (listen → load → ready), the port file a supervisor reads, the
+// HTTP side (/health, /metrics; the router adds the OpenAI API), engine stats as
+// Prometheus metrics, and a clean, draining shutdown on SIGINT/SIGTERM.
 #ifndef TANDEM_COMMON_RPC_PROCESS_MAIN_H_
 #define TANDEM_COMMON_RPC_PROCESS_MAIN_H_
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "common/engine/engine.h"
+#include "common/http/http_server.h"
+#include "common/metrics/metrics.h"
+#include "common/model/model_config.h"
 #include "common/rpc/rpc_server.h"
 
 namespace tandem::rpc {
 
 struct ServerFlags {
   std::string model;
-  std::string host = "127.0.0.1";
-  int port = 0;           // 0: any free port
-  std::string port_file;  // written with the bound port once listening
+  std::string host = "127.0.0.1";  // gRPC and HTTP bind here
+  int port = 0;                    // 0: any free port
+  int http_port = -1;              // -1: no HTTP server; 0: any free port
+  std::string port_file;           // written with the bound ports once listening
+  std::string ready_file;          // created once the process is first ready
   int drain_timeout_ms = 10000;
+  std::string metrics_prefix = "tandem:";
+  std::string api_key;  // --api-key or $TANDEM_API_KEY
+  int http_threads = 64;
+  std::string served_model_name;  // empty: the model file's name without .gguf
 };
+
+// The model name the process reports (OpenAI `model`, the metrics' model_name label).
+std::string ServedModelName(const ServerFlags& flags, const model::ModelConfig& config);
 
 void AddServerFlags(CLI::App& app, ServerFlags* flags);
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* options);
+// --tls-cert / --tls-key / --tls-client-ca (the router's public ports).
+void AddTlsFlags(CLI::App& app, TlsFiles* tls);
 
-// Writes the port to flags.port_file (if set) atomically and logs "<name> listening
-// on host:port" to stderr.
-absl::Status AnnounceListening(const std::string& name, const ServerFlags& flags, int port);
+// Writes "<grpc port>\n<http port>\n" to flags.port_file (if set) atomically and logs
+// "<name> listening on host:port" to stderr. `http_port` 0: no HTTP server.
+absl::Status AnnounceListening(const std::string& name, const ServerFlags& flags, int port,
+                               int http_port = 0);
 
-// Blocks until SIGINT/SIGTERM, then marks the server not ready and shuts it down,
-// giving running calls `drain_timeout_ms` to finish.
-void ServeUntilSignal(const std::string& name, RpcServer* server, const ServerFlags& flags);
+// Creates flags.ready_file (if set): what a supervisor waits for (works whatever the
+// transport security, unlike a health probe).
+void AnnounceReady(const ServerFlags& flags);
+
+// The process's HTTP server on flags.host:flags.http_port with /health and /metrics
+// (not yet listening: add routes, then Listen). Null when flags.http_port < 0.
+absl::StatusOr<std::unique_ptr<http::HttpServer>> MakeHttpServer(const ServerFlags& flags,
+                                                                 metrics::Metrics* metrics,
+                                                                 const TlsFiles& tls = {});
+
+// A worker engine's state as metrics: gauges (running, waiting, KV usage) and totals
+// (prefix cache, preemptions, KV transfer bytes and failures).
+void ExportEngineStats(const engine::EngineStats& stats, int64_t kv_transfer_bytes,
+                       int64_t kv_transfer_failures, metrics::Metrics* metrics);
+
+// How the HTTP side drains (the router's streams): `idle` says whether requests are
+// still open; `cancel_all` ends those left when the drain timeout is up.
+struct HttpDrain {
+  http::HttpServer* server = nullptr;
+  std::function<bool()> idle;
+  std::function<void()> cancel_all;
+};
+
+// Blocks until SIGINT/SIGTERM, then marks the process not ready (gRPC health and
+// HTTP /health), lets running gRPC calls and HTTP requests finish for up to
+// `drain_timeout_ms`, cancels what is left and stops both servers.
+void ServeUntilSignal(const std::string& name, RpcServer* server, const ServerFlags& flags,
+                      const HttpDrain& http = {});
 
 }  // namespace tandem::rpc
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/util/tls_files.h"
 
 namespace tandem::rpc {
 
@@ -21,9 +22,11 @@ class RpcServer {
  public:
   // Listens on `address` (host:port; port 0 picks a free one). `ready_services` are
   // reported NOT_SERVING until SetReady(true).
+  // With `tls` enabled it serves TLS only (and requires client certificates signed by
+  // tls.client_ca when that is set).
   static absl::StatusOr<std::unique_ptr<RpcServer>> Start(
       const std::string& address, const std::vector<grpc::Service*>& services,
-      const std::vector<std::string>& ready_services);
+      const std::vector<std::string>& ready_services, const TlsFiles& tls = {});
 
   int port() const { return port_; }
   void SetReady(bool ready);
@@ -36,9 +39,23 @@ class RpcServer {
   int port_ = 0;
 };
 
+// How a client reaches a server: the API key every call carries, and TLS (when
+// `tls_ca` is set: verify the server against it; with cert/key: present a client
+// certificate). `tls_server_name` overrides the name checked in the certificate.
+struct ChannelSecurity {
+  std::string api_key;
+  std::string tls_ca, tls_cert, tls_key;  // PEM file paths
+  std::string tls_server_name;
+};
+
 // Client channel options shared by every tandem client: large messages (KV chunks)
-// and keepalive so a dead peer is noticed within seconds.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+// and keepalive so a dead peer is noticed within seconds. InvalidArgument when a TLS
+// file cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeSecureChannel(const std::string& address,
+                                                                 const ChannelSecurity& security);
+// The same without TLS; the API key (if any) is still sent.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const std::string& api_key = {});
 
 }  // namespace tandem::rpc
 

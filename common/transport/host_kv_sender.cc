@@ -50,8 +50,11 @@ class HostKvSender::Transfer : public KvTransfer {
 };
 
 HostKvSender::HostKvSender(const kv::KvCache* cache, v1::KvLayoutFingerprint fingerprint,
-                           int64_t chunk_bytes)
-    : cache_(cache), fingerprint_(std::move(fingerprint)), chunk_bytes_(chunk_bytes) {
+                           std::string api_key, int64_t chunk_bytes)
+    : cache_(cache),
+      fingerprint_(std::move(fingerprint)),
+      api_key_(std::move(api_key)),
+      chunk_bytes_(chunk_bytes) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -69,8 +72,8 @@ absl::Status HostKvSender::Connect(const std::string& address) {
     std::lock_guard<std::mutex> lock(peers_mu_);
     if (peers_.contains(address)) return absl::OkStatus();
   }
-  auto stub =
-      std::shared_ptr<v1::KvTransfer::Stub>(v1::KvTransfer::NewStub(rpc::MakeChannel(address)));
+  auto stub = std::shared_ptr<v1::KvTransfer::Stub>(
+      v1::KvTransfer::NewStub(rpc::MakeChannel(address, api_key_)));
   v1::HandshakeRequest req;
   *req.mutable_fingerprint() = fingerprint_;
   req.add_transports(v1::TRANSPORT_KIND_HOST);

@@ -25,8 +25,9 @@ namespace tandem::transport {
 class HostKvSender : public KvSender {
  public:
   // `cache` is read (never written) by the sender thread; it must outlive the sender.
+  // `api_key`: sent on every call to decode workers (their --api-key).
   HostKvSender(const kv::KvCache* cache, v1::KvLayoutFingerprint fingerprint,
-               int64_t chunk_bytes = int64_t{1} << 20);
+               std::string api_key = {}, int64_t chunk_bytes = int64_t{1} << 20);
   ~HostKvSender() override;
 
   absl::Status Connect(const std::string& address) override;
@@ -48,6 +49,7 @@ class HostKvSender : public KvSender {
 
   const kv::KvCache* cache_;
   const v1::KvLayoutFingerprint fingerprint_;
+  const std::string api_key_;
   const int64_t chunk_bytes_;
 
   std::mutex peers_mu_;

@@ -100,4 +100,21 @@ int WaitForPortFile(const std::string& path, Subprocess* child, std::chrono::mil
   return 0;
 }
 
+int ReadSecondPort(const std::string& path) {
+  std::ifstream in(path);
+  int first = 0, second = 0;
+  if (in >> first >> second && second > 0) return second;
+  return 0;
+}
+
+bool WaitForFile(const std::string& path, Subprocess* child, std::chrono::milliseconds timeout) {
+  const auto until = Clock::now() + timeout;
+  while (Clock::now() < until) {
+    if (std::ifstream(path).good()) return true;
+    if (child->Poll().has_value()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
 }  // namespace tandem

@@ -45,6 +45,10 @@ class Subprocess {
 // Waits for `path` to hold a port number written by `child`; 0 if the child exits or
 // `timeout` passes first.
 int WaitForPortFile(const std::string& path, Subprocess* child, std::chrono::milliseconds timeout);
+// The second port of a port file (tandem servers write "<grpc>\n<http>\n"); 0 if none.
+int ReadSecondPort(const std::string& path);
+// Waits up to `timeout` for `path` to exist; false if `child` exits or time runs out.
+bool WaitForFile(const std::string& path, Subprocess* child, std::chrono::milliseconds timeout);
 
 }  // namespace tandem
 

@@ -1,0 +1,145 @@
+#include "common/http/http_server.h"
+
+#include <httplib.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/metrics/metrics.h"
+#include "common/util/strings.h"
+
+namespace tandem::http {
+
+void SetJsonError(httplib::Response& res, int http_status, std::string_view message,
+                  std::string_view type, std::string_view param) {
+  nlohmann::json err = {{"message", message},
+                        {"type", type},
+                        {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
+                        {"code", http_status}};
+  res.status = http_status;
+  res.set_content(nlohmann::json{{"error", err}}.dump(), "application/json");
+}
+
+namespace {
+
+absl::Status CheckReadable(std::string_view flag, const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError(StrCat(flag, ": no such file: ", path));
+  }
+  return absl::OkStatus();
+}
+
+bool ConstantTimeEqual(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpServerOptions& options,
+                                                               metrics::Metrics* metrics) {
+  if (auto st = options.tls.CheckServer(); !st.ok()) return st;
+  std::unique_ptr<httplib::Server> server;
+  if (options.tls.enabled()) {
+    if (auto st = CheckReadable("--tls-cert", options.tls.cert); !st.ok()) return st;
+    if (auto st = CheckReadable("--tls-key", options.tls.key); !st.ok()) return st;
+    if (!options.tls.client_ca.empty()) {
+      if (auto st = CheckReadable("--tls-client-ca", options.tls.client_ca); !st.ok()) return st;
+    }
+    auto ssl = std::make_unique<httplib::SSLServer>(
+        options.tls.cert.c_str(), options.tls.key.c_str(),
+        options.tls.client_ca.empty() ? nullptr : options.tls.client_ca.c_str());
+    if (!ssl->is_valid()) {
+      return absl::InvalidArgumentError(
+          StrCat("--tls-cert/--tls-key: cannot load ", options.tls.cert, " and ", options.tls.key));
+    }
+    server = std::move(ssl);
+  } else {
+    server = std::make_unique<httplib::Server>();
+  }
+  return std::unique_ptr<HttpServer>(new HttpServer(options, std::move(server), metrics));
+}
+
+HttpServer::HttpServer(const HttpServerOptions& options, std::unique_ptr<httplib::Server> server,
+                       metrics::Metrics* metrics)
+    : options_(options), server_(std::move(server)), metrics_(metrics) {
+  const int threads = options_.threads;
+  server_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  server_->set_payload_max_length(options_.max_body_bytes);
+  server_->set_keep_alive_timeout(30);
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+    res.set_header("WWW-Authenticate", "Bearer");
+    SetJsonError(res, 401, "missing or invalid API key (Authorization: Bearer <key>)",
+                 "authentication_error");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (ready_) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    } else {
+      SetJsonError(res, 503, "not ready", "service_unavailable");
+    }
+  });
+  server_->Get("/ping", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = ready_ ? 200 : 503;
+  });
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    if (metrics_ == nullptr) {
+      SetJsonError(res, 404, "this process exports no metrics", "not_found_error");
+      return;
+    }
+    res.set_content(metrics_->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a handler already wrote its error
+    if (res.status == 404) {
+      SetJsonError(res, 404, StrCat("no route for ", req.method, " ", req.path), "not_found_error");
+    } else if (res.status == 413) {
+      SetJsonError(res, 413, "request body too large", "invalid_request_error");
+    } else if (res.status >= 400) {
+      SetJsonError(res, res.status, StrCat("HTTP ", res.status), "invalid_request_error");
+    }
+  });
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+bool HttpServer::Authorized(const httplib::Request& req) const {
+  if (options_.api_key.empty()) return true;
+  if (req.path == "/health" || req.path == "/metrics" || req.path == "/ping") return true;
+  const std::string auth = req.get_header_value("Authorization");
+  constexpr std::string_view kBearer = "Bearer ";
+  if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0) return false;
+  return ConstantTimeEqual(std::string_view(auth).substr(kBearer.size()), options_.api_key);
+}
+
+absl::Status HttpServer::Listen() {
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+    if (port_ < 0) port_ = 0;
+  } else if (server_->bind_to_port(options_.host, options_.port)) {
+    port_ = options_.port;
+  }
+  if (port_ <= 0) {
+    return absl::UnavailableError(
+        StrCat("--http-port: cannot listen on ", options_.host, ":", options_.port));
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return absl::OkStatus();
+}
+
+void HttpServer::Stop() {
+  ready_ = false;
+  if (thread_.joinable()) {
+    server_->stop();
+    thread_.join();
+  }
+}
+
+}  // namespace tandem::http

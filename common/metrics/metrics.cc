@@ -1,0 +1,248 @@
+#include "common/metrics/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/util/strings.h"
+
+namespace tandem::metrics {
+
+namespace {
+
+// vLLM's buckets (vllm/v1/metrics/loggers.py), so dashboards and SLO queries carry over.
+const prometheus::Histogram::BucketBoundaries kTtftBuckets = {
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,   0.75,
+    1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160., 640.0, 2560.0};
+const prometheus::Histogram::BucketBoundaries kItlBuckets = {
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+    0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const prometheus::Histogram::BucketBoundaries kRequestBuckets = {
+    0.3,  0.5,  0.8,  1.0,  1.5,  2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
+    30.0, 40.0, 50.0, 60.0, 120., 240.0, 480.0, 960.0, 1920.0, 7680.0};
+// KV transfers: from a fraction of a millisecond (a few blocks over NVLink) to seconds.
+const prometheus::Histogram::BucketBoundaries kKvTransferBuckets = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0};
+
+}  // namespace
+
+std::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kRouter:
+      return "router";
+    case Role::kPrefill:
+      return "prefill";
+    case Role::kDecode:
+      return "decode";
+  }
+  return "unknown";
+}
+
+absl::Status CheckPrefix(std::string_view prefix) {
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    const unsigned char c = prefix[i];
+    const bool ok = std::isalpha(c) || c == '_' || c == ':' || (i > 0 && std::isdigit(c));
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          StrCat("--metrics-prefix: '", prefix,
+                 "' is not a metric-name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct Metrics::ErrorFamily {
+  prometheus::Family<prometheus::Counter>* family = nullptr;
+  std::mutex mu;
+  absl::flat_hash_map<std::string, prometheus::Counter*> by_code;
+};
+
+struct Metrics::CacheConfigFamily {
+  prometheus::Family<prometheus::Gauge>* family = nullptr;
+  std::mutex mu;
+  prometheus::Gauge* gauge = nullptr;
+};
+
+Metrics::Metrics(const MetricsOptions& options)
+    : options_(options), registry_(std::make_shared<prometheus::Registry>()) {
+  const bool router = options_.role == Role::kRouter;
+  running_ = AddGauge("num_requests_running",
+                      router ? "Requests past the router's queue (prefilling or decoding)."
+                             : "Sequences in the engine's running batch.");
+  waiting_ = AddGauge("num_requests_waiting", router ? "Requests in the router's admission queue."
+                                                     : "Sequences waiting for the engine.");
+  auto histogram = [&](const std::string& name, const std::string& help,
+                       const prometheus::Histogram::BucketBoundaries& buckets) {
+    return &prometheus::BuildHistogram()
+                .Name(options_.prefix + name)
+                .Help(help)
+                .Labels({{"model_name", options_.model_name},
+                         {"role", std::string(RoleName(options_.role))}})
+                .Register(*registry_)
+                .Add({}, buckets);
+  };
+  if (router) {
+    prompt_tokens_ = AddCounter("prompt_tokens_total", "Prompt tokens of finished requests.");
+    generation_tokens_ =
+        AddCounter("generation_tokens_total", "Tokens generated for finished requests.");
+    auto& success = prometheus::BuildCounter()
+                        .Name(options_.prefix + "request_success_total")
+                        .Help("Requests that finished, by finish reason.")
+                        .Labels({{"model_name", options_.model_name},
+                                 {"role", std::string(RoleName(options_.role))}})
+                        .Register(*registry_);
+    success_stop_ = &success.Add({{"finished_reason", "stop"}});
+    success_length_ = &success.Add({{"finished_reason", "length"}});
+    errors_ = std::make_unique<ErrorFamily>();
+    errors_->family = &prometheus::BuildCounter()
+                           .Name(options_.prefix + "request_errors_total")
+                           .Help("Requests that ended with an error, by gRPC status code.")
+                           .Labels({{"model_name", options_.model_name},
+                                    {"role", std::string(RoleName(options_.role))}})
+                           .Register(*registry_);
+    ttft_ = histogram("time_to_first_token_seconds",
+                      "From arrival at the router to the first token leaving it.", kTtftBuckets);
+    itl_ = histogram("inter_token_latency_seconds", "Time between consecutive output tokens.",
+                     kItlBuckets);
+    e2e_ = histogram("e2e_request_latency_seconds", "From arrival to the last token.",
+                     kRequestBuckets);
+    queue_ = histogram("request_queue_time_seconds", "Time in the router's admission queue.",
+                       kRequestBuckets);
+    prefill_ = histogram("request_prefill_time_seconds",
+                         "Reservation, prefill compute and KV transfer.", kRequestBuckets);
+    decode_ = histogram("request_decode_time_seconds", "From the first token to the last.",
+                        kRequestBuckets);
+    return;
+  }
+  kv_usage_ =
+      AddGauge("kv_cache_usage_perc",
+               "Fraction of KV blocks held by sequences (0-1; cached free blocks excluded).");
+  cache_config_ = std::make_unique<CacheConfigFamily>();
+  cache_config_->family = &prometheus::BuildGauge()
+                               .Name(options_.prefix + "cache_config_info")
+                               .Help("KV cache configuration (value 1).")
+                               .Labels({{"model_name", options_.model_name},
+                                        {"role", std::string(RoleName(options_.role))}})
+                               .Register(*registry_);
+  prefix_queries_ =
+      AddCounter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.");
+  prefix_hits_ = AddCounter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.");
+  preemptions_ = AddCounter("num_preemptions_total", "Sequences preempted for KV memory.");
+  kv_bytes_ =
+      AddCounter("kv_transfer_bytes_total", options_.role == Role::kPrefill
+                                                ? "KV bytes pushed to decode workers."
+                                                : "KV bytes received from prefill workers.");
+  kv_failures_ = AddCounter("kv_transfer_failures_total", "KV transfers that failed.");
+  if (options_.role == Role::kPrefill) {
+    kv_latency_ = histogram(
+        "kv_transfer_latency_seconds",
+        "KV transfer time left after the forward pass (end of compute to acknowledgement).",
+        kKvTransferBuckets);
+  }
+}
+
+Metrics::~Metrics() = default;
+
+prometheus::Counter* Metrics::AddCounter(const std::string& name, const std::string& help) {
+  return &prometheus::BuildCounter()
+              .Name(options_.prefix + name)
+              .Help(help)
+              .Labels({{"model_name", options_.model_name},
+                       {"role", std::string(RoleName(options_.role))}})
+              .Register(*registry_)
+              .Add({});
+}
+
+prometheus::Gauge* Metrics::AddGauge(const std::string& name, const std::string& help) {
+  return &prometheus::BuildGauge()
+              .Name(options_.prefix + name)
+              .Help(help)
+              .Labels({{"model_name", options_.model_name},
+                       {"role", std::string(RoleName(options_.role))}})
+              .Register(*registry_)
+              .Add({});
+}
+
+void Metrics::SetRefresh(std::function<void(Metrics&)> refresh) {
+  std::lock_guard<std::mutex> lock(refresh_mu_);
+  refresh_ = std::move(refresh);
+}
+
+void Metrics::SetRequests(int32_t running, int32_t waiting) {
+  running_->Set(running);
+  waiting_->Set(waiting);
+}
+
+void Metrics::RequestFinished(const RequestRecord& r) {
+  if (ttft_ == nullptr) return;
+  prompt_tokens_->Increment(static_cast<double>(r.prompt_tokens));
+  generation_tokens_->Increment(static_cast<double>(r.generation_tokens));
+  (r.finished_reason == "length" ? success_length_ : success_stop_)->Increment();
+  ttft_->Observe(r.ttft);
+  e2e_->Observe(r.e2e);
+  queue_->Observe(r.queue);
+  prefill_->Observe(r.prefill);
+  decode_->Observe(r.decode);
+}
+
+void Metrics::RequestFailed(std::string_view code) {
+  if (errors_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(errors_->mu);
+  auto [it, inserted] = errors_->by_code.try_emplace(std::string(code), nullptr);
+  if (inserted) it->second = &errors_->family->Add({{"code", std::string(code)}});
+  it->second->Increment();
+}
+
+void Metrics::TokensArrived(double seconds, int32_t tokens) {
+  if (itl_ == nullptr || tokens <= 0) return;
+  const double each = seconds / tokens;
+  for (int32_t i = 0; i < tokens; ++i) itl_->Observe(each);
+}
+
+void Metrics::SetCacheConfig(int32_t block_size, int32_t num_blocks) {
+  if (cache_config_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(cache_config_->mu);
+  if (cache_config_->gauge != nullptr) cache_config_->family->Remove(cache_config_->gauge);
+  cache_config_->gauge = &cache_config_->family->Add(
+      {{"block_size", std::to_string(block_size)}, {"num_gpu_blocks", std::to_string(num_blocks)}});
+  cache_config_->gauge->Set(1);
+}
+
+void Metrics::SetWorkerGauges(const WorkerGauges& g) {
+  running_->Set(g.running);
+  waiting_->Set(g.waiting);
+  if (kv_usage_ != nullptr) kv_usage_->Set(g.kv_usage);
+}
+
+void Metrics::SyncTotals(const WorkerTotals& t) {
+  if (prefix_queries_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(totals_mu_);
+  auto sync = [](prometheus::Counter* c, int64_t total, int64_t& seen) {
+    if (total > seen) c->Increment(static_cast<double>(total - seen));
+    seen = std::max(seen, total);
+  };
+  sync(prefix_queries_, t.prefix_queries, synced_.prefix_queries);
+  sync(prefix_hits_, t.prefix_hits, synced_.prefix_hits);
+  sync(preemptions_, t.preemptions, synced_.preemptions);
+  sync(kv_bytes_, t.kv_transfer_bytes, synced_.kv_transfer_bytes);
+  sync(kv_failures_, t.kv_transfer_failures, synced_.kv_transfer_failures);
+}
+
+void Metrics::KvTransferDone(double seconds) {
+  if (kv_latency_ != nullptr) kv_latency_->Observe(seconds);
+}
+
+std::string Metrics::Scrape() {
+  std::lock_guard<std::mutex> lock(refresh_mu_);
+  if (refresh_) refresh_(*this);
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace tandem::metrics

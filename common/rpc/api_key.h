@@ -1,0 +1,56 @@
+// ApiKey: the shared secret of --api-key, checked on every gRPC call of a tandem
+// service (health and reflection are separate services and stay open for probes).
+// A client sends it as metadata `authorization: Bearer <key>` — MakeChannel adds it to
+// every call when given one. An empty key turns the check off.
+//
+// Thread-safe (immutable).
+#ifndef TANDEM_COMMON_RPC_API_KEY_H_
+#define TANDEM_COMMON_RPC_API_KEY_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <string>
+#include <string_view>
+
+namespace tandem::rpc {
+
+class ApiKey {
+ public:
+  ApiKey() = default;
+  explicit ApiKey(std::string key) : key_(std::move(key)) {}
+
+  bool empty() const { return key_.empty(); }
+  const std::string& value() const { return key_; }
+
+  // OK, or UNAUTHENTICATED when the call does not carry the key.
+  grpc::Status Check(const grpc::ServerContextBase& ctx) const {
+    if (key_.empty()) return grpc::Status::OK;
+    const auto& md = ctx.client_metadata();
+    auto it = md.find("authorization");
+    if (it != md.end()) {
+      const std::string_view got(it->second.data(), it->second.size());
+      constexpr std::string_view kBearer = "Bearer ";
+      if (got.size() > kBearer.size() && got.substr(0, kBearer.size()) == kBearer &&
+          Equal(got.substr(kBearer.size()), key_)) {
+        return grpc::Status::OK;
+      }
+    }
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "missing or invalid API key (metadata authorization: Bearer <key>)");
+  }
+
+ private:
+  // Compares in time independent of where the strings differ.
+  static bool Equal(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+    return diff == 0;
+  }
+
+  std::string key_;
+};
+
+}  // namespace tandem::rpc
+
+#endif  // TANDEM_COMMON_RPC_API_KEY_H_

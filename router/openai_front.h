@@ -1,0 +1,78 @@
+// OpenAiFront: the router's OpenAI-compatible HTTP API, mounted on the process's
+// HttpServer next to /health and /metrics.
+//
+//   POST /v1/completions, POST /v1/chat/completions — streaming as server-sent events
+//        (`data: {json}` … `data: [DONE]`) or one JSON response; n and batched prompts
+//        fan out into one router request per choice (see openai_request.h)
+//   GET  /v1/models            the served model
+//   POST /tokenize, /detokenize  (vLLM's extension) {"prompt" | "messages"} → tokens
+//   GET  /version
+//
+// A request runs exactly as a gRPC Generate does (same validator, same router); its
+// errors come back as {"error": {"message", "type", "param", "code"}} with the HTTP
+// status of its gRPC code: INVALID_ARGUMENT/FAILED_PRECONDITION 400, UNAUTHENTICATED
+// 401, NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503, DEADLINE_EXCEEDED 504,
+// the rest 500 (httplib itself answers 413 for a body over the limit). A client that
+// disconnects — streaming or not — cancels its requests within a few milliseconds.
+//
+// Thread-safe; each HTTP request runs on one of the server's connection threads.
+#ifndef TANDEM_ROUTER_OPENAI_FRONT_H_
+#define TANDEM_ROUTER_OPENAI_FRONT_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/container/flat_hash_set.h"
+#include "common/http/http_server.h"
+#include "router/openai_request.h"
+#include "router/request_validator.h"
+#include "router/router.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace tandem::router {
+
+class HttpCall;
+
+class OpenAiFront {
+ public:
+  OpenAiFront(Router* router, WorkerPool* pool, const RequestValidator* validator,
+              const tokenizer::Tokenizer& tokenizer, const model::ModelConfig& config,
+              std::string served_model_name);
+  ~OpenAiFront();
+
+  // Registers the routes; `server` must outlive the front's use.
+  void Mount(http::HttpServer* server);
+
+  // No generation request is open.
+  bool Idle();
+  // Cancels every open generation request (shutdown after the drain timeout).
+  void CancelAll();
+
+ private:
+  void Generate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void Models(httplib::Response& res);
+  void Tokenize(const httplib::Request& req, httplib::Response& res);
+  void Detokenize(const httplib::Request& req, httplib::Response& res);
+  void Forget(const std::shared_ptr<HttpCall>& call);
+
+  Router* router_;
+  WorkerPool* pool_;
+  const RequestValidator* validator_;
+  const tokenizer::Tokenizer& tokenizer_;
+  const model::ModelConfig& config_;
+  const std::string model_name_;
+  const int64_t created_;  // unix seconds, for /v1/models
+  http::HttpServer* server_ = nullptr;
+
+  std::mutex mu_;
+  absl::flat_hash_set<std::shared_ptr<HttpCall>> open_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_OPENAI_FRONT_H_

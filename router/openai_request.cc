@@ -1,0 +1,327 @@
+#include "router/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "common/util/status_macros.h"
+#include "common/util/strings.h"
+
+namespace tandem::router {
+
+namespace {
+
+using nlohmann::json;
+
+absl::Status Bad(std::string_view param, std::string_view why) {
+  return absl::InvalidArgumentError(StrCat(param, ": ", why));
+}
+
+std::string_view TypeName(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+// Field readers: absent or null leaves `out` alone and returns false.
+absl::StatusOr<bool> ReadNumber(const json& body, const char* key, double* out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_number()) return Bad(key, StrCat("must be a number, got ", TypeName(*it)));
+  *out = it->get<double>();
+  if (!std::isfinite(*out)) return Bad(key, "must be finite");
+  return true;
+}
+
+absl::StatusOr<bool> ReadInt(const json& body, const char* key, int64_t* out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return false;
+  if (it->is_number_integer()) {
+    *out = it->get<int64_t>();
+    return true;
+  }
+  if (it->is_number_float()) {
+    const double d = it->get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) {
+      *out = static_cast<int64_t>(d);
+      return true;
+    }
+  }
+  return Bad(key, StrCat("must be an integer, got ", TypeName(*it)));
+}
+
+absl::StatusOr<bool> ReadBool(const json& body, const char* key, bool* out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_boolean()) return Bad(key, StrCat("must be a boolean, got ", TypeName(*it)));
+  *out = it->get<bool>();
+  return true;
+}
+
+absl::StatusOr<bool> ReadString(const json& body, const char* key, std::string* out) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_string()) return Bad(key, StrCat("must be a string, got ", TypeName(*it)));
+  *out = it->get<std::string>();
+  return true;
+}
+
+absl::Status CheckIntRange(const char* key, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) return Bad(key, StrCat("must be between ", lo, " and ", hi, ", got ", v));
+  return absl::OkStatus();
+}
+
+// Sampling fields shared by both endpoints, into `s`.
+absl::Status ReadSampling(const json& body, v1::SamplingParams* s, bool* max_tokens_set) {
+  int64_t i = 0;
+  double d = 0;
+  bool b = false;
+  // max_completion_tokens is the newer name; either sets the limit.
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    ASSIGN_OR_RETURN(bool has, ReadInt(body, key, &i));
+    if (!has) continue;
+    RETURN_IF_ERROR(CheckIntRange(key, i, 1, std::numeric_limits<int32_t>::max()));
+    s->set_max_tokens(static_cast<int32_t>(i));
+    *max_tokens_set = true;
+  }
+  ASSIGN_OR_RETURN(bool has, ReadNumber(body, "temperature", &d));
+  if (has) {
+    if (d < 0 || d > 2) return Bad("temperature", StrCat("must be between 0 and 2, got ", d));
+    s->set_temperature(static_cast<float>(d));
+  }
+  ASSIGN_OR_RETURN(has, ReadNumber(body, "top_p", &d));
+  if (has) s->set_top_p(static_cast<float>(d));
+  ASSIGN_OR_RETURN(has, ReadInt(body, "top_k", &i));
+  if (has) {
+    RETURN_IF_ERROR(CheckIntRange("top_k", i, -1, std::numeric_limits<int32_t>::max()));
+    s->set_top_k(static_cast<int32_t>(i));
+  }
+  ASSIGN_OR_RETURN(has, ReadNumber(body, "min_p", &d));
+  if (has) s->set_min_p(static_cast<float>(d));
+  ASSIGN_OR_RETURN(has, ReadNumber(body, "repetition_penalty", &d));
+  if (has) s->set_repetition_penalty(static_cast<float>(d));
+  ASSIGN_OR_RETURN(has, ReadNumber(body, "presence_penalty", &d));
+  if (has) s->set_presence_penalty(static_cast<float>(d));
+  ASSIGN_OR_RETURN(has, ReadNumber(body, "frequency_penalty", &d));
+  if (has) s->set_frequency_penalty(static_cast<float>(d));
+  ASSIGN_OR_RETURN(has, ReadInt(body, "seed", &i));
+  if (has) s->set_seed(static_cast<uint64_t>(i));
+  ASSIGN_OR_RETURN(has, ReadBool(body, "ignore_eos", &b));
+  if (has) s->set_ignore_eos(b);
+
+  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      s->add_stop(it->get<std::string>());
+    } else if (it->is_array()) {
+      for (const json& e : *it) {
+        if (!e.is_string()) return Bad("stop", "must be a string or an array of strings");
+        s->add_stop(e.get<std::string>());
+      }
+    } else {
+      return Bad("stop", "must be a string or an array of strings");
+    }
+  }
+  if (auto it = body.find("stop_token_ids"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) return Bad("stop_token_ids", "must be an array of integers");
+    for (const json& e : *it) {
+      if (!e.is_number_integer()) return Bad("stop_token_ids", "must be an array of integers");
+      const int64_t id = e.get<int64_t>();
+      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        return Bad("stop_token_ids", StrCat("id ", id, " is out of range"));
+      }
+      s->add_stop_token_ids(static_cast<int32_t>(id));
+    }
+  }
+  if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() || !it->empty()) return Bad("logit_bias", "is not supported by tandem");
+  }
+  return absl::OkStatus();
+}
+
+// The prompts of a completions request.
+absl::StatusOr<std::vector<v1::GenerateRequest>> ReadPrompts(const json& body) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return Bad("prompt", "is required");
+  auto token_ids = [](const json& arr, v1::GenerateRequest* req) -> absl::Status {
+    for (const json& e : arr) {
+      if (!e.is_number_integer()) return Bad("prompt", "token ids must be integers");
+      const int64_t id = e.get<int64_t>();
+      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        return Bad("prompt", StrCat("token id ", id, " is out of range"));
+      }
+      req->mutable_token_ids()->add_ids(static_cast<int32_t>(id));
+    }
+    if (req->token_ids().ids_size() == 0) return Bad("prompt", "must not be empty");
+    return absl::OkStatus();
+  };
+  std::vector<v1::GenerateRequest> out;
+  if (it->is_string()) {
+    out.emplace_back().set_text(it->get<std::string>());
+    return out;
+  }
+  if (!it->is_array() || it->empty()) {
+    return Bad("prompt", "must be a string, an array of token ids, or an array of those");
+  }
+  if ((*it)[0].is_number()) {
+    RETURN_IF_ERROR(token_ids(*it, &out.emplace_back()));
+    return out;
+  }
+  for (const json& p : *it) {
+    if (p.is_string()) {
+      out.emplace_back().set_text(p.get<std::string>());
+    } else if (p.is_array()) {
+      RETURN_IF_ERROR(token_ids(p, &out.emplace_back()));
+    } else {
+      return Bad("prompt", "must be a string, an array of token ids, or an array of those");
+    }
+  }
+  return out;
+}
+
+// The messages of a chat request.
+absl::StatusOr<v1::Chat> ReadMessages(const json& body) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) return Bad("messages", "is required");
+  if (!it->is_array() || it->empty()) return Bad("messages", "must be a non-empty array");
+  v1::Chat chat;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& m = (*it)[i];
+    const std::string field = StrCat("messages[", i, "]");
+    if (!m.is_object()) return Bad(field, "must be an object");
+    std::string role;
+    ASSIGN_OR_RETURN(bool has, ReadString(m, "role", &role));
+    if (!has) return Bad(StrCat(field, ".role"), "is required");
+    if (role == "developer") role = "system";  // OpenAI's newer name for system
+    if (role != "system" && role != "user" && role != "assistant") {
+      return Bad(StrCat(field, ".role"),
+                 StrCat("'", role, "' is not supported (system, developer, user, assistant)"));
+    }
+    std::string content;
+    auto c = m.find("content");
+    if (c == m.end() || c->is_null()) {
+      if (role != "assistant") return Bad(StrCat(field, ".content"), "is required");
+    } else if (c->is_string()) {
+      content = c->get<std::string>();
+    } else if (c->is_array()) {
+      for (size_t k = 0; k < c->size(); ++k) {
+        const json& part = (*c)[k];
+        const std::string pf = StrCat(field, ".content[", k, "]");
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return Bad(pf, "only parts of type \"text\" with a string \"text\" are supported");
+        }
+        content += part["text"].get<std::string>();
+      }
+    } else {
+      return Bad(StrCat(field, ".content"), "must be a string or an array of text parts");
+    }
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty()) {
+      return Bad(StrCat(field, ".tool_calls"), "tools are not supported by tandem");
+    }
+    v1::ChatMessage* out = chat.add_messages();
+    out->set_role(role);
+    out->set_content(content);
+  }
+  return chat;
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::string_view body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad("body", "is not valid JSON");
+  if (!j.is_object()) return Bad("body", "must be a JSON object");
+
+  OpenAiRequest r;
+  r.endpoint = endpoint;
+  const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
+  ASSIGN_OR_RETURN(bool has, ReadString(j, "model", &r.model));
+  (void)has;
+  v1::SamplingParams sampling;
+  RETURN_IF_ERROR(ReadSampling(j, &sampling, &r.max_tokens_set));
+  ASSIGN_OR_RETURN(has, ReadBool(j, "stream", &r.stream));
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return Bad("stream_options", "must be an object");
+    if (!r.stream) return Bad("stream_options", "is only allowed with stream: true");
+    ASSIGN_OR_RETURN(has, ReadBool(*it, "include_usage", &r.include_usage));
+  }
+  int64_t n = 1;
+  ASSIGN_OR_RETURN(has, ReadInt(j, "n", &n));
+  RETURN_IF_ERROR(CheckIntRange("n", n, 1, kMaxChoices));
+  r.n = static_cast<int>(n);
+  int64_t best_of = n;
+  ASSIGN_OR_RETURN(has, ReadInt(j, "best_of", &best_of));
+  if (has && best_of != n) return Bad("best_of", "is not supported by tandem (must equal n)");
+
+  // Log-probabilities: completions take an int, chat a bool plus top_logprobs.
+  if (chat) {
+    bool want = false;
+    ASSIGN_OR_RETURN(has, ReadBool(j, "logprobs", &want));
+    int64_t top = 0;
+    ASSIGN_OR_RETURN(bool has_top, ReadInt(j, "top_logprobs", &top));
+    if (has_top) {
+      RETURN_IF_ERROR(CheckIntRange("top_logprobs", top, 0, kMaxTopLogprobs));
+      if (!want) return Bad("top_logprobs", "requires logprobs: true");
+    }
+    if (want) r.logprobs = static_cast<int>(top);
+  } else {
+    int64_t lp = 0;
+    ASSIGN_OR_RETURN(has, ReadInt(j, "logprobs", &lp));
+    if (has) {
+      RETURN_IF_ERROR(CheckIntRange("logprobs", lp, 0, kMaxTopLogprobs));
+      r.logprobs = static_cast<int>(lp);
+    }
+  }
+  if (r.logprobs >= 0) sampling.set_logprobs(r.logprobs);
+
+  bool flag = false;
+  ASSIGN_OR_RETURN(has, ReadBool(j, "echo", &flag));
+  if (has && flag) return Bad("echo", "is not supported by tandem");
+  std::string text;
+  ASSIGN_OR_RETURN(has, ReadString(j, "suffix", &text));
+  if (has && !text.empty()) return Bad("suffix", "is not supported by tandem");
+  if (auto it = j.find("tools"); it != j.end() && !it->is_null() && !it->empty()) {
+    return Bad("tools", "tools are not supported by tandem");
+  }
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+    if (!it->is_object() || it->value("type", "") != "text") {
+      return Bad("response_format", "only {\"type\": \"text\"} is supported by tandem");
+    }
+  }
+  std::string salt, request_id;
+  ASSIGN_OR_RETURN(has, ReadString(j, "cache_salt", &salt));
+  ASSIGN_OR_RETURN(has, ReadString(j, "request_id", &request_id));
+
+  std::vector<v1::GenerateRequest> prompts;
+  if (chat) {
+    ASSIGN_OR_RETURN(v1::Chat messages, ReadMessages(j));
+    *prompts.emplace_back().mutable_chat() = std::move(messages);
+  } else {
+    ASSIGN_OR_RETURN(prompts, ReadPrompts(j));
+  }
+  if (prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(kMaxChoices)) {
+    return Bad(chat ? "n" : "prompt",
+               StrCat("prompts × n is ", prompts.size() * r.n, "; at most ", kMaxChoices));
+  }
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int i = 0; i < r.n; ++i) {
+      v1::GenerateRequest req = prompts[p];
+      *req.mutable_sampling_params() = sampling;
+      if (sampling.has_seed() && i > 0)
+        req.mutable_sampling_params()->set_seed(sampling.seed() + i);
+      req.set_stream(true);
+      req.set_cache_salt(salt);
+      if (!request_id.empty()) {
+        const size_t index = p * static_cast<size_t>(r.n) + static_cast<size_t>(i);
+        req.set_request_id(index == 0 ? request_id : StrCat(request_id, "-", index));
+      }
+      r.choices.push_back(std::move(req));
+    }
+  }
+  return r;
+}
+
+}  // namespace tandem::router

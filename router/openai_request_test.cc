@@ -1,0 +1,150 @@
+#include "router/openai_request.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace tandem::router {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+OpenAiRequest Parse(OpenAiEndpoint e, std::string_view body) {
+  auto r = ParseOpenAiRequest(e, body);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : OpenAiRequest{};
+}
+
+std::string Error(OpenAiEndpoint e, std::string_view body) {
+  auto r = ParseOpenAiRequest(e, body);
+  EXPECT_FALSE(r.ok()) << body;
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(r.status().message());
+}
+
+constexpr auto kChat = OpenAiEndpoint::kChatCompletions;
+constexpr auto kText = OpenAiEndpoint::kCompletions;
+
+TEST(OpenAiRequest, ChatMessagesBecomeOneChatRequest) {
+  OpenAiRequest r = Parse(kChat, R"({
+    "model": "m", "stream": true, "stream_options": {"include_usage": true},
+    "messages": [
+      {"role": "developer", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+      {"role": "assistant", "content": null},
+      {"role": "user", "content": "again"}],
+    "max_completion_tokens": 7, "temperature": 0, "top_k": 5, "min_p": 0.1,
+    "repetition_penalty": 1.1, "ignore_eos": true, "stop": "x", "seed": 3,
+    "logprobs": true, "top_logprobs": 2, "user": "ignored", "unknown_field": 1})");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.max_tokens_set);
+  EXPECT_EQ(r.logprobs, 2);
+  ASSERT_EQ(r.choices.size(), 1u);
+  const v1::GenerateRequest& g = r.choices[0];
+  ASSERT_EQ(g.chat().messages_size(), 4);
+  EXPECT_EQ(g.chat().messages(0).role(), "system");
+  EXPECT_EQ(g.chat().messages(1).content(), "Hi there");
+  EXPECT_EQ(g.chat().messages(2).content(), "");
+  const v1::SamplingParams& s = g.sampling_params();
+  EXPECT_EQ(s.max_tokens(), 7);
+  EXPECT_EQ(s.temperature(), 0);
+  EXPECT_EQ(s.top_k(), 5);
+  EXPECT_FLOAT_EQ(s.min_p(), 0.1f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.1f);
+  EXPECT_TRUE(s.ignore_eos());
+  ASSERT_EQ(s.stop_size(), 1);
+  EXPECT_EQ(s.stop(0), "x");
+  EXPECT_EQ(s.seed(), 3u);
+  EXPECT_EQ(s.logprobs(), 2);
+}
+
+TEST(OpenAiRequest, PromptFormsAndChoicesFanOut) {
+  OpenAiRequest text = Parse(kText, R"({"prompt": "Hello", "max_tokens": 4})");
+  ASSERT_EQ(text.choices.size(), 1u);
+  EXPECT_EQ(text.choices[0].text(), "Hello");
+  EXPECT_FALSE(text.stream);
+  EXPECT_EQ(text.logprobs, -1);
+  EXPECT_FALSE(text.choices[0].sampling_params().has_logprobs());
+
+  OpenAiRequest ids = Parse(kText, R"({"prompt": [1, 2, 3], "logprobs": 0})");
+  ASSERT_EQ(ids.choices.size(), 1u);
+  EXPECT_THAT(ids.choices[0].token_ids().ids(), ::testing::ElementsAre(1, 2, 3));
+  EXPECT_EQ(ids.logprobs, 0);
+
+  // Two prompts × n = 3: prompt p's choice i at p * 3 + i, seeds s, s+1, s+2 per prompt.
+  OpenAiRequest many =
+      Parse(kText, R"({"prompt": ["a", [5, 6]], "n": 3, "seed": 10, "stop": ["u", "v"],
+                      "request_id": "r"})");
+  ASSERT_EQ(many.choices.size(), 6u);
+  EXPECT_EQ(many.n, 3);
+  EXPECT_EQ(many.choices[2].text(), "a");
+  EXPECT_EQ(many.choices[3].token_ids().ids_size(), 2);
+  EXPECT_EQ(many.choices[0].sampling_params().seed(), 10u);
+  EXPECT_EQ(many.choices[2].sampling_params().seed(), 12u);
+  EXPECT_EQ(many.choices[4].sampling_params().seed(), 11u);
+  EXPECT_EQ(many.choices[0].request_id(), "r");
+  EXPECT_EQ(many.choices[5].request_id(), "r-5");
+  EXPECT_EQ(many.choices[1].sampling_params().stop_size(), 2);
+}
+
+TEST(OpenAiRequest, BadFieldsNameTheParameter) {
+  EXPECT_THAT(Error(kText, "{not json"), StartsWith("body:"));
+  EXPECT_THAT(Error(kText, "[1]"), StartsWith("body:"));
+  EXPECT_THAT(Error(kText, R"({"max_tokens": 3})"), StartsWith("prompt:"));
+  // An empty text prompt parses; RequestValidator refuses it like any empty prompt.
+  EXPECT_EQ(Parse(kText, R"({"prompt": ""})").choices.size(), 1u);
+}
+
+TEST(OpenAiRequest, BadValuesAreRefused) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"prompt": "a", "temperature": "hot"})", "temperature:"},
+      {R"({"prompt": "a", "temperature": 3})", "temperature:"},
+      {R"({"prompt": "a", "max_tokens": 0})", "max_tokens:"},
+      {R"({"prompt": "a", "max_tokens": 1.5})", "max_tokens:"},
+      {R"({"prompt": "a", "n": 0})", "n:"},
+      {R"({"prompt": "a", "n": 17})", "n:"},
+      {R"({"prompt": ["a", "b"], "n": 9})", "prompt:"},
+      {R"({"prompt": "a", "best_of": 2})", "best_of:"},
+      {R"({"prompt": "a", "echo": true})", "echo:"},
+      {R"({"prompt": "a", "suffix": "z"})", "suffix:"},
+      {R"({"prompt": "a", "logprobs": 21})", "logprobs:"},
+      {R"({"prompt": "a", "logit_bias": {"1": 5}})", "logit_bias:"},
+      {R"({"prompt": "a", "stop": [1]})", "stop:"},
+      {R"({"prompt": "a", "stop_token_ids": ["x"]})", "stop_token_ids:"},
+      {R"({"prompt": "a", "stream": "yes"})", "stream:"},
+      {R"({"prompt": "a", "stream_options": {"include_usage": true}})", "stream_options:"},
+      {R"({"prompt": [1, "a"]})", "prompt:"},
+      {R"({"prompt": [-1]})", "prompt:"},
+      {R"({"prompt": {}})", "prompt:"},
+      {R"({"prompt": "a", "seed": "1"})", "seed:"},
+      {R"({"prompt": "a", "top_k": -2})", "top_k:"},
+      {R"({"prompt": "a", "model": 5})", "model:"},
+  };
+  for (const auto& [body, param] : cases) {
+    EXPECT_THAT(Error(kText, body), StartsWith(param)) << body;
+  }
+  const std::pair<const char*, const char*> chat_cases[] = {
+      {R"({})", "messages:"},
+      {R"({"messages": []})", "messages:"},
+      {R"({"messages": [{"content": "x"}]})", "messages[0].role:"},
+      {R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].role:"},
+      {R"({"messages": [{"role": "user"}]})", "messages[0].content:"},
+      {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content:"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content[0]:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
+       "tools:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+       "response_format:"},
+  };
+  for (const auto& [body, param] : chat_cases) {
+    EXPECT_THAT(Error(kChat, body), StartsWith(param)) << body;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::router
