@@ -11,7 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto
   libcpp-httplib-dev libssl-dev prometheus-cpp-dev   # HTTP front (TLS), /metrics
-  prometheus openssl   # tests: promtool + a Prometheus server; test certificates
+  prometheus openssl curl   # tests: promtool + a Prometheus server; test certificates; quickstart
   clang libclang-rt-14-dev   # libFuzzer target for the GGUF reader
   clang-format
 )

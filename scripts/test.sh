@@ -11,5 +11,5 @@ scripts/format.sh --check
 scripts/fetch-model.sh
 scripts/build.sh
 (cd build && ctest --output-on-failure -j "$(nproc)")
-TANDEM_PORT=${TANDEM_QUICKSTART_PORT:-50151} scripts/quickstart.sh --once
+TANDEM_PORT=${TANDEM_QUICKSTART_PORT:-50151} TANDEM_HTTP_PORT=0 scripts/quickstart.sh --once
 scripts/fuzz.sh

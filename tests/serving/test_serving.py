@@ -447,6 +447,36 @@ class OpenAiApiTest(unittest.TestCase):
             prom.terminate()
             prom.wait(30)
 
+    def test_09_router_finds_workers_by_dns_name(self):
+        """A second router given the workers as `localhost:PORT` (a DNS name, resolved and
+        re-resolved by the router) becomes ready and serves."""
+        router_bin = os.path.join(os.path.dirname(ARGS.tandem_bin), "tandem-router")
+        port_file = os.path.join(self.cluster.dir, "dns-router.port")
+        p, d = self.cluster.ports["prefill-0"], self.cluster.ports["decode-0"]
+        proc = subprocess.Popen(
+            [router_bin, "--model", ARGS.model, "--port", "0", "--http-port", "0",
+             "--port-file", port_file, "--prefill", f"localhost:{p['grpc_port']}",
+             "--decode", f"localhost:{d['grpc_port']}", "--discovery-interval-ms", "200"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 60
+            http_port = 0
+            while time.time() < deadline and not http_port:
+                if os.path.exists(port_file):
+                    http_port = int(open(port_file).read().split()[1])
+                time.sleep(0.05)
+            url = f"http://127.0.0.1:{http_port}"
+            while time.time() < deadline and get(url + "/health")[0] != 200:
+                time.sleep(0.1)
+            self.assertEqual(get(url + "/health")[0], 200)
+            status, body = post(url + "/v1/completions",
+                                {"prompt": "Hello", "max_tokens": 3, "temperature": 0})
+            self.assertEqual(status, 200, body)
+            self.assertEqual(json.loads(body)["usage"]["completion_tokens"], 3)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
     def test_99_nothing_leaks(self):
         deadline = time.time() + 10
         while time.time() < deadline:
