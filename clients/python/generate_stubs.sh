@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Generates the Python gRPC stubs for tandem's protos into
-# clients/python/tandem_client/_gen/, installing the pinned generator and runtime
-# (requirements.txt beside this script) into a virtual environment first.
+# Generates the Python gRPC stubs for tandem's public proto into
+# clients/python/tandem_client/_gen/ (for working on the client from a checkout),
+# installing the pinned generator and runtime (requirements.txt beside this script)
+# into a virtual environment first. The generation itself is build_stubs.py, which
+# the package build (pip install ./clients/python -> setup.py) runs as well.
 #
 #   TANDEM_PY_VENV   the virtual environment to use or create
 #                    (default: <repo>/.venv-client)
@@ -20,16 +22,13 @@ python="${PYTHON:-python3}"
 requirements="$here/requirements.txt"
 proto_root="$repo/proto"
 out="$here/tandem_client/_gen"
-protos=(tandem/v1/generation.proto tandem/v1/worker.proto tandem/v1/kv_transfer.proto)
 
 die() {
   echo "generate_stubs.sh: $*" >&2
   exit 1
 }
 
-for p in "${protos[@]}"; do
-  [[ -f "$proto_root/$p" ]] || die "missing $proto_root/$p"
-done
+[[ -f "$proto_root/tandem/v1/generation.proto" ]] || die "missing $proto_root/tandem/v1/generation.proto"
 
 # 1. The virtual environment.
 if [[ ! -x "$venv/bin/python" ]]; then
@@ -50,15 +49,5 @@ if ! cmp -s "$requirements" "$stamp"; then
   cp "$requirements" "$stamp"
 fi
 
-# 3. The stubs, generated aside and swapped in.
-tmp="$(mktemp -d "$here/tandem_client/._gen.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-"$vpy" -m grpc_tools.protoc -I "$proto_root" \
-  --python_out="$tmp" --pyi_out="$tmp" --grpc_python_out="$tmp" \
-  "${protos[@]}" || die "protoc failed"
-# Regular packages (not namespace ones), so that ours win over any other `tandem`.
-touch "$tmp/tandem/__init__.py" "$tmp/tandem/v1/__init__.py"
-chmod 755 "$tmp"
-rm -rf "$out"
-mv "$tmp" "$out"
-trap - EXIT
+# 3. The stubs (build_stubs.py writes them aside and swaps them in).
+"$vpy" "$here/build_stubs.py" --out "$out" --proto-root "$proto_root" || die "stub generation failed"

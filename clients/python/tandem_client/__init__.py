@@ -1,39 +1,70 @@
-"""Python client for tandem's public gRPC API (``tandem.v1.Generation``).
+"""Typed Python SDK for tandem's public gRPC API (``tandem.v1.Generation``).
 
-Generate the stubs first (``clients/python/generate_stubs.sh``), then, with
-``clients/python`` on ``sys.path`` and the stub venv's interpreter::
+::
 
     from tandem_client import TandemClient
 
     with TandemClient("127.0.0.1:50051") as client:
-        client.wait_ready(timeout=60)
-        print(client.complete("The capital of France is", max_tokens=8).text)
+        stream = client.generate_stream(messages=[{"role": "user", "content": "Hi!"}])
+        for chunk in stream:
+            print(chunk.text, end="", flush=True)
+        print(stream.completion.usage)
 
-The generated modules import each other as ``tandem.v1.<name>_pb2``, so this package
-puts its ``_gen`` directory at the front of ``sys.path`` on import.
+Install it with ``pip install ./clients/python`` (the gRPC stubs are generated from
+``proto/`` at build time), or, in a checkout, run ``clients/python/generate_stubs.sh``
+and put ``clients/python`` on ``sys.path``. The raw generated modules are
+:mod:`tandem_client.generation_pb2` and :mod:`tandem_client.generation_pb2_grpc`.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
-_GEN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_gen")
-
-if not os.path.isfile(os.path.join(_GEN_DIR, "tandem", "v1", "generation_pb2.py")):
+try:
+    from ._gen.tandem.v1 import generation_pb2, generation_pb2_grpc
+except ModuleNotFoundError as _err:  # pragma: no cover - only in an unprepared checkout
+    if _err.name is None or not _err.name.startswith(__name__ + "._gen"):
+        raise
     raise ImportError(
-        f"tandem_client: generated stubs not found in {_GEN_DIR}; "
-        "run clients/python/generate_stubs.sh first"
-    )
-if _GEN_DIR not in sys.path:
-    sys.path.insert(0, _GEN_DIR)
+        "tandem_client: the generated gRPC stubs are missing; install the package "
+        "(pip install ./clients/python) or run clients/python/generate_stubs.sh"
+    ) from _err
 
-from .client import (  # noqa: E402  (needs _gen on sys.path)
+from .client import SERVICE_NAME, GenerationStream, TandemClient
+from .errors import TandemError
+from .types import (
+    ChatMessage,
     Chunk,
     Completion,
-    Result,
-    TandemClient,
-    TandemError,
+    FinishReason,
+    Message,
+    ModelInfo,
+    ServerInfo,
+    Timings,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+    WorkerInfo,
 )
 
-__all__ = ["Chunk", "Completion", "Result", "TandemClient", "TandemError"]
+__version__ = "0.1.0"
+
+__all__ = [
+    "SERVICE_NAME",
+    "ChatMessage",
+    "Chunk",
+    "Completion",
+    "FinishReason",
+    "GenerationStream",
+    "Message",
+    "ModelInfo",
+    "ServerInfo",
+    "TandemClient",
+    "TandemError",
+    "Timings",
+    "TokenLogprob",
+    "TopLogprob",
+    "Usage",
+    "WorkerInfo",
+    "__version__",
+    "generation_pb2",
+    "generation_pb2_grpc",
+]
