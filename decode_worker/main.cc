@@ -31,20 +31,15 @@ int main(int argc, char** argv) {
   auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port),
                                       {&decode_service, &kv_service}, {"tandem.v1.DecodeWorker"});
   if (!server.ok()) return fail(server.status());
-  auto model = engine::LoadModel(flags.model, {.weights = false});
-  if (!model.ok()) return fail(model.status());
   metrics::Metrics metrics(
-      {flags.metrics_prefix, rpc::ServedModelName(flags, model->config), metrics::Role::kDecode});
-  auto http = rpc::MakeHttpServer(flags, &metrics);
+      {flags.metrics_prefix, rpc::ServedModelName(flags), metrics::Role::kDecode});
+  auto http = rpc::StartHttpServer(flags, &metrics);
   if (!http.ok()) return fail(http.status());
-  if (*http != nullptr) {
-    if (auto st = (*http)->Listen(); !st.ok()) return fail(st);
-  }
   if (auto st = rpc::AnnounceListening("tandem-decode-worker", flags, (*server)->port(),
                                        *http != nullptr ? (*http)->port() : 0);
       !st.ok())
     return fail(st);
-  model = engine::LoadModel(flags.model);
+  auto model = engine::LoadModel(flags.model);
   if (!model.ok()) return fail(model.status());
   auto worker = decode::DecodeWorker::Create(*model->weights, options);
   if (!worker.ok()) return fail(worker.status());

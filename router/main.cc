@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   auto model = engine::LoadModel(flags.model, lo);
   if (!model.ok()) return fail(model.status());
   const model::ModelConfig& config = model->config;
-  const std::string model_name = rpc::ServedModelName(flags, config);
+  const std::string model_name = rpc::ServedModelName(flags);
 
   metrics::Metrics metrics({flags.metrics_prefix, model_name, metrics::Role::kRouter});
   options.metrics = &metrics;
@@ -95,13 +95,10 @@ int main(int argc, char** argv) {
   auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&service},
                                       {"tandem.v1.Generation"}, tls);
   if (!server.ok()) return fail(server.status());
-  auto http = rpc::MakeHttpServer(flags, &metrics, tls);
-  if (!http.ok()) return fail(http.status());
   router::OpenAiFront front(&router, &pool, &validator, *model->tokenizer, config, model_name);
-  if (*http != nullptr) {
-    front.Mount(http->get());
-    if (auto st = (*http)->Listen(); !st.ok()) return fail(st);
-  }
+  auto http =
+      rpc::StartHttpServer(flags, &metrics, tls, [&front](http::HttpServer* s) { front.Mount(s); });
+  if (!http.ok()) return fail(http.status());
   if (auto st = rpc::AnnounceListening("tandem-router", flags, (*server)->port(),
                                        *http != nullptr ? (*http)->port() : 0);
       !st.ok())

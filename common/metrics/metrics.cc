@@ -70,6 +70,15 @@ struct Metrics::CacheConfigFamily {
   prometheus::Gauge* gauge = nullptr;
 };
 
+// A family named prefix + `name` with the process's constant labels.
+template <typename Builder>
+auto& Metrics::Register(Builder builder, const std::string& name, const std::string& help) {
+  return builder.Name(options_.prefix + name)
+      .Help(help)
+      .Labels({{"model_name", options_.model_name}, {"role", std::string(RoleName(options_.role))}})
+      .Register(*registry_);
+}
+
 Metrics::Metrics(const MetricsOptions& options)
     : options_(options), registry_(std::make_shared<prometheus::Registry>()) {
   const bool router = options_.role == Role::kRouter;
@@ -80,33 +89,19 @@ Metrics::Metrics(const MetricsOptions& options)
                                                      : "Sequences waiting for the engine.");
   auto histogram = [&](const std::string& name, const std::string& help,
                        const prometheus::Histogram::BucketBoundaries& buckets) {
-    return &prometheus::BuildHistogram()
-                .Name(options_.prefix + name)
-                .Help(help)
-                .Labels({{"model_name", options_.model_name},
-                         {"role", std::string(RoleName(options_.role))}})
-                .Register(*registry_)
-                .Add({}, buckets);
+    return &Register(prometheus::BuildHistogram(), name, help).Add({}, buckets);
   };
   if (router) {
     prompt_tokens_ = AddCounter("prompt_tokens_total", "Prompt tokens of finished requests.");
     generation_tokens_ =
         AddCounter("generation_tokens_total", "Tokens generated for finished requests.");
-    auto& success = prometheus::BuildCounter()
-                        .Name(options_.prefix + "request_success_total")
-                        .Help("Requests that finished, by finish reason.")
-                        .Labels({{"model_name", options_.model_name},
-                                 {"role", std::string(RoleName(options_.role))}})
-                        .Register(*registry_);
+    auto& success = Register(prometheus::BuildCounter(), "request_success_total",
+                             "Requests that finished, by finish reason.");
     success_stop_ = &success.Add({{"finished_reason", "stop"}});
     success_length_ = &success.Add({{"finished_reason", "length"}});
     errors_ = std::make_unique<ErrorFamily>();
-    errors_->family = &prometheus::BuildCounter()
-                           .Name(options_.prefix + "request_errors_total")
-                           .Help("Requests that ended with an error, by gRPC status code.")
-                           .Labels({{"model_name", options_.model_name},
-                                    {"role", std::string(RoleName(options_.role))}})
-                           .Register(*registry_);
+    errors_->family = &Register(prometheus::BuildCounter(), "request_errors_total",
+                                "Requests that ended with an error, by gRPC status code.");
     ttft_ = histogram("time_to_first_token_seconds",
                       "From arrival at the router to the first token leaving it.", kTtftBuckets);
     itl_ = histogram("inter_token_latency_seconds", "Time between consecutive output tokens.",
@@ -125,12 +120,8 @@ Metrics::Metrics(const MetricsOptions& options)
       AddGauge("kv_cache_usage_perc",
                "Fraction of KV blocks held by sequences (0-1; cached free blocks excluded).");
   cache_config_ = std::make_unique<CacheConfigFamily>();
-  cache_config_->family = &prometheus::BuildGauge()
-                               .Name(options_.prefix + "cache_config_info")
-                               .Help("KV cache configuration (value 1).")
-                               .Labels({{"model_name", options_.model_name},
-                                        {"role", std::string(RoleName(options_.role))}})
-                               .Register(*registry_);
+  cache_config_->family =
+      &Register(prometheus::BuildGauge(), "cache_config_info", "KV cache configuration (value 1).");
   prefix_queries_ =
       AddCounter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.");
   prefix_hits_ = AddCounter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.");
@@ -151,23 +142,11 @@ Metrics::Metrics(const MetricsOptions& options)
 Metrics::~Metrics() = default;
 
 prometheus::Counter* Metrics::AddCounter(const std::string& name, const std::string& help) {
-  return &prometheus::BuildCounter()
-              .Name(options_.prefix + name)
-              .Help(help)
-              .Labels({{"model_name", options_.model_name},
-                       {"role", std::string(RoleName(options_.role))}})
-              .Register(*registry_)
-              .Add({});
+  return &Register(prometheus::BuildCounter(), name, help).Add({});
 }
 
 prometheus::Gauge* Metrics::AddGauge(const std::string& name, const std::string& help) {
-  return &prometheus::BuildGauge()
-              .Name(options_.prefix + name)
-              .Help(help)
-              .Labels({{"model_name", options_.model_name},
-                       {"role", std::string(RoleName(options_.role))}})
-              .Register(*registry_)
-              .Add({});
+  return &Register(prometheus::BuildGauge(), name, help).Add({});
 }
 
 void Metrics::SetRefresh(std::function<void(Metrics&)> refresh) {

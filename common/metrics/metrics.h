@@ -106,6 +106,8 @@ class Metrics {
   std::string Scrape();
 
  private:
+  template <typename Builder>
+  auto& Register(Builder builder, const std::string& name, const std::string& help);
   prometheus::Counter* AddCounter(const std::string& name, const std::string& help);
   prometheus::Gauge* AddGauge(const std::string& name, const std::string& help);
 

@@ -37,7 +37,7 @@ void AddServerFlags(CLI::App& app, ServerFlags* f) {
       ->capture_default_str();
 }
 
-std::string ServedModelName(const ServerFlags& f, const model::ModelConfig&) {
+std::string ServedModelName(const ServerFlags& f) {
   if (!f.served_model_name.empty()) return f.served_model_name;
   // Like llama.cpp's server: the file's name, which is also what users type.
   std::string name = f.model.substr(f.model.rfind('/') + 1);
@@ -98,9 +98,9 @@ void AnnounceReady(const ServerFlags& f) {
   out << "ready\n";
 }
 
-absl::StatusOr<std::unique_ptr<http::HttpServer>> MakeHttpServer(const ServerFlags& f,
-                                                                 metrics::Metrics* metrics,
-                                                                 const TlsFiles& tls) {
+absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpServer(
+    const ServerFlags& f, metrics::Metrics* metrics, const TlsFiles& tls,
+    const std::function<void(http::HttpServer*)>& mount) {
   if (f.http_port < 0) return std::unique_ptr<http::HttpServer>();
   http::HttpServerOptions o;
   o.host = f.host;
@@ -108,7 +108,11 @@ absl::StatusOr<std::unique_ptr<http::HttpServer>> MakeHttpServer(const ServerFla
   o.api_key = f.api_key;
   o.tls = tls;
   o.threads = f.http_threads;
-  return http::HttpServer::Create(o, metrics);
+  auto server = http::HttpServer::Create(o, metrics);
+  if (!server.ok()) return server.status();
+  if (mount) mount(server->get());
+  if (auto st = (*server)->Listen(); !st.ok()) return st;
+  return server;
 }
 
 void ExportEngineStats(const engine::EngineStats& s, int64_t kv_transfer_bytes,

@@ -15,7 +15,6 @@
 #include "common/engine/engine.h"
 #include "common/http/http_server.h"
 #include "common/metrics/metrics.h"
-#include "common/model/model_config.h"
 #include "common/rpc/rpc_server.h"
 
 namespace tandem::rpc {
@@ -35,7 +34,7 @@ struct ServerFlags {
 };
 
 // The model name the process reports (OpenAI `model`, the metrics' model_name label).
-std::string ServedModelName(const ServerFlags& flags, const model::ModelConfig& config);
+std::string ServedModelName(const ServerFlags& flags);
 
 void AddServerFlags(CLI::App& app, ServerFlags* flags);
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* options);
@@ -52,10 +51,10 @@ absl::Status AnnounceListening(const std::string& name, const ServerFlags& flags
 void AnnounceReady(const ServerFlags& flags);
 
 // The process's HTTP server on flags.host:flags.http_port with /health and /metrics
-// (not yet listening: add routes, then Listen). Null when flags.http_port < 0.
-absl::StatusOr<std::unique_ptr<http::HttpServer>> MakeHttpServer(const ServerFlags& flags,
-                                                                 metrics::Metrics* metrics,
-                                                                 const TlsFiles& tls = {});
+// plus what `mount` adds, listening. Null when flags.http_port < 0.
+absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpServer(
+    const ServerFlags& flags, metrics::Metrics* metrics, const TlsFiles& tls = {},
+    const std::function<void(http::HttpServer*)>& mount = nullptr);
 
 // A worker engine's state as metrics: gauges (running, waiting, KV usage) and totals
 // (prefix cache, preemptions, KV transfer bytes and failures).
