@@ -66,7 +66,10 @@ int RunGenerate(const GenerateOptions& o) {
     std::vector<tokenizer::ChatMessage> messages;
     if (!o.request.system.empty()) messages.push_back({"system", o.request.system});
     messages.push_back({"user", text});
-    auto rendered = tokenizer::ChatTemplate::Render(config->chat_template, messages, true);
+    tokenizer::ChatTemplateOptions options;
+    // BOS comes from Encode (as the vocab asks); EOS text for templates that close turns with it.
+    if (config->eos_token_id >= 0) options.eos_token = tok->TokenBytes(config->eos_token_id);
+    auto rendered = tokenizer::ChatTemplate::Render(config->chat_template, messages, options);
     if (!rendered.ok()) return Fail(rendered.status());
     text = *rendered;
   }

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <random>
 
-#include "common/tokenizer/chat_template.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "common/util/utf8.h"
@@ -24,6 +23,18 @@ uint64_t RandomSeed() {
 }
 
 }  // namespace
+
+RequestValidator::RequestValidator(const tokenizer::Tokenizer& tokenizer,
+                                   const model::ModelConfig& config, ValidatorLimits limits)
+    : tokenizer_(tokenizer),
+      config_(config),
+      limits_(limits),
+      chat_template_(tokenizer::ChatTemplate::Create(config.chat_template)) {
+  // BOS comes from Encode (as the vocab asks); EOS text for templates that close turns with it.
+  if (config.eos_token_id >= 0 && config.eos_token_id < tokenizer.vocab_size()) {
+    chat_options_.eos_token = tokenizer.TokenBytes(config.eos_token_id);
+  }
+}
 
 absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeText(std::string_view field,
                                                                   const std::string& text) const {
@@ -60,7 +71,8 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChat(const v1::Chat
     return Bad("chat.messages",
                StrCat(bytes, " bytes exceeds the limit of ", limits_.max_prompt_bytes));
   }
-  auto text = tokenizer::ChatTemplate::Render(config_.chat_template, messages, true);
+  if (!chat_template_.ok()) return Bad("chat", StrCat(chat_template_.status().message()));
+  auto text = chat_template_->Apply(messages, chat_options_);
   if (!text.ok()) return Bad("chat", StrCat(text.status().message()));
   // Tokenized exactly as `tandem generate --chat` does.
   auto ids = tokenizer_.Encode(*text);

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "common/engine/sampling_params.h"
 #include "common/model/model_config.h"
+#include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
 #include "tandem/v1/generation.pb.h"
 
@@ -38,8 +39,7 @@ struct ValidatorLimits {
 class RequestValidator {
  public:
   RequestValidator(const tokenizer::Tokenizer& tokenizer, const model::ModelConfig& config,
-                   ValidatorLimits limits = {})
-      : tokenizer_(tokenizer), config_(config), limits_(limits) {}
+                   ValidatorLimits limits = {});
 
   // `kv_capacity_tokens`: the most tokens any decode worker can hold (0: unknown).
   // `fill_context`: without max_tokens, generate up to the end of the context (or of
@@ -57,6 +57,9 @@ class RequestValidator {
   const tokenizer::Tokenizer& tokenizer_;
   const model::ModelConfig& config_;
   const ValidatorLimits limits_;
+  // The model's chat template, parsed once (an error here fails only chat requests).
+  const absl::StatusOr<tokenizer::ChatTemplate> chat_template_;
+  tokenizer::ChatTemplateOptions chat_options_;
 };
 
 }  // namespace tandem::router

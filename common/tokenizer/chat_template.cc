@@ -1,5 +1,7 @@
 #include "common/tokenizer/chat_template.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "common/util/strings.h"
 
@@ -7,64 +9,64 @@ namespace tandem::tokenizer {
 
 namespace {
 
-// The default system message a ChatML template writes as a literal
-// '<|im_start|>system\n...<|im_end|>\n' (empty if it has none).
-std::string DefaultChatMlSystem(std::string_view tpl) {
-  constexpr std::string_view kOpen = "<|im_start|>system\n";
-  size_t start = tpl.find(kOpen);
-  if (start == std::string_view::npos) return "";
-  // Only a literal inside a quoted string counts (not `'<|im_start|>' + role`).
-  if (start == 0 || (tpl[start - 1] != '\'' && tpl[start - 1] != '"')) return "";
-  start += kOpen.size();
-  const size_t end = tpl.find("<|im_end|>", start);
-  if (end == std::string_view::npos) return "";
-  return std::string(tpl.substr(start, end - start));
-}
-
-// Jinja's `trim`: Python's str.strip() on ASCII whitespace.
-std::string_view Trim(std::string_view s) {
-  const char* ws = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+absl::Status Prefixed(const absl::Status& s) {
+  return absl::Status(s.code(), StrCat("chat template: ", s.message()));
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> ChatTemplate::Render(std::string_view tpl,
+absl::StatusOr<ChatTemplate> ChatTemplate::Create(std::string_view template_source,
+                                                  const jinja::Limits& limits) {
+  if (template_source.empty()) {
+    return absl::UnimplementedError("chat template: the model has none; use a raw prompt");
+  }
+  absl::StatusOr<jinja::Template> tpl = jinja::Template::Parse(template_source, limits);
+  if (!tpl.ok()) return Prefixed(tpl.status());
+  return ChatTemplate(*std::move(tpl), limits);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Apply(const std::vector<ChatMessage>& messages,
+                                                const ChatTemplateOptions& options) const {
+  if (messages.empty()) return absl::InvalidArgumentError("chat template: no messages");
+  jinja::ValueList list;
+  size_t content_bytes = 0;
+  for (const ChatMessage& m : messages) {
+    list.push_back(jinja::Value::Dict(
+        {{"role", jinja::Value::String(m.role)}, {"content", jinja::Value::String(m.content)}}));
+    content_bytes += m.role.size() + m.content.size();
+  }
+  jinja::ValueDict vars = {
+      {"messages", jinja::Value::List(std::move(list))},
+      {"add_generation_prompt", jinja::Value::Bool(options.add_generation_prompt)},
+      {"tools", jinja::Value::None()},
+      {"documents", jinja::Value::None()},
+  };
+  if (options.bos_token) vars.emplace_back("bos_token", jinja::Value::String(*options.bos_token));
+  if (options.eos_token) vars.emplace_back("eos_token", jinja::Value::String(*options.eos_token));
+  // Later entries win: the interpreter binds the variables in order.
+  vars.insert(vars.end(), options.extra_variables.begin(), options.extra_variables.end());
+
+  jinja::Limits limits = limits_;
+  limits.max_output_bytes = std::max(limits.max_output_bytes, 4 * content_bytes);
+  absl::StatusOr<std::string> text = template_.Render(vars, limits);
+  if (!text.ok()) return Prefixed(text.status());
+  return text;
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(std::string_view template_source,
+                                                 const std::vector<ChatMessage>& messages,
+                                                 const ChatTemplateOptions& options) {
+  absl::StatusOr<ChatTemplate> tpl = Create(template_source);
+  if (!tpl.ok()) return tpl.status();
+  return tpl->Apply(messages, options);
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(std::string_view template_source,
                                                  const std::vector<ChatMessage>& messages,
                                                  bool add_generation_prompt) {
-  if (messages.empty()) return absl::InvalidArgumentError("messages: must not be empty");
-  for (const auto& m : messages) {
-    if (m.role != "system" && m.role != "user" && m.role != "assistant") {
-      return absl::InvalidArgumentError(StrCat("messages: unknown role '", m.role, "'"));
-    }
-  }
-  std::string out;
-  if (tpl.find("<|im_start|>") != std::string_view::npos) {
-    const std::string system = DefaultChatMlSystem(tpl);
-    if (!system.empty() && messages.front().role != "system") {
-      out += StrCat("<|im_start|>system\n", system, "<|im_end|>\n");
-    }
-    for (const auto& m : messages)
-      out += StrCat("<|im_start|>", m.role, "\n", m.content, "<|im_end|>\n");
-    if (add_generation_prompt) out += "<|im_start|>assistant\n";
-    return out;
-  }
-  if (tpl.find("<|start_header_id|>") != std::string_view::npos) {
-    out += "<|begin_of_text|>";
-    for (const auto& m : messages) {
-      out += StrCat("<|start_header_id|>", m.role, "<|end_header_id|>\n\n", Trim(m.content),
-                    "<|eot_id|>");
-    }
-    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-    return out;
-  }
-  if (tpl.empty())
-    return absl::UnimplementedError("the model has no chat template; use a raw prompt");
-  return absl::UnimplementedError(
-      "this model's chat template is not one tandem can render yet (ChatML, Llama 3); use a raw "
-      "prompt");
+  ChatTemplateOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  return Render(template_source, messages, options);
 }
 
 }  // namespace tandem::tokenizer

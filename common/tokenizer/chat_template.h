@@ -1,35 +1,74 @@
 // ChatTemplate: renders a conversation into the prompt text a chat model expects.
 //
-// GGUF files carry a Jinja template (`tokenizer.chat_template`). Until tandem has its
-// own sandboxed Jinja renderer, this recognises the template families by their
-// markers and renders them natively:
-//   - ChatML (`<|im_start|>role\n...<|im_end|>\n`, SmolLM, Qwen), including a default
-//     system message the template inserts when the conversation has none;
-//   - Llama 3 (`<|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>`).
-// Anything else is Unimplemented, naming the problem. Output is checked against
-// Python's jinja2 rendering of the real templates (tests/reference/make_chat_golden.py).
-// Pure functions; thread-safe.
+// GGUF files carry the model's Jinja template (`tokenizer.chat_template`, copied from
+// Hugging Face's tokenizer_config.json). tandem renders it with its own sandboxed Jinja
+// interpreter (jinja/template.h), byte for byte as transformers' apply_chat_template
+// does with Python's jinja2; tests/reference/make_chat_golden.py records that rendering
+// for SmolLM2, Qwen2/2.5, Llama 3/3.1, Mistral and Gemma templates and
+// chat_template_test.cc checks it.
+//
+// The template sees `messages` (a list of {"role", "content"}), `add_generation_prompt`,
+// `tools` and `documents` (both None, as transformers passes them), `bos_token` /
+// `eos_token` when given, and any extra variables. Nothing else: no files, no clock.
+//
+// Errors (all prefixed "chat template: "): Unimplemented for an empty template or a
+// Jinja feature outside the supported subset; InvalidArgument for no messages, a
+// malformed template (with line and column) or one that rejects the conversation
+// (its raise_exception message, e.g. "Conversation roles must alternate ...");
+// ResourceExhausted when the template exceeds its limits (jinja/budget.h).
+// Immutable after Create(); Apply() and Render() are thread-safe.
 #ifndef TANDEM_COMMON_TOKENIZER_CHAT_TEMPLATE_H_
 #define TANDEM_COMMON_TOKENIZER_CHAT_TEMPLATE_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/tokenizer/jinja/template.h"
 
 namespace tandem::tokenizer {
 
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant", or whatever else the template accepts
   std::string content;
+};
+
+struct ChatTemplateOptions {
+  bool add_generation_prompt = true;
+  // Unset: undefined in the template (renders as ""). The tokenizer adds BOS itself
+  // (Tokenizer::Encode), so callers that keep that leave bos_token unset.
+  std::optional<std::string> bos_token;
+  std::optional<std::string> eos_token;
+  // More variables, e.g. {"date_string", "26 Jul 2024"} for Llama 3.1; these win over
+  // the ones above.
+  jinja::ValueDict extra_variables;
 };
 
 class ChatTemplate {
  public:
+  // Parses once. Apply() renders within `limits`, except that the output limit rises to
+  // four times the conversation's bytes when that is more, so it never cuts a long prompt.
+  static absl::StatusOr<ChatTemplate> Create(std::string_view template_source,
+                                             const jinja::Limits& limits = {});
+  absl::StatusOr<std::string> Apply(const std::vector<ChatMessage>& messages,
+                                    const ChatTemplateOptions& options) const;
+
+  // Parse and apply in one call.
+  static absl::StatusOr<std::string> Render(std::string_view template_source,
+                                            const std::vector<ChatMessage>& messages,
+                                            const ChatTemplateOptions& options);
   static absl::StatusOr<std::string> Render(std::string_view template_source,
                                             const std::vector<ChatMessage>& messages,
                                             bool add_generation_prompt);
+
+ private:
+  ChatTemplate(jinja::Template tpl, const jinja::Limits& limits)
+      : template_(std::move(tpl)), limits_(limits) {}
+  jinja::Template template_;
+  jinja::Limits limits_;
 };
 
 }  // namespace tandem::tokenizer

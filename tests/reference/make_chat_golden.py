@@ -1,18 +1,36 @@
-"""Golden chat-template renderings: Python's jinja2 on the real templates.
+"""Golden chat-template renderings: Python's jinja2 on real templates, as transformers renders them.
 
 Produces
     tests/data/chat_template_golden.json:
         [{"family": str, "template": str, "messages": [{"role", "content"}],
-          "add_generation_prompt": bool, "rendered": str}, ...]
-    Templates: SmolLM2's (read from the default model's GGUF) and Llama 3's (below, as
-    published in Meta's tokenizer_config.json, without the date/tools preamble of 3.1).
+          "add_generation_prompt": bool,
+          "bos_token": str (absent: undefined), "eos_token": str (absent: undefined),
+          "rendered": str               -- when the template renders, or
+          "error": str}, ...]           -- the message it raised (raise_exception)
+    tandem's own Jinja interpreter (common/tokenizer/jinja/) must reproduce "rendered" byte for
+    byte and fail with "error" (common/tokenizer/chat_template_test.cc).
+
+Templates
+    SmolLM2's is read from the default model's GGUF; the others are copied exactly as published
+    in each model's tokenizer_config.json (the JSON string literals below are decoded with
+    json.loads, so they are byte-identical to the "chat_template" values there):
+    Qwen2-7B-Instruct, Qwen2.5-7B-Instruct, Meta-Llama-3-8B-Instruct, Llama-3.1-8B-Instruct
+    (date/tools preamble), Mistral-7B-Instruct-v0.2 (the original, without system prompts, and
+    the later "v1" revision with one), Mistral-Large-Instruct-2407 ("v3", tool-aware, the
+    family of Mistral-7B-Instruct-v0.3) and gemma-2-9b-it (also gemma-7b-it's).
+
+Rendering
+    Exactly as transformers' chat_template_utils does: an ImmutableSandboxedEnvironment with
+    trim_blocks, lstrip_blocks and the loopcontrols extension; `raise_exception` as a global;
+    `tojson` overridden by json.dumps(ensure_ascii=False); render(messages=..., tools=None,
+    documents=None, add_generation_prompt=..., **special_tokens). `strftime_now` is left out on
+    purpose: tandem does not give templates the clock (Llama 3.1 falls back to its own date).
 
 How to run (from the repository root)
-    scripts/fetch-model.sh
-    /tmp/refvenv/bin/python tests/reference/make_chat_golden.py
-
-Requirements
-    tests/reference/requirements.txt (gguf, and jinja2 which transformers brings).
+    scripts/fetch-model.sh     # if models/smollm2-135m-instruct-q4_1.gguf is missing
+    python3 -m venv /tmp/jinjavenv && /tmp/jinjavenv/bin/pip install jinja2 gguf numpy
+    /tmp/jinjavenv/bin/python tests/reference/make_chat_golden.py
+Goldens were generated with jinja2 3.1.6.
 """
 
 import json
@@ -20,45 +38,129 @@ import os
 
 import gguf
 import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "models", "smollm2-135m-instruct-q4_1.gguf")
 OUT = os.path.join(ROOT, "tests", "data", "chat_template_golden.json")
 
-LLAMA3 = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}"
-    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
-    "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
-    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
+QWEN2 = json.loads(r'''"{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"''')
+
+QWEN25 = json.loads(r'''"{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0]['role'] == 'system' %}\n        {{- messages[0]['content'] }}\n    {%- else %}\n        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}\n    {%- endif %}\n    {{- \"\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n    {%- for tool in tools %}\n        {{- \"\\n\" }}\n        {{- tool | tojson }}\n    {%- endfor %}\n    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n{%- else %}\n    {%- if messages[0]['role'] == 'system' %}\n        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n    {%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n{%- for message in messages %}\n    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n    {%- elif message.role == \"assistant\" %}\n        {{- '<|im_start|>' + message.role }}\n        {%- if message.content %}\n            {{- '\\n' + message.content }}\n        {%- endif %}\n        {%- for tool_call in message.tool_calls %}\n            {%- if tool_call.function is defined %}\n                {%- set tool_call = tool_call.function %}\n            {%- endif %}\n            {{- '\\n<tool_call>\\n{\"name\": \"' }}\n            {{- tool_call.name }}\n            {{- '\", \"arguments\": ' }}\n            {{- tool_call.arguments | tojson }}\n            {{- '}\\n</tool_call>' }}\n        {%- endfor %}\n        {{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"tool\" %}\n        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\") %}\n            {{- '<|im_start|>user' }}\n        {%- endif %}\n        {{- '\\n<tool_response>\\n' }}\n        {{- message.content }}\n        {{- '\\n</tool_response>' }}\n        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n            {{- '<|im_end|>\\n' }}\n        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- endif %}\n"''')
+
+LLAMA3 = json.loads(r'''"{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"''')
+
+LLAMA31 = json.loads(r'''"{{- bos_token }}\n{%- if custom_tools is defined %}\n    {%- set tools = custom_tools %}\n{%- endif %}\n{%- if not tools_in_user_message is defined %}\n    {%- set tools_in_user_message = true %}\n{%- endif %}\n{%- if not date_string is defined %}\n    {%- set date_string = \"26 Jul 2024\" %}\n{%- endif %}\n{%- if not tools is defined %}\n    {%- set tools = none %}\n{%- endif %}\n\n{#- This block extracts the system message, so we can slot it into the right place. #}\n{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content']|trim %}\n    {%- set messages = messages[1:] %}\n{%- else %}\n    {%- set system_message = \"\" %}\n{%- endif %}\n\n{#- System message + builtin tools #}\n{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n{%- if builtin_tools is defined or tools is not none %}\n    {{- \"Environment: ipython\\n\" }}\n{%- endif %}\n{%- if builtin_tools is defined %}\n    {{- \"Tools: \" + builtin_tools | reject('equalto', 'code_interpreter') | join(\", \") + \"\\n\\n\"}}\n{%- endif %}\n{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n{%- if tools is not none and not tools_in_user_message %}\n    {{- \"You have access to the following functions. To call a function, please respond with JSON for a function call.\" }}\n    {{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.' }}\n    {{- \"Do not use variables.\\n\\n\" }}\n    {%- for t in tools %}\n        {{- t | tojson(indent=4) }}\n        {{- \"\\n\\n\" }}\n    {%- endfor %}\n{%- endif %}\n{{- system_message }}\n{{- \"<|eot_id|>\" }}\n\n{#- Custom tools are passed in a user message with some extra guidance #}\n{%- if tools_in_user_message and not tools is none %}\n    {#- Extract the first user message so we can plug it in here #}\n    {%- if messages | length != 0 %}\n        {%- set first_user_message = messages[0]['content']|trim %}\n        {%- set messages = messages[1:] %}\n    {%- else %}\n        {{- raise_exception(\"Cannot put tools in the first user message when there's no first user message!\") }}\n{%- endif %}\n    {{- '<|start_header_id|>user<|end_header_id|>\\n\\n' -}}\n    {{- \"Given the following functions, please respond with a JSON for a function call \" }}\n    {{- \"with its proper arguments that best answers the given prompt.\\n\\n\" }}\n    {{- 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.' }}\n    {{- \"Do not use variables.\\n\\n\" }}\n    {%- for t in tools %}\n        {{- t | tojson(indent=4) }}\n        {{- \"\\n\\n\" }}\n    {%- endfor %}\n    {{- first_user_message + \"<|eot_id|>\"}}\n{%- endif %}\n\n{%- for message in messages %}\n    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}\n        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}\n    {%- elif 'tool_calls' in message %}\n        {%- if not message.tool_calls|length == 1 %}\n            {{- raise_exception(\"This model only supports single tool-calls at once!\") }}\n        {%- endif %}\n        {%- set tool_call = message.tool_calls[0].function %}\n        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}\n            {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}\n            {{- \"<|python_tag|>\" + tool_call.name + \".call(\" }}\n            {%- for arg_name, arg_val in tool_call.arguments | items %}\n                {{- arg_name + '=\"' + arg_val + '\"' }}\n                {%- if not loop.last %}\n                    {{- \", \" }}\n                {%- endif %}\n                {%- endfor %}\n            {{- \")\" }}\n        {%- else  %}\n            {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}\n            {{- '{\"name\": \"' + tool_call.name + '\", ' }}\n            {{- '\"parameters\": ' }}\n            {{- tool_call.arguments | tojson }}\n            {{- \"}\" }}\n        {%- endif %}\n        {%- if builtin_tools is defined %}\n            {#- This means we're in ipython mode #}\n            {{- \"<|eom_id|>\" }}\n        {%- else %}\n            {{- \"<|eot_id|>\" }}\n        {%- endif %}\n    {%- elif message.role == \"tool\" or message.role == \"ipython\" %}\n        {{- \"<|start_header_id|>ipython<|end_header_id|>\\n\\n\" }}\n        {%- if message.content is mapping or message.content is iterable %}\n            {{- message.content | tojson }}\n        {%- else %}\n            {{- message.content }}\n        {%- endif %}\n        {{- \"<|eot_id|>\" }}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n"''')
+
+MISTRAL_V02 = json.loads(r'''"{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"''')
+
+MISTRAL_V1 = json.loads(r'''"{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] %}\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n{%- endif %}\n\n{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n        {{- raise_exception('After the optional system message, conversation roles must alternate user/assistant/user/assistant/...') }}\n    {%- endif %}\n    {%- if message['role'] == 'user' %}\n        {%- if loop.first and system_message is defined %}\n            {{- ' [INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n        {%- else %}\n            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n        {%- endif %}\n    {%- elif message['role'] == 'assistant' %}\n        {{- ' ' + message['content'] + eos_token}}\n    {%- else %}\n        {{- raise_exception('Only user and assistant roles are supported, with the exception of an initial optional system message!') }}\n    {%- endif %}\n{%- endfor %}\n"''')
+
+MISTRAL_V3 = json.loads(r'''"{%- if messages[0][\"role\"] == \"system\" %}\n    {%- set system_message = messages[0][\"content\"] %}\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n{%- endif %}\n{%- if not tools is defined %}\n    {%- set tools = none %}\n{%- endif %}\n{%- set user_messages = loop_messages | selectattr(\"role\", \"equalto\", \"user\") | list %}\n\n{#- This block checks for alternating user/assistant messages, skipping tool calling messages #}\n{%- set ns = namespace() %}\n{%- set ns.index = 0 %}\n{%- for message in loop_messages %}\n    {%- if not (message.role == \"tool\" or message.role == \"tool_results\" or (message.tool_calls is defined and message.tool_calls is not none)) %}\n        {%- if (message[\"role\"] == \"user\") != (ns.index % 2 == 0) %}\n            {{- raise_exception(\"After the optional system message, conversation roles must alternate user/assistant/user/assistant/...\") }}\n        {%- endif %}\n        {%- set ns.index = ns.index + 1 %}\n    {%- endif %}\n{%- endfor %}\n\n{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if message[\"role\"] == \"user\" %}\n        {%- if tools is not none and (message == user_messages[-1]) %}\n            {{- \"[AVAILABLE_TOOLS] [\" }}\n            {%- for tool in tools %}\n                {%- set tool = tool.function %}\n                {{- '{\"type\": \"function\", \"function\": {' }}\n                {%- for key, val in tool.items() if key != \"return\" %}\n                    {%- if val is string %}\n                        {{- '\"' + key + '\": \"' + val + '\"' }}\n                    {%- else %}\n                        {{- '\"' + key + '\": ' + val|tojson }}\n                    {%- endif %}\n                    {%- if not loop.last %}\n                        {{- \", \" }}\n                    {%- endif %}\n                {%- endfor %}\n                {{- \"}}\" }}\n                {%- if not loop.last %}\n                    {{- \", \" }}\n                {%- else %}\n                    {{- \"]\" }}\n                {%- endif %}\n            {%- endfor %}\n            {{- \"[/AVAILABLE_TOOLS]\" }}\n            {%- endif %}\n        {%- if loop.last and system_message is defined %}\n            {{- \"[INST] \" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n        {%- else %}\n            {{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}\n        {%- endif %}\n    {%- elif message.tool_calls is defined and message.tool_calls is not none %}\n        {{- \"[TOOL_CALLS] [\" }}\n        {%- for tool_call in message.tool_calls %}\n            {%- set out = tool_call.function|tojson %}\n            {{- out[:-1] }}\n            {%- if not tool_call.id is defined or tool_call.id|length != 9 %}\n                {{- raise_exception(\"Tool call IDs should be alphanumeric strings with length 9!\") }}\n            {%- endif %}\n            {{- ', \"id\": \"' + tool_call.id + '\"}' }}\n            {%- if not loop.last %}\n                {{- \", \" }}\n            {%- else %}\n                {{- \"]\" + eos_token }}\n            {%- endif %}\n        {%- endfor %}\n    {%- elif message[\"role\"] == \"assistant\" %}\n        {{- \" \" + message[\"content\"]|trim + eos_token}}\n    {%- elif message[\"role\"] == \"tool_results\" or message[\"role\"] == \"tool\" %}\n        {%- if message.content is defined and message.content.content is defined %}\n            {%- set content = message.content.content %}\n        {%- else %}\n            {%- set content = message.content %}\n        {%- endif %}\n        {{- '[TOOL_RESULTS] {\"content\": ' + content|string + \", \" }}\n        {%- if not message.tool_call_id is defined or message.tool_call_id|length != 9 %}\n            {{- raise_exception(\"Tool call IDs should be alphanumeric strings with length 9!\") }}\n        {%- endif %}\n        {{- '\"call_id\": \"' + message.tool_call_id + '\"}[/TOOL_RESULTS]' }}\n    {%- else %}\n        {{- raise_exception(\"Only user and assistant roles are supported, with the exception of an initial optional system message!\") }}\n    {%- endif %}\n{%- endfor %}\n"''')
+
+GEMMA = json.loads(r'''"{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"''')
+
+
+def U(content):
+    return {"role": "user", "content": content}
+
+
+def A(content):
+    return {"role": "assistant", "content": content}
+
+
+def S(content):
+    return {"role": "system", "content": content}
+
 
 CONVERSATIONS = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi!"}],
-    [
-        {"role": "user", "content": "Write a haiku.\nAbout rain."},
-        {"role": "assistant", "content": "Soft rain on the roof"},
-        {"role": "user", "content": "Another, in French: ça va?"},
-    ],
+    [U("What is the capital of France?")],
+    [S("You are terse."), U("Hi!")],
+    [U("Write a haiku.\nAbout rain."), A("Soft rain on the roof"), U("Another, in French: ça va?")],
+    [S("Answer in one word."), U("Color of the sky?"), A("Blue."), U("And grass?"), A("Green.")],
+    # Leading/trailing whitespace: kept by some templates, trimmed by others.
+    [U("  padded with spaces and a tab\t\n"), A("\n\n  reply after blank lines  \n"), U(" last ")],
+    # Jinja-looking text is data: it must come out literally, never be evaluated.
+    [U("Render {{ messages }} and {% if true %}x{% endif %} {# c #} literally"),
+     A("Sure: {{ bos_token }} '\" \\ {%- raw -%} done"), U("{{- 1 + 1 -}}")],
+    # Unicode, including Unicode whitespace at the edges (Python's str.strip() removes it).
+    [S("Système : réponds en 日本語 🙂"), U("Emoji 👍🏽, CJK 漢字, RTL שלום, zero\u200bwidth"),
+     A("ありがとう\u3000"), U("\u00a0nbsp edges\u2003")],
+    [U("")],
+    # Two user turns in a row: Mistral and Gemma raise.
+    [U("first"), U("second")],
+    # The assistant speaks first: Mistral and Gemma raise.
+    [A("I start."), U("ok")],
+    [S("sys"), U("u1"), A("a1"), U("u2"), A("a2"), U("u3"), A("a3"), U("u4"), A("a4"), U("u5")],
+    # Special-token text inside a content is not special to the template.
+    [U("<|im_end|>\n<|im_start|>system\n[INST] <start_of_turn> <|eot_id|>"), A("</s><s>")],
+]
+
+# The special tokens each family's tokenizer_config.json defines (transformers passes them to
+# render); SmolLM2's come from its GGUF vocabulary. Qwen has no BOS token.
+FAMILIES = [
+    ("chatml-smollm2", None, None, None),
+    ("qwen2", QWEN2, None, "<|im_end|>"),
+    ("qwen2.5", QWEN25, None, "<|im_end|>"),
+    ("llama3", LLAMA3, "<|begin_of_text|>", "<|eot_id|>"),
+    ("llama3.1", LLAMA31, "<|begin_of_text|>", "<|eot_id|>"),
+    ("mistral-v0.2", MISTRAL_V02, "<s>", "</s>"),
+    ("mistral-v1", MISTRAL_V1, "<s>", "</s>"),
+    ("mistral-v3", MISTRAL_V3, "<s>", "</s>"),
+    ("gemma", GEMMA, "<bos>", "<eos>"),
 ]
 
 
+def make_env():
+    """The environment transformers' _compile_jinja_template builds."""
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                          sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env
+
+
+def smollm2_family():
+    reader = gguf.GGUFReader(MODEL)
+    source = reader.fields["tokenizer.chat_template"].contents()
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    bos = tokens[reader.fields["tokenizer.ggml.bos_token_id"].contents()]
+    eos = tokens[reader.fields["tokenizer.ggml.eos_token_id"].contents()]
+    return source, bos, eos
+
+
 def main() -> None:
-    smol = gguf.GGUFReader(MODEL).fields["tokenizer.chat_template"].contents()
-    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    env = make_env()
     cases = []
-    for family, source in (("chatml-smollm2", smol), ("llama3", LLAMA3)):
+    for family, source, bos, eos in FAMILIES:
+        if source is None:
+            source, bos, eos = smollm2_family()
         tpl = env.from_string(source)
+        specials = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v is not None}
         for messages in CONVERSATIONS:
             for gen in (True, False):
-                rendered = tpl.render(messages=messages, add_generation_prompt=gen,
-                                      bos_token="<|begin_of_text|>")
-                cases.append({"family": family, "template": source, "messages": messages,
-                              "add_generation_prompt": gen, "rendered": rendered})
+                case = {"family": family, "template": source, "messages": messages,
+                        "add_generation_prompt": gen, **specials}
+                try:
+                    case["rendered"] = tpl.render(messages=messages, tools=None, documents=None,
+                                                  add_generation_prompt=gen, **specials)
+                except jinja2.exceptions.TemplateError as e:
+                    case["error"] = str(e)
+                cases.append(case)
     with open(OUT, "w") as f:
         json.dump(cases, f, ensure_ascii=False, indent=1)
-    print(f"wrote {len(cases)} cases to {OUT}")
+        f.write("\n")
+    errors = sum("error" in c for c in cases)
+    print(f"wrote {len(cases)} cases ({errors} expected errors) to {OUT}")
 
 
 if __name__ == "__main__":
