@@ -180,11 +180,10 @@ TEST(CliServe, ClientAnswersLikeGenerateAndSigtermDrains) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string log = std::string(dir) + "/serve.log";
   Subprocess serve;
-  ASSERT_TRUE(
-      serve.Start({std::string(TANDEM_BIN_DIR) + "/tandem", "serve", "--model", DefaultModelPath(),
-                   "--grpc-port", "0", "--http-port", "-1", "--threads-per-worker", "1",
-                   "--drain-timeout-ms", "20000"},
-                  log));
+  ASSERT_TRUE(serve.Start({std::string(TANDEM_BIN_DIR) + "/tandem", "serve", "--model",
+                           DefaultModelPath(), "--grpc-port", "0", "--http-port", "-1",
+                           "--threads-per-worker", "1", "--drain-timeout-ms", "20000"},
+                          log));
   std::string endpoint;
   for (int i = 0; i < 3000 && endpoint.empty(); ++i) {
     std::ifstream in(log);
