@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "common/tokenizer/jinja/py_string.h"
 #include "common/util/strings.h"
+#include "common/util/utf8.h"
 
 namespace tandem::tokenizer::jinja {
 namespace {
@@ -286,7 +287,7 @@ class Lexer {
             cp = cp * 16 + static_cast<uint32_t>(d);
           }
           if (cp > 0x10FFFF) return Error(start, "illegal Unicode character in escape");
-          py::AppendUtf8(cp, &value);
+          utf8::AppendCodepoint(cp, &value);
           break;
         }
         default:
@@ -296,7 +297,7 @@ class Lexer {
                  ++k) {
               cp = cp * 8 + static_cast<uint32_t>(src_[pos_++] - '0');
             }
-            py::AppendUtf8(cp, &value);
+            utf8::AppendCodepoint(cp, &value);
           } else {  // an unknown escape stays as written
             value.push_back('\\');
             value.push_back(e);

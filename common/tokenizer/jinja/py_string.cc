@@ -2,45 +2,19 @@
 
 #include <cstdio>
 
+#include "common/util/utf8.h"
+
 namespace tandem::tokenizer::jinja::py {
 
 uint32_t DecodeAt(std::string_view s, size_t i, size_t* len) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  *len = 1;
-  if (b < 0x80) return b;
-  const size_t n = b >= 0xF0 && b < 0xF5 ? 4 : b >= 0xE0 ? 3 : b >= 0xC2 && b < 0xE0 ? 2 : 0;
-  if (n == 0 || i + n > s.size()) return b;
-  uint32_t cp = b & (0x7F >> n);
-  for (size_t k = 1; k < n; ++k) {
-    const auto c = static_cast<unsigned char>(s[i + k]);
-    if ((c & 0xC0) != 0x80) return b;
-    cp = (cp << 6) | (c & 0x3F);
-  }
-  // Overlong forms and surrogates are invalid: fall back to the lone byte.
-  if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp < 0xE000))) ||
-      (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
-    return b;
+  size_t n = 0;
+  const uint32_t cp = utf8::DecodeCodepoint(s.substr(i), &n);
+  if (n == 0) {  // ill-formed: the lone byte stands for itself
+    *len = 1;
+    return static_cast<unsigned char>(s[i]);
   }
   *len = n;
   return cp;
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 bool IsSpace(uint32_t cp) {

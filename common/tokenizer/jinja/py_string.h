@@ -18,7 +18,6 @@ namespace tandem::tokenizer::jinja::py {
 
 // The code point starting at byte `i` (< s.size()); `*len` gets its byte length.
 uint32_t DecodeAt(std::string_view s, size_t i, size_t* len);
-void AppendUtf8(uint32_t cp, std::string* out);
 bool IsSpace(uint32_t cp);
 
 // Byte offsets of every code point, plus s.size() at the end: [length + 1].
