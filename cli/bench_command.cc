@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "cli/bench_prompts.h"
+#include "cli/engine_batch.h"
 #include "cli/exit_status.h"
+#include "cli/machine_limits.h"
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
 #include "common/model/gguf_file.h"
@@ -24,83 +26,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-struct Run {
-  double first_token_s = 0;  // from submission to the first token of every request
-  double decode_s = 0;       // from then until the last token
-  int64_t generated = 0;
-};
-
-// Submits `n` requests at once and runs them to completion.
-Run RunBatch(engine::Engine& e, int n, int32_t prompt_len, int32_t gen, int32_t vocab,
-             uint32_t salt) {
-  engine::SamplingParams p;
-  p.temperature = 0;
-  p.max_tokens = gen;
-  p.ignore_eos = true;
-  for (int i = 0; i < n; ++i) (void)e.AddRequest(BenchPrompt(prompt_len, vocab, salt + i), p);
-  Run r;
-  const auto t0 = Clock::now();
-  int firsts = 0;
-  Clock::time_point t_first = t0;
-  while (e.HasWork()) {
-    auto events = e.Step();
-    if (!events.ok()) break;
-    for (const auto& ev : *events) {
-      if (ev.token < 0) continue;
-      ++r.generated;
-      if (++firsts == n) t_first = Clock::now();
-    }
-    if (firsts < n) t_first = Clock::now();
-  }
-  const auto t1 = Clock::now();
-  r.first_token_s = Seconds(t0, t_first);
-  r.decode_s = Seconds(t_first, t1);
-  return r;
-}
-
 double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
-
-// Read bandwidth: every thread sums its share of a 1 GiB buffer, best of 3.
-double ReadBandwidthGBs(int threads) {
-  const size_t n = size_t{1} << 28;  // floats
-  std::vector<float> buf(n, 1.0f);
-  kernels::ThreadPool pool(threads);
-  std::vector<double> sums(threads);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    pool.ParallelFor(
-        static_cast<int64_t>(n),
-        [&](int64_t b, int64_t e, int t) {
-          float acc[16] = {};
-          for (int64_t i = b; i + 16 <= e; i += 16)
-            for (int l = 0; l < 16; ++l) acc[l] += buf[i + l];
-          sums[t] += std::accumulate(acc, acc + 16, 0.0);  // keeps the loads alive
-        },
-        1 << 16);
-    best = std::max(best, n * sizeof(float) / Seconds(t0, Clock::now()) / 1e9);
-  }
-  return best;
-}
-
-// tandem's own float32 GEMM (the prefill kernel) on a 512 × 2048 × 2048 problem.
-double GemmGflops(int threads) {
-  const int64_t m = 512, n = 2048, k = 2048;
-  std::vector<float> x(m * k, 0.5f), w(n * k, 0.25f), out(m * n);
-  kernels::WeightMatrix wm{model::GgmlType::kF32, n, k, reinterpret_cast<const uint8_t*>(w.data())};
-  kernels::ThreadPool pool(threads);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = Clock::now();
-    kernels::MatMul(x.data(), m, wm, out.data(), &pool);
-    best = std::max(best, 2.0 * m * n * k / Seconds(t0, Clock::now()) / 1e9);
-  }
-  return best;
-}
 
 }  // namespace
 
@@ -141,12 +67,12 @@ int RunBench(const BenchOptions& o) {
   RunBatch(e, 1, 16, 4, vocab, 99);  // warm-up
   std::vector<double> pp, tg, batched_tg, batched_pp;
   for (int r = 0; r < o.repetitions; ++r) {
-    Run a = RunBatch(e, 1, o.prompt_tokens, 1, vocab, 1000 + r);
+    BatchRun a = RunBatch(e, 1, o.prompt_tokens, 1, vocab, 1000 + r);
     pp.push_back(o.prompt_tokens / a.first_token_s);
-    Run b = RunBatch(e, 1, 1, o.gen_tokens + 1, vocab, 2000 + r);
+    BatchRun b = RunBatch(e, 1, 1, o.gen_tokens + 1, vocab, 2000 + r);
     tg.push_back(o.gen_tokens / b.decode_s);
   }
-  Run c = RunBatch(e, o.batch, o.batch_prompt, o.batch_gen + 1, vocab, 3000);
+  BatchRun c = RunBatch(e, o.batch, o.batch_prompt, o.batch_gen + 1, vocab, 3000);
   const double s_pp = double(o.batch) * o.batch_prompt / c.first_token_s;
   const double s_tg = double(o.batch) * o.batch_gen / c.decode_s;
   struct rusage ru;
@@ -156,12 +82,7 @@ int RunBench(const BenchOptions& o) {
   const double bw = ReadBandwidthGBs(threads);
   const double gemm = GemmGflops(threads);
   // Prefill FLOPs per token ≈ 2 × parameters in the matmuls (attention excluded).
-  double params = 0;
-  const auto& c0 = *config;
-  params +=
-      double(c0.n_layers) * c0.hidden_size *
-      (2.0 * c0.n_heads * c0.head_dim + 2.0 * c0.n_kv_heads * c0.head_dim + 3.0 * c0.ffn_size);
-  params += double(c0.vocab_size) * c0.hidden_size;
+  const double params = MatmulParams(*config);
   const double pp_gflops = Median(pp) * 2 * params / 1e9;
 
   nlohmann::json j = {

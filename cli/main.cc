@@ -2,12 +2,16 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "cli/batch_sweep_command.h"
 #include "cli/bench_command.h"
 #include "cli/cache_bench_command.h"
 #include "cli/client_command.h"
 #include "cli/cluster_bench_command.h"
+#include "cli/explain_command.h"
 #include "cli/generate_command.h"
 #include "cli/inspect_command.h"
+#include "cli/prefill_sweep_command.h"
+#include "cli/serve_bench_command.h"
 #include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
 
@@ -30,9 +34,22 @@ int main(int argc, char** argv) {
   tandem::cli::AddClusterBenchCommand(bench_app, &cluster_bench);
   tandem::cli::CacheBenchOptions cache_bench;
   auto [prefix_app, chunked_app] = tandem::cli::AddCacheBenchCommands(bench_app, &cache_bench);
+  tandem::cli::ServeBenchOptions serve_bench;
+  serve_bench.tokenizer = "models/smollm2-135m-instruct-q4_1.gguf";
+  CLI::App* serve_bench_app = tandem::cli::AddServeBenchCommand(bench_app, &serve_bench);
+  tandem::cli::PrefillSweepOptions prefill_sweep;
+  CLI::App* prefill_sweep_app = tandem::cli::AddPrefillSweepCommand(bench_app, &prefill_sweep);
+  tandem::cli::BatchSweepOptions batch_sweep;
+  CLI::App* batch_sweep_app = tandem::cli::AddBatchSweepCommand(bench_app, &batch_sweep);
+  tandem::cli::ExplainOptions explain;
+  CLI::App* explain_app = tandem::cli::AddExplainCommand(bench_app, &explain);
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("serve")) return tandem::cli::RunServe(serve);
   if (app.got_subcommand("client")) return tandem::cli::RunClient(client);
+  if (serve_bench_app->parsed()) return tandem::cli::RunServeBench(serve_bench);
+  if (prefill_sweep_app->parsed()) return tandem::cli::RunPrefillSweep(prefill_sweep);
+  if (batch_sweep_app->parsed()) return tandem::cli::RunBatchSweep(batch_sweep);
+  if (explain_app->parsed()) return tandem::cli::RunExplain(explain);
   if (prefix_app->parsed()) return tandem::cli::RunPrefixCacheBench(cache_bench);
   if (chunked_app->parsed()) return tandem::cli::RunChunkedPrefillBench(cache_bench);
   if (bench_app->got_subcommand("cluster")) return tandem::cli::RunClusterBench(cluster_bench);

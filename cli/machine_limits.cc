@@ -1,0 +1,63 @@
+#include "cli/machine_limits.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace tandem::cli {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+double ReadBandwidthGBs(int threads) {
+  const size_t n = size_t{1} << 28;  // floats
+  std::vector<float> buf(n, 1.0f);
+  kernels::ThreadPool pool(threads);
+  std::vector<double> sums(threads);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    pool.ParallelFor(
+        static_cast<int64_t>(n),
+        [&](int64_t b, int64_t e, int t) {
+          float acc[16] = {};
+          for (int64_t i = b; i + 16 <= e; i += 16)
+            for (int l = 0; l < 16; ++l) acc[l] += buf[i + l];
+          sums[t] += std::accumulate(acc, acc + 16, 0.0);  // keeps the loads alive
+        },
+        1 << 16);
+    best = std::max(best, n * sizeof(float) / Since(t0) / 1e9);
+  }
+  return best;
+}
+
+double GemmGflops(int threads) {
+  const int64_t m = 512, n = 2048, k = 2048;
+  std::vector<float> x(m * k, 0.5f), w(n * k, 0.25f), out(m * n);
+  kernels::WeightMatrix wm{model::GgmlType::kF32, n, k, reinterpret_cast<const uint8_t*>(w.data())};
+  kernels::ThreadPool pool(threads);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    kernels::MatMul(x.data(), m, wm, out.data(), &pool);
+    best = std::max(best, 2.0 * m * n * k / Since(t0) / 1e9);
+  }
+  return best;
+}
+
+double MatmulParams(const model::ModelConfig& c) {
+  return double(c.n_layers) * c.hidden_size *
+             (2.0 * c.n_heads * c.head_dim + 2.0 * c.n_kv_heads * c.head_dim + 3.0 * c.ffn_size) +
+         double(c.vocab_size) * c.hidden_size;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,22 @@
+// What this machine and this model allow, measured or computed the same way by every
+// benchmark: read bandwidth, tandem's own GEMM throughput (the prefill kernel), and a
+// model's matmul parameter count and weight bytes (for the 2 × parameters × tokens
+// estimate and roofline arithmetic intensities).
+#ifndef TANDEM_CLI_MACHINE_LIMITS_H_
+#define TANDEM_CLI_MACHINE_LIMITS_H_
+
+#include "common/model/model_config.h"
+
+namespace tandem::cli {
+
+// GB/s: every thread sums its share of a 1 GiB buffer, best of 3.
+double ReadBandwidthGBs(int threads);
+// GFLOP/s of kernels::MatMul (float32) on a 512 × 2048 × 2048 problem, best of 3.
+double GemmGflops(int threads);
+// Parameters in the matmuls (Q, K, V, O, gate, up, down per layer, and the output
+// projection): each costs 2 FLOPs per token. Attention's own FLOPs are not included.
+double MatmulParams(const model::ModelConfig& config);
+
+}  // namespace tandem::cli
+
+#endif  // TANDEM_CLI_MACHINE_LIMITS_H_
