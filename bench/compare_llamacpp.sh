@@ -86,7 +86,7 @@ out, concs = sys.argv[1], [int(c) for c in sys.argv[2:]]
 def load(label, c):
     with open(f"{out}/{label}.c{c}.json") as f:
         return json.load(f)
-print(f"\n{'':18}" + "".join(f"{'c=' + str(c):>36}" for c in concs))
+print(f"\n{'':36}" + "".join(f"{'c=' + str(c):>18}" for c in concs))
 rows = [("output tok/s", lambda j: j["output_throughput"]),
         ("TTFT p50 ms", lambda j: j["ttft_ms"]["p50"]),
         ("TPOT p50 ms", lambda j: j["tpot_ms"]["p50"]),

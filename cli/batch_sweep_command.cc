@@ -71,12 +71,14 @@ int RunBatchSweep(const BatchSweepOptions& o) {
                    b * steps / r.decode_s);
     }
   }
-  // The knee: the first batch after which doubling adds < 10 % throughput.
+  // The knee: the smallest batch that already reaches 90 % of the best aggregate tokens/s;
+  // bigger batches mostly add latency (TPOT) and KV memory.
   int knee = 0;
-  for (size_t i = 0; i + 1 < rows.size(); ++i) {
-    const double now = rows[i]["tokens_per_s"], next = rows[i + 1]["tokens_per_s"];
-    if (next < now * 1.10) {
-      knee = rows[i]["batch"];
+  double best = 0;
+  for (const auto& r : rows) best = std::max(best, r["tokens_per_s"].get<double>());
+  for (const auto& r : rows) {
+    if (r["tokens_per_s"].get<double>() >= 0.9 * best) {
+      knee = r["batch"];
       break;
     }
   }
@@ -102,8 +104,7 @@ int RunBatchSweep(const BatchSweepOptions& o) {
                 r["kv_bytes_in_use"].get<double>() / (1 << 20),
                 static_cast<long long>(r["preemptions"].get<int64_t>()));
   }
-  if (knee > 0)
-    std::printf("  knee: past batch %d, doubling the batch adds < 10 %% tokens/s\n", knee);
+  if (knee > 0) std::printf("  knee: batch %d already reaches 90 %% of the best tokens/s\n", knee);
   if (!stopped.empty()) std::printf("  stopped: %s\n", stopped.c_str());
   return 0;
 }

@@ -97,7 +97,8 @@ int RunExplain(const ExplainOptions& o) {
   const double kv_token = static_cast<double>(gqa.BytesPerToken());
   const double kv_token_mha = static_cast<double>(mha.BytesPerToken());
   const double bw = ReadBandwidthGBs(threads) * 1e9;
-  const double flops = GemmGflops(threads) * 1e9;
+  // The compute ceiling: the model's own matmul kernels on its own weight types.
+  const double flops = ModelGemmGflops(*loaded->weights, threads) * 1e9;
   const double ridge = flops / bw;
   // Causal attention FLOPs over a prompt of n tokens: QKᵀ and PV, half the n² pairs.
   const double attn_per_n2 = 2.0 * c.n_layers * c.n_heads * c.head_dim;
@@ -166,8 +167,10 @@ int RunExplain(const ExplainOptions& o) {
       " without GQA (%d heads): %.0f bytes\n",
       kv_token, static_cast<int>(c.n_layers), static_cast<int>(c.n_kv_heads),
       static_cast<int>(c.head_dim), static_cast<int>(c.n_heads), kv_token_mha);
-  std::printf("  machine: %.1f GB/s read, %.1f GFLOP/s GEMM → ridge %.1f FLOP/byte\n", bw / 1e9,
-              flops / 1e9, ridge);
+  std::printf(
+      "  machine: %.1f GB/s read, %.1f GFLOP/s in the model's matmuls → ridge %.1f"
+      " FLOP/byte\n",
+      bw / 1e9, flops / 1e9, ridge);
   std::printf("  prefill arithmetic intensity (FLOP/byte):\n");
   for (const auto& p : pre) {
     std::printf("    %6d tokens: %8.1f  %s-bound\n", p["tokens"].get<int>(),

@@ -54,6 +54,26 @@ double GemmGflops(int threads) {
   return best;
 }
 
+double ModelGemmGflops(const engine::ModelWeights& weights, int threads) {
+  const engine::LayerWeights& l = weights.layers().front();
+  const int64_t m = 512;
+  kernels::ThreadPool pool(threads);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    double flops = 0, seconds = 0;
+    for (const kernels::WeightMatrix* w :
+         {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      std::vector<float> x(m * w->cols, 0.01f), out(m * w->rows);
+      const auto t0 = Clock::now();
+      kernels::MatMul(x.data(), m, *w, out.data(), &pool);
+      seconds += Since(t0);
+      flops += 2.0 * m * w->rows * w->cols;
+    }
+    best = std::max(best, flops / seconds / 1e9);
+  }
+  return best;
+}
+
 double MatmulParams(const model::ModelConfig& c) {
   return double(c.n_layers) * c.hidden_size *
              (2.0 * c.n_heads * c.head_dim + 2.0 * c.n_kv_heads * c.head_dim + 3.0 * c.ffn_size) +

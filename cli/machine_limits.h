@@ -5,6 +5,7 @@
 #ifndef TANDEM_CLI_MACHINE_LIMITS_H_
 #define TANDEM_CLI_MACHINE_LIMITS_H_
 
+#include "common/engine/model_weights.h"
 #include "common/model/model_config.h"
 
 namespace tandem::cli {
@@ -13,6 +14,9 @@ namespace tandem::cli {
 double ReadBandwidthGBs(int threads);
 // GFLOP/s of kernels::MatMul (float32) on a 512 × 2048 × 2048 problem, best of 3.
 double GemmGflops(int threads);
+// GFLOP/s of the model's own matmuls as prefill runs them: a 512-token batch through
+// every weight matrix of layer 0 (their GGUF types, tandem's kernels), best of 3.
+double ModelGemmGflops(const engine::ModelWeights& weights, int threads);
 // Parameters in the matmuls (Q, K, V, O, gate, up, down per layer, and the output
 // projection): each costs 2 FLOPs per token. Attention's own FLOPs are not included.
 double MatmulParams(const model::ModelConfig& config);
