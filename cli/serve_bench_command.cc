@@ -221,7 +221,10 @@ int RunServeBench(const ServeBenchOptions& o) {
       slots.Release();
       const int n = ++done;
       if (tty) {
-        std::fprintf(stderr, "\r  %d/%zu requests done", n, requests->size());
+        const int width = 40;
+        const int filled = static_cast<int>(width * static_cast<double>(n) / requests->size());
+        std::fprintf(stderr, "\r  [%s%s] %d/%zu", std::string(filled, '#').c_str(),
+                     std::string(width - filled, ' ').c_str(), n, requests->size());
         std::fflush(stderr);
       }
     });

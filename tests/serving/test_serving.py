@@ -477,6 +477,33 @@ class OpenAiApiTest(unittest.TestCase):
             proc.terminate()
             proc.wait(30)
 
+    def test_10_bench_tools_drive_both_apis(self):
+        """`tandem bench serve` through HTTP and gRPC, and `bench prefill-sweep`, on this
+        cluster: every request completes and the token counts are the ones asked for."""
+        for backend, endpoint in (("openai", self.cluster.http), ("grpc", self.cluster.grpc)):
+            r = subprocess.run(
+                [ARGS.tandem_bin, "bench", "serve", "--backend", backend, "--endpoint", endpoint,
+                 "--tokenizer", ARGS.model, "--num-prompts", "3", "--max-concurrency", "2",
+                 "--random-input-len", "24", "--random-output-len", "5", "--ignore-eos",
+                 "--num-warmups", "1", "--goodput", "ttft:600000", "--json"],
+                capture_output=True, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            j = json.loads(r.stdout)
+            self.assertEqual((j["completed"], j["failed"]), (3, 0), backend)
+            self.assertEqual(j["total_output_tokens"], 15, backend)
+            self.assertEqual(j["total_input_tokens"], 72, backend)
+            self.assertGreater(j["ttft_ms"]["p50"], 0)
+            self.assertGreater(j["tpot_ms"]["p50"], 0)
+            self.assertAlmostEqual(j["goodput"], j["request_throughput"], places=6)
+        r = subprocess.run(
+            [ARGS.tandem_bin, "bench", "prefill-sweep", "--endpoint", self.cluster.grpc,
+             "--model", ARGS.model, "--lengths", "16,64,128", "--repeats", "1", "--json"],
+            capture_output=True, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        j = json.loads(r.stdout)
+        self.assertEqual(len(j["points"]), 3)
+        self.assertGreater(j["fit"]["slope_s_per_token"], 0, "longer prompts take longer")
+
     def test_99_nothing_leaks(self):
         deadline = time.time() + 10
         while time.time() < deadline:
