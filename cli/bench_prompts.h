@@ -1,10 +1,14 @@
-// Deterministic pseudo-random prompts for benchmarks (no special tokens).
+// What random benchmark prompts are made of: deterministic pseudo-random token ids, and
+// the vocabulary's ordinary (non-special) tokens; Quantile for the older benchmarks.
 #ifndef TANDEM_CLI_BENCH_PROMPTS_H_
 #define TANDEM_CLI_BENCH_PROMPTS_H_
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
+
+#include "cli/bench_stats.h"
+#include "common/tokenizer/vocab.h"
 
 namespace tandem::cli {
 
@@ -18,12 +22,18 @@ inline std::vector<int32_t> BenchPrompt(int32_t n, int32_t vocab, uint32_t salt)
   return ids;
 }
 
-// The q-quantile (0..1) of `v`, nearest rank.
+// The ids of every token that is not special: what random benchmark prompts draw from.
+inline std::vector<int32_t> OrdinaryTokens(const tokenizer::Vocab& vocab) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < vocab.size(); ++id) {
+    if (!vocab.IsSpecial(id)) ids.push_back(id);
+  }
+  return ids;
+}
+
+// The q-quantile (0..1) of `v` (bench_stats.h's Percentile: linear interpolation).
 inline double Quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
-  return v[i];
+  return Percentile(std::move(v), q * 100);
 }
 
 }  // namespace tandem::cli

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "cli/bench_prompts.h"
 #include "cli/bench_stats.h"
 #include "cli/exit_status.h"
 #include "cli/machine_limits.h"
@@ -39,10 +40,7 @@ int RunPrefillSweep(const PrefillSweepOptions& o) {
   auto target = MakeLoadTarget(o.target);
   if (!target.ok()) return Fail(target.status());
   const tokenizer::Vocab& vocab = model->tokenizer->vocab();
-  std::vector<int32_t> ordinary;
-  for (int32_t id = 0; id < vocab.size(); ++id) {
-    if (!vocab.IsSpecial(id)) ordinary.push_back(id);
-  }
+  const std::vector<int32_t> ordinary = OrdinaryTokens(vocab);
   std::mt19937 gen(12345);
   std::uniform_int_distribution<size_t> pick(0, ordinary.size() - 1);
   auto request = [&](int32_t n) {

@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "cli/bench_prompts.h"
 #include "cli/exit_status.h"
 #include "common/engine/loaded_model.h"
 #include "common/util/strings.h"
@@ -56,10 +57,7 @@ absl::StatusOr<std::vector<BenchRequest>> MakeRequests(const ServeBenchOptions& 
   auto model = engine::LoadModel(o.tokenizer, lo);
   if (!model.ok()) return model.status();
   const tokenizer::Vocab& vocab = model->tokenizer->vocab();
-  std::vector<int32_t> ordinary;
-  for (int32_t id = 0; id < vocab.size(); ++id) {
-    if (!vocab.IsSpecial(id)) ordinary.push_back(id);
-  }
+  const std::vector<int32_t> ordinary = OrdinaryTokens(vocab);
   std::mt19937 gen(seed);
   auto length = [&](int32_t len) {
     const auto lo_len = static_cast<int32_t>(std::floor(len * (1 - o.random_range_ratio)));
