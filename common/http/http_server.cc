@@ -72,6 +72,9 @@ HttpServer::HttpServer(const HttpServerOptions& options, std::unique_ptr<httplib
   };
   server_->set_payload_max_length(options_.max_body_bytes);
   server_->set_keep_alive_timeout(30);
+  // Streamed tokens are small writes: send each at once rather than waiting for the
+  // previous one's acknowledgement (Nagle).
+  server_->set_tcp_nodelay(true);
   server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
     res.set_header("WWW-Authenticate", "Bearer");
