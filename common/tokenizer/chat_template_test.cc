@@ -18,7 +18,9 @@ using ::testing::HasSubstr;
 TEST(ChatTemplate, MatchesJinja2OnRealTemplates) {
   std::ifstream in(::tandem::testing::TestDataPath("chat_template_golden.json"));
   ASSERT_TRUE(in.good());
-  const auto cases = nlohmann::json::parse(in);
+  const auto golden = nlohmann::json::parse(in);
+  const auto& templates = golden.at("templates");
+  const auto& cases = golden.at("cases");
   std::set<std::string> families;
   int errors = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -32,7 +34,8 @@ TEST(ChatTemplate, MatchesJinja2OnRealTemplates) {
     options.add_generation_prompt = c.at("add_generation_prompt").get<bool>();
     if (c.contains("bos_token")) options.bos_token = c.at("bos_token").get<std::string>();
     if (c.contains("eos_token")) options.eos_token = c.at("eos_token").get<std::string>();
-    auto got = ChatTemplate::Render(c.at("template").get<std::string>(), messages, options);
+    auto got = ChatTemplate::Render(
+        templates.at(c.at("family").get<std::string>()).get<std::string>(), messages, options);
     if (c.contains("error")) {
       ++errors;
       ASSERT_FALSE(got.ok()) << *got;

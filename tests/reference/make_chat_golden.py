@@ -2,11 +2,12 @@
 
 Produces
     tests/data/chat_template_golden.json:
-        [{"family": str, "template": str, "messages": [{"role", "content"}],
+        {"templates": {family: template source},
+         "cases": [{"family": str, "messages": [{"role", "content"}],
           "add_generation_prompt": bool,
           "bos_token": str (absent: undefined), "eos_token": str (absent: undefined),
           "rendered": str               -- when the template renders, or
-          "error": str}, ...]           -- the message it raised (raise_exception)
+          "error": str}, ...]}          -- the message it raised (raise_exception)
     tandem's own Jinja interpreter (common/tokenizer/jinja/) must reproduce "rendered" byte for
     byte and fail with "error" (common/tokenizer/chat_template_test.cc).
 
@@ -141,14 +142,16 @@ def smollm2_family():
 def main() -> None:
     env = make_env()
     cases = []
+    templates = {}
     for family, source, bos, eos in FAMILIES:
         if source is None:
             source, bos, eos = smollm2_family()
+        templates[family] = source
         tpl = env.from_string(source)
         specials = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v is not None}
         for messages in CONVERSATIONS:
             for gen in (True, False):
-                case = {"family": family, "template": source, "messages": messages,
+                case = {"family": family, "messages": messages,
                         "add_generation_prompt": gen, **specials}
                 try:
                     case["rendered"] = tpl.render(messages=messages, tools=None, documents=None,
@@ -157,7 +160,7 @@ def main() -> None:
                     case["error"] = str(e)
                 cases.append(case)
     with open(OUT, "w") as f:
-        json.dump(cases, f, ensure_ascii=False, indent=1)
+        json.dump({"templates": templates, "cases": cases}, f, ensure_ascii=False, indent=1)
         f.write("\n")
     errors = sum("error" in c for c in cases)
     print(f"wrote {len(cases)} cases ({errors} expected errors) to {OUT}")
