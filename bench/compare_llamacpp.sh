@@ -11,7 +11,10 @@
 #
 # LLAMA_CPP_BIN must hold llama-server built from a llama.cpp checkout outside this
 # repository (tandem neither vendors nor builds it). Every run uses fresh random prompts
-# (a different --seed), so no prefix cache (tandem's or llama-server's) helps.
+# (a different --seed), so no prefix cache (tandem's or llama-server's) helps. Each
+# freshly started server first gets one unmeasured wave of the same concurrency (16
+# output tokens): the first big wave after a start is measurably slower (allocator and
+# buffer growth), and without it whichever target ran first on a server paid for it.
 #   MODEL        GGUF (default: the default model)
 #   THREADS      llama-server's threads and each tandem worker's (default: nproc)
 #   CONCURRENCY  default "1 4 16";  NUM_PROMPTS  default "4 8 16" (one per concurrency)
@@ -40,6 +43,11 @@ wait_http() {  # URL PID
   done
   return 1
 }
+warm() {  # BACKEND ENDPOINT CONCURRENCY SEED: one unmeasured wave
+  "$TANDEM" bench serve --backend "$1" --endpoint "$2" --max-concurrency "$3" --num-prompts "$3" \
+    --seed "$4" --random-input-len "$INPUT" --random-output-len 16 --ignore-eos \
+    --tokenizer "$MODEL" --json > /dev/null
+}
 bench() {  # LABEL BACKEND ENDPOINT CONCURRENCY PROMPTS SEED
   "$TANDEM" bench serve --label "$1" --backend "$2" --endpoint "$3" --max-concurrency "$4" \
     --num-prompts "$5" --seed "$6" --random-input-len "$INPUT" --random-output-len "$OUTPUT" \
@@ -66,6 +74,7 @@ for i in "${!CONC[@]}"; do
     --host 127.0.0.1 --port "$port" > "$OUT/llama-server.c$c.log" 2>&1 &
   lpid=$!
   wait_http "http://127.0.0.1:$port/health" "$lpid" || { echo "llama-server did not start" >&2; cat "$OUT/llama-server.c$c.log" >&2; exit 1; }
+  warm openai "http://127.0.0.1:$port" "$c" $((seed += 1))
   bench llama-server openai "http://127.0.0.1:$port" "$c" "$n" $((seed += 1))
   kill "$lpid"; wait "$lpid" 2>/dev/null || true
 
@@ -75,6 +84,7 @@ for i in "${!CONC[@]}"; do
   for _ in $(seq 600); do [ -f "$OUT/tandem.c$c.endpoints" ] && break; sleep 0.2; done
   grpc=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['grpc'])" "$OUT/tandem.c$c.endpoints")
   http=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['http'])" "$OUT/tandem.c$c.endpoints")
+  warm openai "$http" "$c" $((seed += 1))
   bench tandem-http openai "$http" "$c" "$n" $((seed += 1))
   bench tandem-grpc grpc "$grpc" "$c" "$n" $((seed += 1))
   kill -TERM "$tpid"; wait "$tpid" 2>/dev/null || true
