@@ -46,7 +46,7 @@ wait_http() {  # URL PID
 warm() {  # BACKEND ENDPOINT CONCURRENCY SEED: one unmeasured wave
   "$TANDEM" bench serve --backend "$1" --endpoint "$2" --max-concurrency "$3" --num-prompts "$3" \
     --seed "$4" --random-input-len "$INPUT" --random-output-len 16 --ignore-eos \
-    --tokenizer "$MODEL" --json > /dev/null
+    --tokenizer "$MODEL" --json > /dev/null 2>&1 || echo "  (warm-up wave against $2 had failures)"
 }
 bench() {  # LABEL BACKEND ENDPOINT CONCURRENCY PROMPTS SEED
   "$TANDEM" bench serve --label "$1" --backend "$2" --endpoint "$3" --max-concurrency "$4" \
