@@ -24,8 +24,6 @@ namespace tandem::cli {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "common/util/subprocess.h"
+#include "nlohmann/json.hpp"
 
 namespace tandem::cli {
 
@@ -227,21 +228,19 @@ int RunServe(const ServeOptions& o) {
       router.http_port > 0
           ? StrCat(o.tls.enabled() ? "https://" : "http://", host, ":", router.http_port)
           : "";
+  std::vector<Child*> all = {&router};
+  for (Child& c : workers) all.push_back(&c);
   if (!o.endpoints_file.empty()) {
-    std::vector<std::string> procs;
-    for (const Child* c : {&router}) {
-      procs.push_back(StrCat(R"({"name": "router", "grpc_port": )", c->port, R"(, "http_port": )",
-                             c->http_port, "}"));
+    nlohmann::json procs = nlohmann::json::array();
+    for (const Child* c : all) {
+      procs.push_back({{"name", c->name}, {"grpc_port", c->port}, {"http_port", c->http_port}});
     }
-    for (const Child& c : workers) {
-      procs.push_back(StrCat(R"({"name": ")", c.name, R"(", "grpc_port": )", c.port,
-                             R"(, "http_port": )", c.http_port, "}"));
-    }
-    std::ofstream out(o.endpoints_file + ".tmp");
-    out << R"({"grpc": ")" << endpoint << R"(", "http": ")" << http_url << R"(", "processes": [)"
-        << Join(procs, ", ") << "]}\n";
-    out.close();
-    std::rename((o.endpoints_file + ".tmp").c_str(), o.endpoints_file.c_str());
+    const std::string tmp = o.endpoints_file + ".tmp";
+    std::ofstream(tmp) << nlohmann::json{{"grpc", endpoint},
+                                         {"http", http_url},
+                                         {"processes", procs}}
+                       << "\n";
+    std::rename(tmp.c_str(), o.endpoints_file.c_str());
   }
   std::printf("tandem serve ready: gRPC %s%s%s  (prefill %s; decode %s; %d threads per worker)\n",
               endpoint.c_str(), http_url.empty() ? "" : ", HTTP ", http_url.c_str(),
@@ -256,9 +255,6 @@ int RunServe(const ServeOptions& o) {
   std::fflush(stdout);
 
   // Supervise: restart what dies, until a termination signal.
-  std::vector<Child*> all;
-  for (Child& c : workers) all.push_back(&c);
-  all.push_back(&router);
   const sigset_t term = TerminationSignals();
   const timespec tick{0, 100 * 1000 * 1000};
   for (;;) {

@@ -58,7 +58,8 @@ int main(int argc, char** argv) {
   rpc::AnnounceReady(flags);
   std::fprintf(stderr, "tandem-decode-worker ready: %d KV blocks of %d tokens\n",
                initial.engine.blocks.num_blocks, options.engine.block_size);
-  rpc::ServeUntilSignal("tandem-decode-worker", server->get(), flags, {.server = http->get()});
+  rpc::ServeUntilSignal("tandem-decode-worker", server->get(), flags,
+                        {.server = http->get(), .idle = nullptr, .cancel_all = nullptr});
   metrics.SetRefresh(nullptr);
   worker->reset();
   return 0;

@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   if (*http != nullptr) (*http)->SetReady(true);
   rpc::AnnounceReady(flags);
   std::fprintf(stderr, "tandem-prefill-worker ready\n");
-  rpc::ServeUntilSignal("tandem-prefill-worker", server->get(), flags, {.server = http->get()});
+  rpc::ServeUntilSignal("tandem-prefill-worker", server->get(), flags,
+                        {.server = http->get(), .idle = nullptr, .cancel_all = nullptr});
   metrics.SetRefresh(nullptr);
   worker->reset();
   return 0;

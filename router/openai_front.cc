@@ -81,19 +81,15 @@ std::string ParamOf(const absl::Status& status) {
   return field;
 }
 
-json ErrorJson(const absl::Status& status) {
+// The OpenAI error body of `status` (the body of an HTTP error, or a stream's last event).
+std::string ErrorBody(const absl::Status& status) {
   const HttpError e = ErrorFor(status.code());
-  const std::string param = ParamOf(status);
-  return {{"error",
-           {{"message", std::string(status.message())},
-            {"type", e.type},
-            {"param", param.empty() ? json(nullptr) : json(param)},
-            {"code", e.status}}}};
+  return http::JsonErrorBody(e.status, std::string(status.message()), e.type, ParamOf(status));
 }
 
 void SetError(httplib::Response& res, const absl::Status& status) {
-  res.status = ErrorFor(status.code()).status;
-  res.set_content(Dump(ErrorJson(status)), "application/json");
+  const HttpError e = ErrorFor(status.code());
+  http::SetJsonError(res, e.status, std::string(status.message()), e.type, ParamOf(status));
 }
 
 std::string_view OpenAiFinishReason(engine::FinishReason r) {
@@ -357,8 +353,6 @@ class ResponseWriter {
   std::vector<Choice> choices_;
 };
 
-std::string Sse(const json& j) { return StrCat("data: ", Dump(j), "\n\n"); }
-
 }  // namespace
 
 OpenAiFront::OpenAiFront(Router* router, WorkerPool* pool, const RequestValidator* validator,
@@ -375,7 +369,6 @@ OpenAiFront::OpenAiFront(Router* router, WorkerPool* pool, const RequestValidato
 OpenAiFront::~OpenAiFront() { CancelAll(); }
 
 void OpenAiFront::Mount(http::HttpServer* server) {
-  server_ = server;
   httplib::Server& s = server->server();
   s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Generate(OpenAiEndpoint::kCompletions, req, res);
@@ -457,8 +450,8 @@ void OpenAiFront::Generate(OpenAiEndpoint endpoint, const httplib::Request& http
     std::lock_guard<std::mutex> lock(mu_);
     open_.insert(call);
   }
-  auto peer = http::PeerSocket::Find(http_req.remote_addr, http_req.remote_port,
-                                     server_ != nullptr ? server_->port() : http_req.local_port);
+  auto peer =
+      http::PeerSocket::Find(http_req.remote_addr, http_req.remote_port, http_req.local_port);
   auto writer = std::make_shared<ResponseWriter>(*req, tokenizer_, model_name_);
   auto cancel_all = [this, call] {
     for (const auto& r : call->requests) router_->Cancel(r);
@@ -488,10 +481,11 @@ void OpenAiFront::Generate(OpenAiEndpoint endpoint, const httplib::Request& http
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider("text/event-stream", [this, req, call, writer, peer, cancel_all](
                                                             size_t, httplib::DataSink& sink) {
-    auto send = [&](const json& j) {
-      const std::string s = Sse(j);
+    auto send_text = [&](const std::string& data) {
+      const std::string s = StrCat("data: ", data, "\n\n");
       return sink.write(s.data(), s.size());
     };
+    auto send = [&](const json& j) { return send_text(Dump(j)); };
     bool ok = true;
     for (const json& j : writer->Opening()) ok = ok && send(j);
     absl::Status error;
@@ -510,7 +504,7 @@ void OpenAiFront::Generate(OpenAiEndpoint endpoint, const httplib::Request& http
       if (peer.has_value() && peer->Gone()) ok = false;
     }
     if (!ok || !error.ok()) cancel_all();
-    if (ok && !error.ok()) ok = send(ErrorJson(error));
+    if (ok && !error.ok()) ok = send_text(ErrorBody(error));
     if (ok && error.ok() && req->include_usage) ok = send(writer->UsageChunk());
     if (ok) {
       static constexpr std::string_view kDone = "data: [DONE]\n\n";

@@ -45,7 +45,7 @@ class OpenAiFront {
               std::string served_model_name);
   ~OpenAiFront();
 
-  // Registers the routes; `server` must outlive the front's use.
+  // Registers the routes on `server`.
   void Mount(http::HttpServer* server);
 
   // No generation request is open.
@@ -67,7 +67,6 @@ class OpenAiFront {
   const model::ModelConfig& config_;
   const std::string model_name_;
   const int64_t created_;  // unix seconds, for /v1/models
-  http::HttpServer* server_ = nullptr;
 
   std::mutex mu_;
   absl::flat_hash_set<std::shared_ptr<HttpCall>> open_ ABSL_GUARDED_BY(mu_);

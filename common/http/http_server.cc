@@ -2,39 +2,42 @@
 
 #include <httplib.h>
 
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "common/metrics/metrics.h"
+#include "common/util/bearer_token.h"
 #include "common/util/strings.h"
 
 namespace tandem::http {
 
-void SetJsonError(httplib::Response& res, int http_status, std::string_view message,
-                  std::string_view type, std::string_view param) {
+std::string JsonErrorBody(int http_status, std::string_view message, std::string_view type,
+                          std::string_view param) {
   nlohmann::json err = {{"message", message},
                         {"type", type},
                         {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
                         {"code", http_status}};
+  return nlohmann::json{{"error", err}}.dump(-1, ' ', false,
+                                             nlohmann::json::error_handler_t::replace);
+}
+
+void SetJsonError(httplib::Response& res, int http_status, std::string_view message,
+                  std::string_view type, std::string_view param) {
   res.status = http_status;
-  res.set_content(nlohmann::json{{"error", err}}.dump(), "application/json");
+  res.set_content(JsonErrorBody(http_status, message, type, param), "application/json");
 }
 
 namespace {
 
-absl::Status CheckReadable(std::string_view flag, const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return absl::InvalidArgumentError(StrCat(flag, ": no such file: ", path));
+// TLS files must exist and be PEM (httplib would only say "not valid").
+absl::Status CheckTlsFiles(const TlsFiles& tls) {
+  for (const auto& [flag, path] :
+       {std::pair<std::string_view, const std::string*>{"--tls-cert", &tls.cert},
+        {"--tls-key", &tls.key},
+        {"--tls-client-ca", &tls.client_ca}}) {
+    if (path->empty()) continue;
+    if (auto pem = ReadPemFile(flag, *path); !pem.ok()) return pem.status();
   }
   return absl::OkStatus();
-}
-
-bool ConstantTimeEqual(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 }  // namespace
@@ -44,11 +47,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpServerO
   if (auto st = options.tls.CheckServer(); !st.ok()) return st;
   std::unique_ptr<httplib::Server> server;
   if (options.tls.enabled()) {
-    if (auto st = CheckReadable("--tls-cert", options.tls.cert); !st.ok()) return st;
-    if (auto st = CheckReadable("--tls-key", options.tls.key); !st.ok()) return st;
-    if (!options.tls.client_ca.empty()) {
-      if (auto st = CheckReadable("--tls-client-ca", options.tls.client_ca); !st.ok()) return st;
-    }
+    if (auto st = CheckTlsFiles(options.tls); !st.ok()) return st;
     auto ssl = std::make_unique<httplib::SSLServer>(
         options.tls.cert.c_str(), options.tls.key.c_str(),
         options.tls.client_ca.empty() ? nullptr : options.tls.client_ca.c_str());
@@ -116,10 +115,7 @@ HttpServer::~HttpServer() { Stop(); }
 bool HttpServer::Authorized(const httplib::Request& req) const {
   if (options_.api_key.empty()) return true;
   if (req.path == "/health" || req.path == "/metrics" || req.path == "/ping") return true;
-  const std::string auth = req.get_header_value("Authorization");
-  constexpr std::string_view kBearer = "Bearer ";
-  if (auth.size() <= kBearer.size() || auth.compare(0, kBearer.size(), kBearer) != 0) return false;
-  return ConstantTimeEqual(std::string_view(auth).substr(kBearer.size()), options_.api_key);
+  return BearerTokenMatches(req.get_header_value("Authorization"), options_.api_key);
 }
 
 absl::Status HttpServer::Listen() {

@@ -42,7 +42,10 @@ struct HttpServerOptions {
   size_t max_body_bytes = 8 << 20;
 };
 
-// Writes an OpenAI-shaped error: {"error": {"message", "type", "param", "code"}}.
+// An OpenAI-shaped error: {"error": {"message", "type", "param" (null when empty), "code"}}.
+std::string JsonErrorBody(int http_status, std::string_view message, std::string_view type,
+                          std::string_view param = {});
+// Sets the response's status and JsonErrorBody as its content.
 void SetJsonError(httplib::Response& res, int http_status, std::string_view message,
                   std::string_view type, std::string_view param = {});
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/util/bearer_token.h"
+
 namespace tandem::rpc {
 
 class ApiKey {
@@ -27,27 +29,15 @@ class ApiKey {
     if (key_.empty()) return grpc::Status::OK;
     const auto& md = ctx.client_metadata();
     auto it = md.find("authorization");
-    if (it != md.end()) {
-      const std::string_view got(it->second.data(), it->second.size());
-      constexpr std::string_view kBearer = "Bearer ";
-      if (got.size() > kBearer.size() && got.substr(0, kBearer.size()) == kBearer &&
-          Equal(got.substr(kBearer.size()), key_)) {
-        return grpc::Status::OK;
-      }
+    if (it != md.end() &&
+        BearerTokenMatches(std::string_view(it->second.data(), it->second.size()), key_)) {
+      return grpc::Status::OK;
     }
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "missing or invalid API key (metadata authorization: Bearer <key>)");
   }
 
  private:
-  // Compares in time independent of where the strings differ.
-  static bool Equal(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    unsigned char diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-    return diff == 0;
-  }
-
   std::string key_;
 };
 
