@@ -8,6 +8,7 @@
 #include "cli/engine_batch.h"
 #include "cli/exit_status.h"
 #include "common/engine/loaded_model.h"
+#include "common/rpc/process_main.h"
 #include "common/util/strings.h"
 
 namespace tandem::cli {
@@ -26,6 +27,7 @@ CLI::App* AddBatchSweepCommand(CLI::App* bench, BatchSweepOptions* o) {
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes)->capture_default_str();
   cmd->add_option("--result-json", o->result_json, "Also write the results here");
   cmd->add_flag("--json", o->json, "Print JSON instead of the table");
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->kv_dtype);
   return cmd;
 }
 
@@ -35,6 +37,8 @@ int RunBatchSweep(const BatchSweepOptions& o) {
   engine::EngineOptions eo;
   eo.num_threads = o.threads;
   eo.kv_cache_bytes = o.kv_cache_bytes;
+  eo.device = o.device;
+  eo.kv_dtype = o.kv_dtype;
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   eo.scheduler.max_running = std::max(64, max_batch);
   eo.scheduler.max_batched_tokens = std::max(2048, max_batch * o.prompt_tokens);
@@ -43,7 +47,7 @@ int RunBatchSweep(const BatchSweepOptions& o) {
   engine::Engine& e = **eng;
   const int32_t vocab = static_cast<int32_t>(loaded->config.vocab_size);
   const kv::BlockManagerStats blocks = e.Stats().blocks;
-  const int64_t block_bytes = e.cache().layout().BlockBytes();
+  const int64_t block_bytes = e.kv_layout().BlockBytes();
   const int64_t capacity_tokens = int64_t{blocks.num_blocks} * blocks.block_size;
   const int64_t per_seq_blocks =
       (o.prompt_tokens + o.gen_tokens + blocks.block_size - 1) / blocks.block_size;

@@ -10,11 +10,14 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/kv/kv_layout.h"
 
 namespace tandem::cli {
 
 struct BatchSweepOptions {
   std::string model;
+  std::string device = "cpu";
+  kv::KvDtype kv_dtype = kv::KvDtype::kF32;
   int threads = 0;
   std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64};
   int32_t prompt_tokens = 128;

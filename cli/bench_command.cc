@@ -16,6 +16,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
 #include "common/model/gguf_file.h"
+#include "common/rpc/process_main.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
@@ -43,6 +44,7 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* o) {
   cmd->add_option("--batch-gen", o->batch_gen)->capture_default_str();
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes)->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->kv_dtype);
   return bench;
 }
 
@@ -54,6 +56,8 @@ int RunBench(const BenchOptions& o) {
   engine::EngineOptions eo;
   eo.num_threads = o.threads;
   eo.kv_cache_bytes = o.kv_cache_bytes;
+  eo.device = o.device;
+  eo.kv_dtype = o.kv_dtype;
   eo.scheduler.max_running = std::max(64, o.batch);
   eo.scheduler.max_batched_tokens = std::max(2048, o.batch * o.batch_prompt);
   auto eng = engine::Engine::Create(*weights, eo);
@@ -98,6 +102,9 @@ int RunBench(const BenchOptions& o) {
       {"batch_s_pp", s_pp},
       {"batch_s_tg", s_tg},
       {"kv_cache_bytes", o.kv_cache_bytes},
+      {"device", std::string(e.device())},
+      {"kv_dtype", std::string(kv::KvDtypeName(o.kv_dtype))},
+      {"kv_bytes_per_token", e.kv_layout().BytesPerToken()},
       {"peak_rss_mib", peak_rss_mib},
       {"weight_mb_read_per_token", weight_mb},
       {"machine_read_gb_per_s", bw},
@@ -108,8 +115,9 @@ int RunBench(const BenchOptions& o) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("tandem bench engine: %s, %d threads, %s kernels\n", o.model.c_str(), threads,
-                kernels::MatMulIsa());
+    std::printf("tandem bench engine: %s, %s, %d threads, %s kernels, %s KV\n", o.model.c_str(),
+                std::string(e.device()).c_str(), threads, kernels::MatMulIsa(),
+                std::string(kv::KvDtypeName(o.kv_dtype)).c_str());
     std::printf(
         "  pp%-5d %8.1f tokens/s  (%.0f GFLOP/s; GEMM bound %.0f tokens/s at %.0f GFLOP/s)\n",
         o.prompt_tokens, Median(pp), pp_gflops, gemm * 1e9 / (2 * params), gemm);

@@ -7,12 +7,15 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "common/kv/kv_layout.h"
 
 namespace tandem::cli {
 
 struct BenchOptions {
   std::string model;
   int threads = 0;
+  std::string device = "cpu";
+  kv::KvDtype kv_dtype = kv::KvDtype::kF32;
   int repetitions = 3;
   int32_t prompt_tokens = 512;  // pp
   int32_t gen_tokens = 128;     // tg

@@ -17,6 +17,8 @@
 #include "common/rpc/rpc_server.h"
 #include "common/transport/host_kv_sender.h"
 #include "common/util/strings.h"
+#include "kernels/backend_factory.h"
+#include "kernels/kv_storage.h"
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -53,9 +55,8 @@ std::vector<double> LocalDecodeStepsMs(engine::Engine& e, int batch, int32_t gen
   std::vector<double> steps;
   while (e.HasWork()) {
     const auto t0 = Clock::now();
-    auto events = e.Step();
-    if (events.ok() && static_cast<int>(events->size()) >= batch)
-      steps.push_back(Ms(t0, Clock::now()));
+    const auto events = e.Step();
+    if (static_cast<int>(events.size()) >= batch) steps.push_back(Ms(t0, Clock::now()));
   }
   return steps;
 }
@@ -156,7 +157,9 @@ int RunClusterBench(const ClusterBenchOptions& o) {
   const kv::KvLayout layout{static_cast<int32_t>(model->config.n_layers),
                             static_cast<int32_t>(model->config.n_kv_heads),
                             static_cast<int32_t>(model->config.head_dim), 16};
-  auto cache = kv::KvCache::Create(layout, int64_t{64} << 20);
+  auto backend = kernels::MakeBackend({"cpu", 1});
+  if (!backend.ok()) return Fail(backend.status());
+  auto cache = kernels::KvStorage::Create(backend->get(), layout, int64_t{64} << 20);
   if (!cache.ok()) return Fail(cache.status());
   transport::HostKvSender sender(cache->get(), rpc::MakeFingerprint(layout, model->hash));
   auto decode = v1::DecodeWorker::NewStub(rpc::MakeChannel(decode_addr));
@@ -179,7 +182,8 @@ int RunClusterBench(const ClusterBenchOptions& o) {
     if (!t.ok()) return Fail(t.status());
     std::promise<std::pair<absl::Status, transport::KvTransferStats>> done;
     const auto t0 = Clock::now();
-    for (int32_t l = 0; l < layout.n_layers; ++l) (*t)->SendLayer(l, 0, res.block_ids_size());
+    for (int32_t l = 0; l < layout.n_layers; ++l)
+      (*t)->SendLayer(l, 0, res.block_ids_size(), nullptr);
     (*t)->Finish([&](absl::Status s, transport::KvTransferStats stats) {
       done.set_value({s, stats});
     });

@@ -21,10 +21,9 @@ BatchRun RunBatch(engine::Engine& e, int n, int32_t prompt_len, int32_t gen, int
   int firsts = 0;
   Clock::time_point t_first = t0;
   while (e.HasWork()) {
-    auto events = e.Step();
-    if (!events.ok()) break;
+    const auto events = e.Step();
     r.peak_used_blocks = std::max(r.peak_used_blocks, e.Stats().blocks.used_blocks);
-    for (const auto& ev : *events) {
+    for (const auto& ev : events) {
       if (ev.token < 0) continue;
       ++r.generated;
       if (++firsts == n) t_first = Clock::now();

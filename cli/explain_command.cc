@@ -11,7 +11,7 @@
 #include "cli/exit_status.h"
 #include "cli/machine_limits.h"
 #include "common/engine/loaded_model.h"
-#include "common/kv/kv_cache.h"
+#include "common/kv/kv_layout.h"
 #include "common/util/strings.h"
 
 namespace tandem::cli {

@@ -9,6 +9,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
 #include "common/model/gguf_file.h"
+#include "common/rpc/process_main.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/detokenizer.h"
 #include "common/tokenizer/tokenizer.h"
@@ -34,6 +35,7 @@ void AddGenerateCommand(CLI::App& app, GenerateOptions* o) {
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget")
       ->capture_default_str();
   cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->kv_dtype);
 }
 
 int RunGenerate(const GenerateOptions& o) {
@@ -57,6 +59,8 @@ int RunGenerate(const GenerateOptions& o) {
   eo.num_threads = o.threads;
   eo.kv_cache_bytes = o.kv_cache_bytes;
   eo.block_size = o.block_size;
+  eo.device = o.device;
+  eo.kv_dtype = o.kv_dtype;
   auto eng = engine::Engine::Create(*weights, eo);
   if (!eng.ok()) return Fail(eng.status());
   const auto t_loaded = Clock::now();
@@ -87,9 +91,8 @@ int RunGenerate(const GenerateOptions& o) {
   engine::FinishReason reason = engine::FinishReason::kNone;
   Clock::time_point t_first{};
   while ((*eng)->HasWork()) {
-    auto events = (*eng)->Step();
-    if (!events.ok()) return Fail(events.status());
-    for (const auto& ev : *events) {
+    for (const auto& ev : (*eng)->Step()) {
+      if (!ev.error.ok()) return Fail(ev.error);
       if (ev.token >= 0) {
         if (out_ids.empty()) t_first = Clock::now();
         out_ids.push_back(ev.token);

@@ -7,6 +7,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/request_flags.h"
+#include "common/kv/kv_layout.h"
 
 namespace tandem::cli {
 
@@ -16,6 +17,8 @@ struct GenerateOptions {
   int threads = 0;
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int32_t block_size = 16;
+  std::string device = "cpu";
+  kv::KvDtype kv_dtype = kv::KvDtype::kF32;
 };
 
 void AddGenerateCommand(CLI::App& app, GenerateOptions* options);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/exit_status.h"
+#include "common/rpc/process_main.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "common/util/subprocess.h"
@@ -97,6 +98,7 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk,
                   "Prompt tokens one sequence computes per step (chunked prefill; 0: whole prompt)")
       ->capture_default_str();
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->kv_dtype);
   cmd->add_option("--bin-dir", o->bin_dir,
                   "Where the tandem-* binaries are (default: beside this one)");
 }
@@ -138,7 +140,11 @@ int RunServe(const ServeOptions& o) {
               std::to_string(kv_bytes),
               o.prefix_caching ? "--prefix-caching" : "--no-prefix-caching",
               "--max-prefill-chunk",
-              std::to_string(o.max_prefill_chunk)};
+              std::to_string(o.max_prefill_chunk),
+              "--device",
+              o.device,
+              "--kv-dtype",
+              std::string(kv::KvDtypeName(o.kv_dtype))};
     if (!o.served_model_name.empty()) {
       c.args.insert(c.args.end(), {"--served-model-name", o.served_model_name});
     }

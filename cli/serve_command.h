@@ -14,6 +14,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "common/kv/kv_layout.h"
 #include "common/util/tls_files.h"
 
 namespace tandem::cli {
@@ -39,6 +40,8 @@ struct ServeOptions {
   bool prefix_caching = true;                  // on every worker
   std::string routing_policy = "cache_aware";  // router
   int32_t max_prefill_chunk = 512;             // prefill workers
+  std::string device = "cpu";                  // every worker's --device
+  kv::KvDtype kv_dtype = kv::KvDtype::kF32;    // every worker's --kv-dtype
   std::string bin_dir;                         // default: the directory of this executable
 };
 

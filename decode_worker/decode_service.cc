@@ -167,11 +167,11 @@ grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext* ctx,
   if (absl::Status st = w->BeginKv(lease, block_ids); !st.ok()) return rpc::ToGrpc(st);
   int64_t bytes = 0;
   do {
-    const std::string& p = chunk.payload();
+    const int64_t size = static_cast<int64_t>(chunk.payload().size());
     absl::Status st = w->WriteKv(lease, chunk.layer(), chunk.first_block(), chunk.num_blocks(),
-                                 {reinterpret_cast<const uint8_t*>(p.data()), p.size()});
+                                 std::move(*chunk.mutable_payload()));
     if (!st.ok()) return rpc::ToGrpc(st);
-    bytes += static_cast<int64_t>(p.size());
+    bytes += size;
   } while (reader->Read(&chunk));
   if (absl::Status st = w->EndKv(lease); !st.ok()) return rpc::ToGrpc(st);
   resp->set_bytes_received(bytes);

@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
   std::unique_ptr<DecodeWorker> w(new DecodeWorker());
   w->options_ = options;
   ASSIGN_OR_RETURN(w->engine_, engine::Engine::Create(weights, options.engine));
-  w->layout_ = w->engine_->cache().layout();
+  w->layout_ = w->engine_->kv_layout();
   w->stats_.engine = w->engine_->Stats();
   w->thread_ =
       std::make_unique<engine::EngineThread>([p = w.get()] { return p->Iterate(); }, kIdleWait);
@@ -98,11 +98,11 @@ absl::Status DecodeWorker::BeginKv(uint64_t lease_id, std::span<const int32_t> b
 }
 
 absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t first_block,
-                                   int32_t num_blocks, std::span<const uint8_t> payload) {
+                                   int32_t num_blocks, std::string payload) {
   std::lock_guard<std::mutex> lock(mu_);
   ASSIGN_OR_RETURN(Lease * lease, WritableLease(lease_id));
   Lease& l = *lease;
-  const int64_t slice_bytes = layout_.LayerStride() * static_cast<int64_t>(sizeof(float));
+  const int64_t slice_bytes = layout_.LayerBytes();
   absl::Status bad;
   if (l.expected_blocks < 0) {
     bad = absl::InvalidArgumentError("block_ids: the first chunk must name the blocks");
@@ -123,19 +123,36 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
     ++stats_.kv_failures;
     return bad;
   }
-  kv::KvCache* cache = engine_->mutable_cache();
-  for (int32_t i = 0; i < num_blocks; ++i) {
-    std::memcpy(cache->Part(l.blocks[first_block + i], layer, 0), payload.data() + i * slice_bytes,
-                static_cast<size_t>(slice_bytes));
-  }
   l.layer_received[layer] += num_blocks;
   l.expires = Clock::now() + l.duration;
   stats_.kv_bytes_received += static_cast<int64_t>(payload.size());
+  // The lease's block ids are the reservation's table in order, as BeginKv checked.
+  thread_->Post([this, lease_id, layer, first_block, num_blocks, payload = std::move(payload)] {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end()) return;  // expired or released meanwhile: nothing to write
+    absl::Status st = engine_->WriteReservedKv(
+        lease_id, layer, first_block, num_blocks,
+        {reinterpret_cast<const uint8_t*>(payload.data()), payload.size()});
+    if (!st.ok() && it->second.write_error.ok()) {
+      ++stats_.kv_failures;
+      it->second.write_error = st;
+    }
+  });
   return absl::OkStatus();
 }
 
 absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::Status result;
+  // On the engine thread: after every write handed over before this call.
+  thread_->Run([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    result = CompleteKv(lease_id);
+  });
+  return result;
+}
+
+absl::Status DecodeWorker::CompleteKv(uint64_t lease_id) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     ++stats_.kv_failures;
@@ -143,6 +160,7 @@ absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
         StrCat("lease ", lease_id, ": expired during the transfer"));
   }
   Lease& l = it->second;
+  if (!l.write_error.ok()) return l.write_error;
   for (int32_t layer = 0; layer < layout_.n_layers; ++layer) {
     const int32_t expected = l.expected_blocks - l.cached_blocks;
     if (l.expected_blocks < 0 || l.layer_received[layer] < expected) {
@@ -215,20 +233,15 @@ bool DecodeWorker::Iterate() {
     ExpireLeases();
   }
   if (engine_->HasWork()) {
-    auto events = engine_->Step();
-    if (!events.ok()) {
-      for (auto& [id, sink] : sinks_) {
-        sink->OnError(events.status());
-        engine_->Cancel(id);
-      }
-      sinks_.clear();
-    } else {
-      for (const engine::TokenEvent& ev : *events) {
-        auto it = sinks_.find(ev.id);
-        if (it == sinks_.end()) continue;
+    for (const engine::TokenEvent& ev : engine_->Step()) {
+      auto it = sinks_.find(ev.id);
+      if (it == sinks_.end()) continue;
+      if (ev.error.ok()) {
         it->second->OnToken(ev);
-        if (ev.finished) sinks_.erase(it);
+      } else {
+        it->second->OnError(ev.error);
       }
+      if (ev.finished) sinks_.erase(it);
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

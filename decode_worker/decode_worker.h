@@ -8,9 +8,14 @@
 // prompt prefilled in chunks keeps it); KV for an unknown or expired lease is refused.
 //
 // Thread-safe: every public method may be called from any thread (RPC threads). Engine
-// calls happen on the engine thread only; RPC threads queue commands for it. KV bytes
-// are copied under `mu_`, which the engine thread also holds when it frees a lease, so
-// a write never lands in blocks that were handed to someone else.
+// calls happen on the engine thread only; RPC threads queue commands for it. Only the
+// engine thread writes KV: an RPC thread checks a received payload against the lease
+// (under `mu_`) and hands it over; the engine thread checks the lease again (it may
+// have expired meanwhile) and writes it through Engine::WriteReservedKv at the next
+// step boundary. EndKv waits for every write handed over before it.
+//
+// A forward pass that fails ends the requests of that step (their sinks get the
+// error); the worker keeps serving.
 #ifndef TANDEM_DECODE_WORKER_DECODE_WORKER_H_
 #define TANDEM_DECODE_WORKER_DECODE_WORKER_H_
 
@@ -19,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -77,9 +83,9 @@ class DecodeWorker {
   // One KV push: BeginKv with the destination block ids (the reservation's, in order,
   // possibly fewer), WriteKv per (layer, run of blocks), EndKv to check completeness.
   absl::Status BeginKv(uint64_t lease_id, std::span<const int32_t> block_ids);
-  // `payload`: num_blocks × (K then V of `layer` for one block), float32.
+  // `payload`: num_blocks × (K then V of `layer` for one block), in the layout's dtype.
   absl::Status WriteKv(uint64_t lease_id, int32_t layer, int32_t first_block, int32_t num_blocks,
-                       std::span<const uint8_t> payload);
+                       std::string payload);
   absl::Status EndKv(uint64_t lease_id);
 
   // Admits a reservation whose KV has fully arrived; returns once the engine thread
@@ -100,12 +106,15 @@ class DecodeWorker {
     int32_t cached_blocks = 0;              // shared from the prefix cache: never written
     int32_t expected_blocks = -1;           // set by BeginKv
     std::vector<int32_t> layer_received;    // [n_layers] blocks received per layer
+    absl::Status write_error;               // a handed-over write the engine refused
     bool complete = false;
   };
   DecodeWorker() = default;
   // One turn of the engine thread: expire leases, step, hand tokens to sinks.
   bool Iterate();
   void ExpireLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EndKv's check, on the engine thread.
+  absl::Status CompleteKv(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The lease KV may be written to; FailedPrecondition (counted) otherwise.
   absl::StatusOr<Lease*> WritableLease(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

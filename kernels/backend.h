@@ -1,52 +1,161 @@
-// Backend: the operations the model executor needs, implemented once per device.
+// Backend: the memory and the operations the model executor needs, implemented once
+// per device (DESIGN.md §6; in the spirit of ggml-backend).
 //
-// The executor (common/engine/model_executor) is written only against this
-// interface. Buffers are device memory of the backend (host memory for the CPU
-// backend); shapes are given beside each call. Every op is batch-invariant: a row's
-// result depends only on that row's inputs. A Backend is used by one engine thread.
+// Memory. The backend owns every byte the model touches: it allocates buffers by
+// purpose (tensor.h), copies host bytes in and out on its own stream, and records
+// events. The executor and the layers above it hold only Tensor views; no host
+// pointer into backend memory crosses this interface.
+//
+// Ordering and errors. Ops and CopyTo* are enqueued on the backend's stream in call
+// order (the CPU backend runs them at once). An op that fails — bad input it can see,
+// a device error — records a sticky error and the rest of the pass is skipped;
+// Synchronize() waits for the stream and returns that error (then clears it), so a
+// pass checks once. Nothing here aborts the process on bad input.
+//
+// Shapes. Activations are float32 [rows][cols] Tensors; weights are Tensors in
+// whatever type the backend prepared (GGUF quantized types on the CPU). Every op is
+// batch-invariant on the CPU: a row's result depends only on that row's inputs.
+//
+// Threads. One engine thread calls everything, except ReadNow (any thread) and
+// Event::Wait (any thread).
 #ifndef TANDEM_KERNELS_BACKEND_H_
 #define TANDEM_KERNELS_BACKEND_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
-#include "common/kv/kv_cache.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/ops.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/tensor.h"
 
 namespace tandem::kernels {
+
+class KvStorage;
+
+// How RoPE pairs dimensions: kAdjacent rotates (2i, 2i+1) (llama/mistral GGUF, whose
+// Q/K weights are stored permuted); kHalves rotates (i, i + rope_dim/2) (qwen2, NeoX).
+enum class RopeStyle { kAdjacent, kHalves };
+
+struct RopeParams {
+  int32_t head_dim = 0;
+  int32_t rope_dim = 0;  // leading dims that rotate (≤ head_dim, even)
+  float theta = 10000.0f;
+  float position_scale = 1.0f;  // linear scaling: position / factor
+  RopeStyle style = RopeStyle::kAdjacent;
+};
+
+struct AttentionShape {
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  float scale = 0;  // usually 1/sqrt(head_dim)
+};
+
+// The step plan in backend memory: built once per step on the host, uploaded once,
+// read by every layer. All int32 [1][n]. Sequence s owns q rows
+// q_indptr[s]..q_indptr[s+1]; its cache holds kv_len[s] tokens after the pass, the
+// last q-row-count of them new; its block table is block_ids[block_indptr[s]..
+// block_indptr[s+1]). slot_mapping[t] = block × block_size + offset of token t's
+// cache slot (FlashInfer's paged layout; vLLM's slot mapping).
+struct StepView {
+  int32_t num_tokens = 0;
+  int32_t num_seqs = 0;
+  Tensor tokens;        // [T]
+  Tensor positions;     // [T]
+  Tensor slot_mapping;  // [T]
+  Tensor q_indptr;      // [S+1]
+  Tensor kv_len;        // [S]
+  Tensor block_indptr;  // [S+1]
+  Tensor block_ids;     // [block_indptr[S]]
+};
+
+// StepView::slot_mapping from the step's CSR arrays, on the host.
+inline std::vector<int32_t> SlotMapping(std::span<const int32_t> q_indptr,
+                                        std::span<const int32_t> kv_len,
+                                        std::span<const int32_t> block_indptr,
+                                        std::span<const int32_t> block_ids, int32_t block_size) {
+  std::vector<int32_t> slots(q_indptr.empty() ? 0 : q_indptr.back());
+  for (size_t s = 0; s < kv_len.size(); ++s) {
+    const int32_t q0 = q_indptr[s], n = q_indptr[s + 1] - q0;
+    for (int32_t t = 0; t < n; ++t) {
+      const int32_t pos = kv_len[s] - n + t;
+      slots[q0 + t] = block_ids[block_indptr[s] + pos / block_size] * block_size + pos % block_size;
+    }
+  }
+  return slots;
+}
+
+// A point in the backend's stream. Wait blocks until every op enqueued before it has
+// finished; thread-safe.
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual absl::Status Wait() = 0;
+};
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
+  virtual int num_threads() const = 0;
 
-  // out [ids.size()][table.cols] = rows `ids` of `table`, decoded to float32.
-  virtual void Embedding(const WeightMatrix& table, std::span<const int32_t> ids, float* out) = 0;
-  // out [m][w.rows] = x [m][w.cols] · Wᵀ
-  virtual void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out) = 0;
-  // Two or three products of the same x at once (Q/K/V, gate/up); same results.
-  virtual void MatMul2(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
-                       const WeightMatrix& w1, float* out1) = 0;
-  virtual void MatMul3(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
-                       const WeightMatrix& w1, float* out1, const WeightMatrix& w2,
-                       float* out2) = 0;
-  virtual void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-                       float* out) = 0;
-  // x [n][n_heads][head_dim] rotated in place by the angles of `table` (one row per
-  // token, built once per pass with BuildRopeTable).
-  virtual void Rope(float* x, int64_t n, int32_t n_heads, const RopeTable& table,
-                    const RopeParams& p) = 0;
-  virtual void SwiGlu(const float* gate, const float* up, int64_t n, float* out) = 0;
-  virtual void Add(float* x, const float* y, int64_t n) = 0;
-  // x [rows][dim] += bias [dim] for every row.
-  virtual void AddBias(float* x, const float* bias, int64_t rows, int64_t dim) = 0;
-  virtual void WriteKv(const float* k, const float* v, const PagedBatch& batch, int32_t layer,
-                       kv::KvCache* cache) = 0;
-  virtual void Attention(const float* q, const PagedBatch& batch, const AttentionShape& shape,
-                         int32_t layer, const kv::KvCache& cache, float* out) = 0;
+  // --- memory -------------------------------------------------------------------
+  // A zero-filled buffer of `bytes`. ResourceExhausted when it does not fit.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(MemoryKind kind, int64_t bytes) = 0;
+  // Host memory used in place as a weights buffer (the CPU backend's zero-copy view of
+  // the mapped GGUF file); `host` must outlive the buffer. FailedPrecondition on a
+  // backend whose kernels cannot read host memory: allocate and copy instead.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> BorrowHost(const void* host, int64_t bytes) = 0;
+  // Enqueued copies; `src` must stay valid, and `dst` is only filled, by Synchronize.
+  virtual void CopyToDevice(const void* src, const Buffer& dst, int64_t offset, int64_t bytes) = 0;
+  virtual void CopyToHost(const Buffer& src, int64_t offset, int64_t bytes, void* dst) = 0;
+  // A synchronous read from any thread, of bytes no op in flight writes (a transport
+  // reading finished KV blocks; on a device, through a stream of its own).
+  virtual absl::Status ReadNow(const Buffer& src, int64_t offset, int64_t bytes,
+                               void* dst) const = 0;
+  virtual std::shared_ptr<Event> RecordEvent() = 0;
+  // Waits for the stream; returns (and clears) the sticky error.
+  virtual absl::Status Synchronize() = 0;
+
+  // --- ops (float32 activations) ----------------------------------------------------
+  // out [ids.cols][table.cols] = rows `ids` of `table`; an id outside the table is an
+  // error.
+  virtual void Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
+  // out [m][w.rows] = x [m][w.cols] · wᵀ
+  virtual void MatMul(const Tensor& x, const Tensor& w, const Tensor& out) = 0;
+  // Two or three products of the same x at once (gate/up, Q/K/V); same results as
+  // separate calls.
+  virtual void MatMul2(const Tensor& x, const Tensor& w0, const Tensor& out0, const Tensor& w1,
+                       const Tensor& out1) = 0;
+  virtual void MatMul3(const Tensor& x, const Tensor& w0, const Tensor& out0, const Tensor& w1,
+                       const Tensor& out1, const Tensor& w2, const Tensor& out2) = 0;
+  // out[r] = x[r] / sqrt(mean(x[r]²) + eps) × weight           x, out [rows][dim]
+  virtual void RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) = 0;
+  // table [T][rope_dim]: cos of every (token, pair) angle in the first rope_dim/2
+  // columns, sin in the rest; `freq_factors` [1][rope_dim/2] divides the frequencies
+  // (Llama 3) or is empty. Built once per pass, shared by Q and K of every layer.
+  virtual void RopeTable(const Tensor& positions, const Tensor& freq_factors, const RopeParams& p,
+                         const Tensor& table) = 0;
+  // x [T][n_heads × head_dim] rotated in place by row t of `table`.
+  virtual void Rope(const Tensor& x, int32_t n_heads, const Tensor& table, const RopeParams& p) = 0;
+  // out = silu(gate) × up, element-wise (out may be gate).
+  virtual void SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // x += y, element-wise.
+  virtual void Add(const Tensor& x, const Tensor& y) = 0;
+  // x [rows][dim] += bias [1][dim] for every row.
+  virtual void AddBias(const Tensor& x, const Tensor& bias) = 0;
+  // dst [R][cols] = rows `rows` [1][R] of src.
+  virtual void GatherRows(const Tensor& src, const Tensor& rows, const Tensor& dst) = 0;
+  // k, v [T][n_kv_heads × head_dim] of layer `layer` into the slots of step.slot_mapping.
+  virtual void WriteKv(const Tensor& k, const Tensor& v, const StepView& step, int32_t layer,
+                       KvStorage* kv) = 0;
+  // Causal attention of q [T][n_heads × head_dim] over each sequence's cached K/V
+  // (GQA-aware); out has q's shape.
+  virtual void Attention(const Tensor& q, const StepView& step, const AttentionShape& shape,
+                         int32_t layer, const KvStorage& kv, const Tensor& out) = 0;
 };
 
 }  // namespace tandem::kernels

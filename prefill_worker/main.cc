@@ -43,9 +43,9 @@ int main(int argc, char** argv) {
   if (!model.ok()) return fail(model.status());
   auto worker = prefill::PrefillWorker::Create(
       *model->weights, options,
-      [&](const kv::KvCache& cache) {
+      [&](const kernels::KvStorage& kv) {
         return std::make_unique<transport::HostKvSender>(
-            &cache, rpc::MakeFingerprint(cache.layout(), model->hash), flags.api_key);
+            &kv, rpc::MakeFingerprint(kv.layout(), model->hash), flags.api_key);
       },
       [&metrics](const transport::KvTransferStats& stats, const absl::Status& status) {
         if (status.ok()) metrics.KvTransferDone(stats.ms / 1e3);

@@ -65,8 +65,8 @@ class PrefillWorker::Observer : public engine::StepObserver {
     }
   }
 
-  void OnLayerKv(int32_t layer) override {
-    for (const Send& s : active_) s.transfer->SendLayer(layer, s.first, s.count);
+  void OnLayerKv(int32_t layer, const std::shared_ptr<kernels::Event>& ready) override {
+    for (const Send& s : active_) s.transfer->SendLayer(layer, s.first, s.count, ready);
   }
 
  private:
@@ -84,7 +84,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
   std::unique_ptr<PrefillWorker> w(new PrefillWorker());
   w->on_transfer_ = std::move(on_transfer);
   ASSIGN_OR_RETURN(w->engine_, engine::Engine::Create(weights, options));
-  w->sender_ = make_sender(w->engine_->cache());
+  w->sender_ = make_sender(w->engine_->kv_storage());
   w->observer_ = std::make_unique<Observer>(w.get());
   w->stats_.engine = w->engine_->Stats();
   w->thread_ =
@@ -131,14 +131,13 @@ absl::StatusOr<PrefillResult> PrefillWorker::Prefill(std::vector<int32_t> prompt
 
 bool PrefillWorker::Iterate() {
   if (engine_->HasWork()) {
-    auto events = engine_->Step(observer_.get());
-    // Requests were validated on entry: a failed pass is a broken invariant.
-    TANDEM_CHECK(events.ok());
+    const std::vector<engine::TokenEvent> events = engine_->Step(observer_.get());
     const auto now = Clock::now();
-    for (const engine::TokenEvent& ev : *events) {
+    for (const engine::TokenEvent& ev : events) {
       auto it = pending_.find(ev.id);
       if (it == pending_.end()) continue;
       Pending* p = it->second.get();
+      if (!ev.error.ok()) p->error = ev.error;
       p->result.first = ev;
       if (const engine::Sequence* seq = engine_->Find(ev.id)) {
         p->result.cached_tokens = seq->prefix_hit_tokens;
@@ -167,6 +166,8 @@ bool PrefillWorker::Iterate() {
 void PrefillWorker::Done(kv::SeqId id, absl::Status status, transport::KvTransferStats stats) {
   auto it = pending_.find(id);
   if (it == pending_.end()) return;
+  // A failed pass explains a failed transfer (whose layers it never filled).
+  if (!it->second->error.ok()) status = it->second->error;
   engine_->Release(id);
   if (on_transfer_) on_transfer_(stats, status);
   std::unique_ptr<Pending> p = std::move(it->second);

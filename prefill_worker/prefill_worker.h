@@ -5,7 +5,9 @@
 // alone), samples each first token, and streams each prompt's K/V layer by layer to
 // its decode worker while later layers still compute. The prompt's blocks are freed
 // once the decode worker has acknowledged them. Prefill returns the first token, or
-// the error that stopped the request (a failed transfer fails the request).
+// the error that stopped the request: a failed transfer fails the request, and so does
+// a failed forward pass (the engine ends that step's requests; the worker goes on
+// serving the others and the next ones).
 //
 // Thread-safe: Prefill blocks its caller (an RPC thread) until the request is done.
 #ifndef TANDEM_PREFILL_WORKER_PREFILL_WORKER_H_
@@ -45,9 +47,9 @@ struct PrefillWorkerStats {
 
 class PrefillWorker {
  public:
-  // `make_sender` builds the transport over the engine's cache (it must outlive it).
+  // `make_sender` builds the transport over the engine's KV storage (which outlives it).
   using SenderFactory =
-      std::function<std::unique_ptr<transport::KvSender>(const kv::KvCache& cache)>;
+      std::function<std::unique_ptr<transport::KvSender>(const kernels::KvStorage& kv)>;
   // Called on the engine thread when a KV transfer ends (for metrics); must be quick.
   using TransferObserver =
       std::function<void(const transport::KvTransferStats& stats, const absl::Status& status)>;
@@ -62,7 +64,7 @@ class PrefillWorker {
                                         uint64_t cache_salt = 0);
 
   PrefillWorkerStats Stats() const;
-  const kv::KvLayout& layout() const { return engine_->cache().layout(); }
+  const kv::KvLayout& layout() const { return engine_->kv_layout(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -74,7 +76,7 @@ class PrefillWorker {
     Clock::time_point started_at;
     int64_t prompt_tokens = 0;
     std::unique_ptr<transport::KvTransfer> transfer;
-    absl::Status error;  // set when the transfer could not even start
+    absl::Status error;  // the transfer could not start, or the forward pass failed
     PrefillResult result;
   };
   class Observer;

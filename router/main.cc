@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_split.h"
 #include "common/engine/loaded_model.h"
-#include "common/kv/kv_cache.h"
+#include "common/kv/kv_layout.h"
 #include "common/rpc/process_main.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"

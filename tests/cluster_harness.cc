@@ -34,10 +34,20 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string
                           int64_t kv_bytes) -> std::unique_ptr<Proc> {
     auto p = std::make_unique<Proc>();
     const std::string port_file = StrCat(c->dir_, "/", role, i, ".port");
-    p->process.Start(
-        {Bin(StrCat("tandem-", role, "-worker")), "--model", model, "--port-file", port_file,
-         "--threads", std::to_string(config.threads), "--kv-cache-bytes", std::to_string(kv_bytes)},
-        StrCat(c->dir_, "/", role, i, ".log"));
+    std::vector<std::string> args = {Bin(StrCat("tandem-", role, "-worker")),
+                                     "--model",
+                                     model,
+                                     "--port-file",
+                                     port_file,
+                                     "--threads",
+                                     std::to_string(config.threads),
+                                     "--kv-cache-bytes",
+                                     std::to_string(kv_bytes),
+                                     "--device",
+                                     ::tandem::testing::TestDevice()};
+    const auto& extra = role == "prefill" ? config.prefill_flags : config.decode_flags;
+    args.insert(args.end(), extra.begin(), extra.end());
+    p->process.Start(args, StrCat(c->dir_, "/", role, i, ".log"));
     p->port = WaitForPortFile(port_file, &p->process, kStartTimeout);
     if (p->port == 0) *error = StrCat(role, " worker ", i, " did not start; log in ", c->dir_);
     return p;

@@ -23,7 +23,9 @@ struct ClusterConfig {
   int threads = 1;
   int64_t decode_kv_bytes = int64_t{128} << 20;
   int64_t prefill_kv_bytes = int64_t{128} << 20;
-  std::vector<std::string> router_flags;  // extra flags for tandem-router
+  std::vector<std::string> router_flags;   // extra flags for tandem-router
+  std::vector<std::string> prefill_flags;  // ... for every prefill worker
+  std::vector<std::string> decode_flags;   // ... for every decode worker
 };
 
 class Cluster {

@@ -14,6 +14,13 @@ inline std::string DefaultModelPath() {
   return std::string(TANDEM_SOURCE_DIR) + "/models/smollm2-135m-instruct-q4_1.gguf";
 }
 
+// The backend the engine and cluster tests compute on: $TANDEM_TEST_DEVICE, else
+// "cpu". CTest runs the engine and cluster suites a second time on "cpu-fence".
+inline std::string TestDevice() {
+  if (const char* d = std::getenv("TANDEM_TEST_DEVICE")) return d;
+  return "cpu";
+}
+
 inline std::string TestDataPath(const std::string& name) {
   return std::string(TANDEM_SOURCE_DIR) + "/tests/data/" + name;
 }

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <random>
-#include <thread>
 
 #include "common/util/check.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
+#include "kernels/backend_factory.h"
 
 namespace tandem::engine {
 
@@ -15,17 +15,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   std::unique_ptr<Engine> e(new Engine());
   e->weights_ = &weights;
   const auto& c = weights.config();
-  int threads = options.num_threads > 0
-                    ? options.num_threads
-                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  e->backend_ = std::make_unique<kernels::CpuBackend>(threads);
+  if (options.make_backend) {
+    ASSIGN_OR_RETURN(e->backend_, options.make_backend());
+  } else {
+    ASSIGN_OR_RETURN(e->backend_, kernels::MakeBackend({options.device, options.num_threads}));
+  }
+  ASSIGN_OR_RETURN(e->device_weights_, DeviceWeights::Prepare(weights, e->backend_.get()));
   kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
-                      static_cast<int32_t>(c.head_dim), options.block_size};
-  ASSIGN_OR_RETURN(e->cache_, kv::KvCache::Create(layout, options.kv_cache_bytes));
-  e->blocks_ = std::make_unique<kv::BlockManager>(e->cache_->num_blocks(), options.block_size,
+                      static_cast<int32_t>(c.head_dim), options.block_size, options.kv_dtype};
+  ASSIGN_OR_RETURN(e->kv_,
+                   kernels::KvStorage::Create(e->backend_.get(), layout, options.kv_cache_bytes));
+  e->blocks_ = std::make_unique<kv::BlockManager>(e->kv_->num_blocks(), options.block_size,
                                                   options.prefix_caching);
   e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get());
-  e->executor_ = std::make_unique<ModelExecutor>(weights, e->backend_.get(), e->cache_.get());
+  // The scheduler bounds every pass: its token budget (a lone chunk may take one
+  // block more) and one token per running sequence.
+  const SchedulerOptions& so = options.scheduler;
+  const ExecutorLimits limits{so.max_batched_tokens + so.max_running + options.block_size,
+                              so.max_running};
+  ASSIGN_OR_RETURN(e->executor_, ModelExecutor::Create(c, *e->device_weights_, e->backend_.get(),
+                                                       e->kv_.get(), limits));
   std::random_device rd;
   e->seed_counter_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   return e;
@@ -93,6 +102,7 @@ absl::StatusOr<kv::SeqId> Engine::Reserve(int64_t num_tokens, std::span<const in
   seq->id = id;
   seq->cache_salt = cache_salt;
   seq->state = SequenceState::kReserved;
+  seq->shared_blocks = static_cast<int32_t>(prefix.blocks.size());
   sequences_[id] = std::move(seq);
   return id;
 }
@@ -131,6 +141,28 @@ absl::Status Engine::AdmitPrefilled(kv::SeqId id, std::vector<int32_t> prompt, i
   return absl::OkStatus();
 }
 
+absl::Status Engine::WriteReservedKv(kv::SeqId id, int32_t layer, int32_t first_block,
+                                     int32_t num_blocks, std::span<const uint8_t> payload) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end() || it->second->state != SequenceState::kReserved) {
+    return absl::InvalidArgumentError(StrCat("reservation ", id, ": unknown or already used"));
+  }
+  const std::vector<int32_t>& table = blocks_->BlockTable(id);
+  const int32_t shared = it->second->shared_blocks;
+  if (first_block < shared || num_blocks < 1 ||
+      static_cast<int64_t>(first_block) + num_blocks > static_cast<int64_t>(table.size())) {
+    return absl::InvalidArgumentError(StrCat(
+        "blocks [", first_block, ", ", int64_t{first_block} + num_blocks,
+        ") outside the writable blocks [", shared, ", ", table.size(), ") of reservation ", id));
+  }
+  if (static_cast<int64_t>(payload.size()) != num_blocks * kv_->layout().LayerBytes()) {
+    return absl::InvalidArgumentError(StrCat("payload: ", payload.size(), " bytes, expected ",
+                                             num_blocks * kv_->layout().LayerBytes()));
+  }
+  return kv_->WriteLayer({table.data() + first_block, static_cast<size_t>(num_blocks)}, layer,
+                         payload.data());
+}
+
 bool Engine::Release(kv::SeqId id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return false;
@@ -164,7 +196,22 @@ void Engine::Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>*
     events->back().finished = true;
     events->back().reason = reason;
   } else {
-    events->push_back({seq->id, -1, 0, {}, true, reason});
+    events->push_back({seq->id, -1, 0, {}, true, reason, {}});
+  }
+}
+
+void Engine::FailStep(const ScheduledStep& step, const absl::Status& error,
+                      std::vector<TokenEvent>* events) {
+  ++stats_.failed_steps;
+  for (Sequence* seq : step.sequences) {
+    scheduler_->Remove(seq);
+    seq->state = SequenceState::kFinished;
+    events->push_back({seq->id, -1, 0, {}, true, FinishReason::kNone, error});
+  }
+  for (auto it = sequences_.begin(); it != sequences_.end();) {
+    auto next = std::next(it);
+    if (it->second->state == SequenceState::kFinished) sequences_.erase(it);
+    it = next;
   }
 }
 
@@ -183,13 +230,13 @@ FinishReason Engine::CheckFinish(const Sequence& seq) const {
   return FinishReason::kNone;
 }
 
-absl::StatusOr<std::vector<TokenEvent>> Engine::Step(StepObserver* observer) {
+std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
   std::vector<TokenEvent> events;
   for (const auto& [id, reason] : ended_) {
     auto it = sequences_.find(id);
     if (it == sequences_.end()) continue;
     it->second->finish = reason;
-    events.push_back({id, -1, 0, {}, true, reason});
+    events.push_back({id, -1, 0, {}, true, reason, {}});
     sequences_.erase(it);
   }
   ended_.clear();
@@ -213,13 +260,31 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step(StepObserver* observer) {
                        /*want_logits=*/end == seq->size());
   }
   ModelExecutor::LayerCallback on_layer;
-  if (observer != nullptr) on_layer = [observer](int32_t l) { observer->OnLayerKv(l); };
-  RETURN_IF_ERROR(executor_->Forward(batch_, &logits_, on_layer));
+  if (observer != nullptr) {
+    on_layer = [observer](int32_t l, const std::shared_ptr<kernels::Event>& ready) {
+      observer->OnLayerKv(l, ready);
+    };
+  }
+  absl::StatusOr<kernels::Tensor> logits = executor_->Forward(batch_, on_layer);
+  if (!logits.ok()) {
+    FailStep(step, logits.status(), &events);
+    return events;
+  }
   ++stats_.steps;
 
-  const auto& c = weights_->config();
-  const int64_t vocab = c.vocab_size;
-  int64_t logit_row = 0;
+  std::vector<SampleRow> rows;
+  for (size_t s = 0; s < step.sequences.size(); ++s) {
+    const Sequence* seq = step.sequences[s];
+    if (seq->num_cached + step.num_tokens[s] < seq->size()) continue;  // a partial prefill
+    rows.push_back({&seq->params, seq->seed, seq->size(), seq->prompt, seq->output});
+  }
+  absl::StatusOr<std::vector<SampleResult>> sampled = Sampler::SampleRows(*backend_, *logits, rows);
+  if (!sampled.ok()) {
+    FailStep(step, sampled.status(), &events);
+    return events;
+  }
+
+  size_t logit_row = 0;
   for (size_t s = 0; s < step.sequences.size(); ++s) {
     Sequence* seq = step.sequences[s];
     const int64_t bs = blocks_->block_size();
@@ -233,12 +298,11 @@ absl::StatusOr<std::vector<TokenEvent>> Engine::Step(StepObserver* observer) {
       blocks_->HashFullBlocks(seq->id, tokens);
     }
     if (end < seq->size()) continue;  // more chunks to go: nothing to sample yet
-    const std::span<const float> row(logits_.data() + logit_row++ * vocab, vocab);
-    SampleResult r =
-        Sampler::Sample(row, seq->params, seq->seed, seq->size(), seq->prompt, seq->output);
+    SampleResult& r = (*sampled)[logit_row++];
     seq->output.push_back(r.token);
     ++stats_.generated_tokens;
-    events.push_back({seq->id, r.token, r.logprob, std::move(r.top), false, FinishReason::kNone});
+    events.push_back(
+        {seq->id, r.token, r.logprob, std::move(r.top), false, FinishReason::kNone, {}});
 
     const FinishReason reason = CheckFinish(*seq);
     if (seq->prefill_only) {

@@ -12,31 +12,49 @@
 //   decode worker — Reserve blocks for a prompt, let a transport fill them, then
 //     AdmitPrefilled(prompt, first token): the sequence continues as if this engine had
 //     computed the prompt itself.
+//
+// Memory: the engine gets its Backend from the factory (options.device) and owns it;
+// the backend holds the prepared weights, the KV storage and the executor's
+// workspace. Only the engine thread writes KV: its forward passes, and
+// WriteReservedKv for blocks a transport received. Transports read finished blocks
+// through kv_storage().
+//
+// A forward pass that fails (a backend or device error) ends the requests of that
+// step — each gets a finished event carrying the error, its blocks are freed — and
+// the engine goes on with the rest.
 #ifndef TANDEM_COMMON_ENGINE_ENGINE_H_
 #define TANDEM_COMMON_ENGINE_ENGINE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/engine/device_weights.h"
 #include "common/engine/model_executor.h"
 #include "common/engine/model_weights.h"
 #include "common/engine/sampler.h"
 #include "common/engine/scheduler.h"
 #include "common/engine/sequence.h"
 #include "common/kv/block_manager.h"
-#include "common/kv/kv_cache.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "common/kv/kv_layout.h"
+#include "kernels/backend.h"
+#include "kernels/kv_storage.h"
 
 namespace tandem::engine {
 
 struct EngineOptions {
+  std::string device = "cpu";  // kernels::MakeBackend's names
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int32_t block_size = 16;
-  int num_threads = 0;  // 0: every core
+  kv::KvDtype kv_dtype = kv::KvDtype::kF32;
+  int num_threads = 0;  // CPU compute threads (0: every core)
+  // Tests: builds the backend instead of `device` (e.g. one with an injected fault).
+  std::function<absl::StatusOr<std::unique_ptr<kernels::Backend>>()> make_backend;
   // Keep full blocks after their sequence ends and reuse them for requests that start
   // with the same tokens (same cache salt); output is identical either way.
   bool prefix_caching = false;
@@ -53,6 +71,9 @@ struct TokenEvent {
   // its last; `reason` then says whether that token itself ends generation (kNone: no).
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
+  // Set (with finished, token -1) when the forward pass that computed this request
+  // failed: the request is over and its blocks are freed.
+  absl::Status error;
 };
 
 enum class RequestMode {
@@ -68,8 +89,9 @@ class StepObserver {
   // [num_cached, num_cached + num_tokens[i]) (a prompt may take several steps).
   virtual void OnScheduled(std::span<Sequence* const> sequences,
                            std::span<const int64_t> num_tokens) = 0;
-  // Layer `layer`'s K/V of every scheduled sequence are in the cache.
-  virtual void OnLayerKv(int32_t layer) = 0;
+  // Layer `layer`'s K/V of every scheduled sequence are enqueued; they are in the
+  // storage once `ready` completes.
+  virtual void OnLayerKv(int32_t layer, const std::shared_ptr<kernels::Event>& ready) = 0;
 };
 
 struct EngineStats {
@@ -84,6 +106,7 @@ struct EngineStats {
   int64_t prompt_tokens_computed = 0;  // incl. recomputation after preemption
   int64_t prefill_chunks = 0;          // partial prefills (a prompt split over steps)
   int64_t generated_tokens = 0;
+  int64_t failed_steps = 0;  // forward passes that failed (their requests ended)
 };
 
 class Engine {
@@ -100,7 +123,7 @@ class Engine {
                                        uint64_t cache_salt = 0);
 
   // Allocates blocks for `num_tokens` tokens under a new kReserved sequence, to be
-  // filled from outside (KvCache::Block of each id in BlockTable). With prefix
+  // filled from outside (WriteReservedKv). With prefix
   // caching, the leading blocks of `prompt` found in the cache are shared instead
   // (*cached_blocks of them; they must not be written). ResourceExhausted (nothing
   // changes) when they do not fit.
@@ -121,8 +144,9 @@ class Engine {
   // now); the next Step reports it finished with kCancelled. Other ids are ignored.
   void Cancel(kv::SeqId id);
 
-  // Runs one forward pass over the scheduled batch; returns the tokens it produced.
-  absl::StatusOr<std::vector<TokenEvent>> Step(StepObserver* observer = nullptr);
+  // Runs one forward pass over the scheduled batch; returns the tokens it produced
+  // (and, when the pass failed, an error event for each request it computed).
+  std::vector<TokenEvent> Step(StepObserver* observer = nullptr);
 
   // Whether Step has anything to do.
   bool HasWork() const {
@@ -130,12 +154,18 @@ class Engine {
   }
   const Sequence* Find(kv::SeqId id) const;
   EngineStats Stats() const;
-  const kv::KvCache& cache() const { return *cache_; }
-  // Writable cache bytes, for transports filling reserved blocks (see kv_cache.h for
-  // who may write where).
-  kv::KvCache* mutable_cache() { return cache_.get(); }
+  // Writes one layer of blocks [first_block, first_block + num_blocks) of kReserved
+  // sequence `id`'s block table from `payload` (num_blocks × KvLayout::LayerBytes()).
+  // InvalidArgument (nothing written) for an unknown id, a range outside its table,
+  // or blocks shared from the prefix cache.
+  absl::Status WriteReservedKv(kv::SeqId id, int32_t layer, int32_t first_block, int32_t num_blocks,
+                               std::span<const uint8_t> payload);
+  // The KV bytes, for transports reading finished blocks (kv_storage.h).
+  const kernels::KvStorage& kv_storage() const { return *kv_; }
+  const kv::KvLayout& kv_layout() const { return kv_->layout(); }
   const std::vector<int32_t>& BlockTable(kv::SeqId id) const { return blocks_->BlockTable(id); }
   int num_threads() const { return backend_->num_threads(); }
+  std::string_view device() const { return backend_->name(); }
 
  private:
   Engine() = default;
@@ -143,10 +173,14 @@ class Engine {
   // Whether `seq`, whose last output token was just appended, is done.
   FinishReason CheckFinish(const Sequence& seq) const;
   void Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>* events);
+  // The step's forward pass or sampling failed: end its sequences with `error`.
+  void FailStep(const ScheduledStep& step, const absl::Status& error,
+                std::vector<TokenEvent>* events);
 
   const ModelWeights* weights_ = nullptr;
-  std::unique_ptr<kernels::CpuBackend> backend_;
-  std::unique_ptr<kv::KvCache> cache_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<DeviceWeights> device_weights_;
+  std::unique_ptr<kernels::KvStorage> kv_;
   std::unique_ptr<kv::BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelExecutor> executor_;
@@ -158,7 +192,6 @@ class Engine {
   uint64_t seed_counter_ = 0x5eed;
   EngineStats stats_;
   ForwardBatch batch_;
-  std::vector<float> logits_;
 };
 
 }  // namespace tandem::engine

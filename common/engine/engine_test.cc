@@ -11,6 +11,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "tests/test_paths.h"
 
 namespace tandem::engine {
@@ -46,6 +47,7 @@ class EngineTest : public ::testing::Test {
     o.block_size = block_size;
     o.prefix_caching = prefix_caching;
     o.num_threads = 2;
+    o.device = ::tandem::testing::TestDevice();
     auto e = Engine::Create(*weights_, o);
     EXPECT_TRUE(e.ok()) << e.status();
     return std::move(*e);
@@ -73,10 +75,10 @@ class EngineTest : public ::testing::Test {
   static std::map<kv::SeqId, std::vector<int32_t>> Drain(
       Engine& e, std::map<kv::SeqId, std::vector<int32_t>> out = {}) {
     while (e.HasWork()) {
-      auto events = e.Step();
-      EXPECT_TRUE(events.ok()) << events.status();
-      for (const auto& ev : *events)
+      for (const auto& ev : e.Step()) {
+        EXPECT_TRUE(ev.error.ok()) << ev.error;
         if (ev.token >= 0) out[ev.id].push_back(ev.token);
+      }
     }
     return out;
   }
@@ -159,9 +161,7 @@ TEST_F(EngineTest, TokensDoNotDependOnBatchingOrPreemption) {
           which[*e->AddRequest(prompts[next], params[next])] = next;
           ++next;
         }
-        auto events = e->Step();
-        ASSERT_TRUE(events.ok());
-        for (const auto& ev : *events)
+        for (const auto& ev : StepOk(*e))
           if (ev.token >= 0) out[ev.id].push_back(ev.token);
         ++step;
       }
@@ -275,16 +275,20 @@ TEST_F(EngineTest, PrefillHereDecodeThereGivesTheSameTokens) {
     }
     EXPECT_EQ(prefill->Stats().held, static_cast<int32_t>(prompts.size()));
     std::map<kv::SeqId, size_t> which;
-    const int64_t block_elems = prefill->cache().layout().BlockElements();
+    const kv::KvLayout& layout = prefill->kv_layout();
+    std::vector<uint8_t> slice(layout.LayerBytes());
     for (size_t i = 0; i < prompts.size(); ++i) {
       auto did = decode->Reserve(static_cast<int64_t>(prompts[i].size()) + 1);
       ASSERT_TRUE(did.ok()) << did.status();
       const auto& src = prefill->BlockTable(pids[i]);
       const auto& dst = decode->BlockTable(*did);
       ASSERT_GE(dst.size(), src.size());
+      // What a transport does: read each layer of each block, write it on the other side.
       for (size_t b = 0; b < src.size(); ++b) {
-        std::copy_n(prefill->mutable_cache()->Block(src[b]), block_elems,
-                    decode->mutable_cache()->Block(dst[b]));
+        for (int32_t l = 0; l < layout.n_layers; ++l) {
+          ASSERT_TRUE(prefill->kv_storage().ReadLayer({{src[b]}}, l, slice.data()).ok());
+          ASSERT_TRUE(decode->WriteReservedKv(*did, l, static_cast<int32_t>(b), 1, slice).ok());
+        }
       }
       EXPECT_TRUE(prefill->Release(pids[i]));
       ASSERT_TRUE(decode->AdmitPrefilled(*did, prompts[i], first[pids[i]], params[i]).ok());
@@ -299,6 +303,60 @@ TEST_F(EngineTest, PrefillHereDecodeThereGivesTheSameTokens) {
     }
     EXPECT_EQ(decode->Stats().reserved, 1);
   }
+}
+
+// Writes into a reservation are checked against its block table before any byte moves.
+TEST_F(EngineTest, ReservedKvWritesStayInsideTheReservation) {
+  auto e = MakeEngine();
+  auto a = e->Reserve(40);  // 3 blocks
+  ASSERT_TRUE(a.ok());
+  std::vector<uint8_t> slice(e->kv_layout().LayerBytes());
+  EXPECT_TRUE(e->WriteReservedKv(*a, 0, 2, 1, slice).ok());
+  EXPECT_EQ(e->WriteReservedKv(*a, 0, 3, 1, slice).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->WriteReservedKv(*a, 0, 2, 2, slice).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->WriteReservedKv(*a, 30, 0, 1, slice).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->WriteReservedKv(*a + 1, 0, 0, 1, slice).code(), absl::StatusCode::kInvalidArgument);
+  slice.pop_back();
+  EXPECT_EQ(e->WriteReservedKv(*a, 0, 0, 1, slice).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(e->Release(*a));
+  ExpectNoLeak(*e);
+}
+
+// A forward pass that fails on the backend ends the requests it computed (error in
+// the event, blocks freed); requests queued behind it, and the next ones, run as if
+// nothing had happened.
+TEST_F(EngineTest, AFailedPassEndsItsRequestsAndTheEngineGoesOn) {
+  kernels::CpuBackend* backend = nullptr;
+  EngineOptions o;
+  o.num_threads = 2;
+  o.scheduler.max_running = 2;
+  o.make_backend = [&]() -> absl::StatusOr<std::unique_ptr<kernels::Backend>> {
+    auto b = std::make_unique<kernels::CpuBackend>(kernels::CpuBackendOptions{
+        .num_threads = 2, .fence = ::tandem::testing::TestDevice() == "cpu-fence"});
+    backend = b.get();
+    return std::unique_ptr<kernels::Backend>(std::move(b));
+  };
+  auto e = *Engine::Create(*weights_, o);
+  const auto prompts = Prompts(3);
+  const SamplingParams p = Params(0, 4, 1);
+  std::vector<kv::SeqId> ids;
+  for (const auto& prompt : prompts) ids.push_back(*e->AddRequest(prompt, p));
+  backend->InjectFault(absl::InternalError("injected device fault"));
+  const auto events = e->Step();  // the first two requests ran in this step
+  ASSERT_EQ(events.size(), 2u);
+  for (const auto& ev : events) {
+    EXPECT_TRUE(ev.finished);
+    EXPECT_EQ(ev.token, -1);
+    EXPECT_EQ(ev.error.code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(std::string(ev.error.message()), ::testing::HasSubstr("injected"));
+  }
+  EXPECT_EQ(e->Stats().failed_steps, 1);
+  auto out = Drain(*e);
+  EXPECT_EQ(out[ids[2]], Alone(prompts[2], p));
+  auto again = *e->AddRequest(prompts[0], p);
+  out = Drain(*e);
+  EXPECT_EQ(out[again], Alone(prompts[0], p));
+  ExpectNoLeak(*e);
 }
 
 TEST_F(EngineTest, ReservationsAreCheckedThenCommitted) {

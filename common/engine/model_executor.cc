@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/util/status_macros.h"
 #include "common/util/strings.h"
 
 namespace tandem::engine {
@@ -20,15 +21,59 @@ void ForwardBatch::AddSequence(std::span<const int32_t> new_tokens, int32_t len,
   if (want_logits && n > 0) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
 }
 
-ModelExecutor::ModelExecutor(const ModelWeights& weights, kernels::Backend* backend,
-                             kv::KvCache* cache)
-    : w_(weights), backend_(backend), cache_(cache) {
-  const auto& c = w_.config();
+namespace {
+
+constexpr int64_t kAlign = 256;
+int64_t Aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// Where each activation lives in the workspace, for capacities (T, S, B).
+struct Regions {
+  int64_t x, h, q, k, v, attn, proj, gate, up, rope, picked, normed, logits, plan, end;
+  Regions(const model::ModelConfig& c, int64_t T, int64_t S, int64_t B) {
+    const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+    int64_t at = 0;
+    auto next = [&](int64_t floats) {
+      const int64_t here = at;
+      at += Aligned(floats * 4);
+      return here;
+    };
+    x = next(T * H);
+    h = next(T * H);
+    q = next(T * qd);
+    k = next(T * kvd);
+    v = next(T * kvd);
+    attn = next(T * qd);
+    proj = next(T * H);
+    gate = next(T * c.ffn_size);
+    up = next(T * c.ffn_size);
+    rope = next(T * c.rope_dim);
+    picked = next(S * H);
+    normed = next(S * H);
+    logits = next(S * c.vocab_size);
+    plan = next(3 * T + 4 * S + 2 + B);  // int32
+    end = at;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
+    const model::ModelConfig& config, const DeviceWeights& weights, kernels::Backend* backend,
+    kernels::KvStorage* kv, const ExecutorLimits& limits) {
+  std::unique_ptr<ModelExecutor> e(new ModelExecutor(config, weights, backend, kv));
+  const int64_t bs = kv->layout().block_size;
+  const int64_t table = int64_t{limits.max_seqs} * ((config.context_length + bs - 1) / bs);
+  RETURN_IF_ERROR(e->Reserve(limits.max_tokens, limits.max_seqs, table));
+  return e;
+}
+
+ModelExecutor::ModelExecutor(const model::ModelConfig& c, const DeviceWeights& weights,
+                             kernels::Backend* backend, kernels::KvStorage* kv)
+    : config_(c), w_(weights), backend_(backend), kv_(kv) {
   rope_.head_dim = static_cast<int32_t>(c.head_dim);
   rope_.rope_dim = static_cast<int32_t>(c.rope_dim);
   rope_.theta = static_cast<float>(c.rope_theta);
   rope_.style = c.rope_halves ? kernels::RopeStyle::kHalves : kernels::RopeStyle::kAdjacent;
-  rope_.freq_factors = w_.rope_freq_factors();
   if (c.rope_scaling.type == model::RopeScalingType::kLinear && c.rope_scaling.factor > 0) {
     rope_.position_scale = static_cast<float>(c.rope_scaling.factor);
   }
@@ -36,6 +81,21 @@ ModelExecutor::ModelExecutor(const ModelWeights& weights, kernels::Backend* back
   attn_.n_kv_heads = static_cast<int32_t>(c.n_kv_heads);
   attn_.head_dim = static_cast<int32_t>(c.head_dim);
   attn_.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+}
+
+absl::Status ModelExecutor::Reserve(int64_t tokens, int64_t seqs, int64_t table_entries) {
+  if (tokens <= cap_tokens_ && seqs <= cap_seqs_ && table_entries <= cap_table_) {
+    return absl::OkStatus();
+  }
+  const int64_t T = std::max(tokens, cap_tokens_), S = std::max(seqs, cap_seqs_),
+                B = std::max(table_entries, cap_table_);
+  workspace_.reset();  // the old one first: never hold both
+  ASSIGN_OR_RETURN(workspace_, backend_->Allocate(kernels::MemoryKind::kActivations,
+                                                  Regions(config_, T, S, B).end));
+  cap_tokens_ = T;
+  cap_seqs_ = S;
+  cap_table_ = B;
+  return absl::OkStatus();
 }
 
 absl::Status ModelExecutor::Validate(const ForwardBatch& b) const {
@@ -46,12 +106,12 @@ absl::Status ModelExecutor::Validate(const ForwardBatch& b) const {
       b.block_indptr.back() != static_cast<int32_t>(b.block_ids.size())) {
     return absl::InvalidArgumentError("forward batch: inconsistent index arrays");
   }
-  const int32_t vocab = static_cast<int32_t>(w_.config().vocab_size);
+  const int32_t vocab = static_cast<int32_t>(config_.vocab_size);
   for (int32_t t : b.tokens) {
     if (t < 0 || t >= vocab)
       return absl::InvalidArgumentError(StrCat("forward batch: token id ", t, " out of range"));
   }
-  const int32_t bs = cache_->layout().block_size;
+  const int32_t bs = kv_->layout().block_size;
   for (int32_t s = 0; s < S; ++s) {
     const int32_t n = b.q_indptr[s + 1] - b.q_indptr[s];
     if (n < 0 || b.kv_len[s] < n)
@@ -62,7 +122,7 @@ absl::Status ModelExecutor::Validate(const ForwardBatch& b) const {
                                                " cache slots, its block table is too short"));
     }
     for (int32_t i = b.block_indptr[s]; i < b.block_indptr[s + 1]; ++i) {
-      if (b.block_ids[i] < 0 || b.block_ids[i] >= cache_->num_blocks()) {
+      if (b.block_ids[i] < 0 || b.block_ids[i] >= kv_->num_blocks()) {
         return absl::InvalidArgumentError(
             StrCat("forward batch: block id ", b.block_ids[i], " out of range"));
       }
@@ -75,59 +135,88 @@ absl::Status ModelExecutor::Validate(const ForwardBatch& b) const {
   return absl::OkStatus();
 }
 
-absl::Status ModelExecutor::Forward(const ForwardBatch& b, std::vector<float>* logits,
-                                    const LayerCallback& on_layer_kv) {
-  if (absl::Status st = Validate(b); !st.ok()) return st;
-  const auto& c = w_.config();
-  const int64_t T = b.num_tokens(), H = c.hidden_size;
-  const int64_t q_dim = c.n_heads * c.head_dim, kv_dim = c.n_kv_heads * c.head_dim, F = c.ffn_size;
+absl::StatusOr<kernels::Tensor> ModelExecutor::Forward(const ForwardBatch& b,
+                                                       const LayerCallback& on_layer_kv) {
+  RETURN_IF_ERROR(Validate(b));
+  const model::ModelConfig& c = config_;
+  const int64_t T = b.num_tokens(), S = static_cast<int64_t>(b.kv_len.size()),
+                R = static_cast<int64_t>(b.logit_rows.size()),
+                B = static_cast<int64_t>(b.block_ids.size());
+  RETURN_IF_ERROR(Reserve(T, std::max(S, R), B));
+  const Regions at(c, cap_tokens_, cap_seqs_, cap_table_);
+  const kernels::Buffer* ws = workspace_.get();
+  auto f32 = [&](int64_t offset, int64_t rows, int64_t cols) {
+    return kernels::Tensor{ws, offset, model::GgmlType::kF32, rows, cols};
+  };
+  const int64_t H = c.hidden_size, q_dim = c.n_heads * c.head_dim,
+                kv_dim = c.n_kv_heads * c.head_dim, F = c.ffn_size;
+  const kernels::Tensor x = f32(at.x, T, H);       // residual stream
+  const kernels::Tensor h = f32(at.h, T, H);       // normed input
+  const kernels::Tensor q = f32(at.q, T, q_dim);   // [T][n_heads][head_dim]
+  const kernels::Tensor k = f32(at.k, T, kv_dim);  // [T][n_kv_heads][head_dim]
+  const kernels::Tensor v = f32(at.v, T, kv_dim);
+  const kernels::Tensor attn_out = f32(at.attn, T, q_dim);
+  const kernels::Tensor proj = f32(at.proj, T, H);
+  const kernels::Tensor gate = f32(at.gate, T, F);
+  const kernels::Tensor up = f32(at.up, T, F);
+  const kernels::Tensor rope_table = f32(at.rope, T, c.rope_dim);  // cos | sin
+
+  // The step plan: built here, uploaded in one copy, read by every layer.
+  const std::vector<int32_t> slots = kernels::SlotMapping(b.q_indptr, b.kv_len, b.block_indptr,
+                                                          b.block_ids, kv_->layout().block_size);
+  plan_.clear();
+  kernels::StepView step;
+  step.num_tokens = static_cast<int32_t>(T);
+  step.num_seqs = static_cast<int32_t>(S);
+  auto part = [&](std::span<const int32_t> values) {
+    const kernels::Tensor t{ws, at.plan + static_cast<int64_t>(plan_.size()) * 4,
+                            model::GgmlType::kI32, 1, static_cast<int64_t>(values.size())};
+    plan_.insert(plan_.end(), values.begin(), values.end());
+    return t;
+  };
+  step.tokens = part(b.tokens);
+  step.positions = part(b.positions);
+  step.slot_mapping = part(slots);
+  step.q_indptr = part(b.q_indptr);
+  step.kv_len = part(b.kv_len);
+  step.block_indptr = part(b.block_indptr);
+  step.block_ids = part(b.block_ids);
+  const kernels::Tensor logit_rows = part(b.logit_rows);
+  backend_->CopyToDevice(plan_.data(), *ws, at.plan, static_cast<int64_t>(plan_.size()) * 4);
+
   const float eps = static_cast<float>(c.rms_norm_eps);
-  x_.resize(T * H);       // residual stream [T][H]
-  h_.resize(T * H);       // normed input    [T][H]
-  q_.resize(T * q_dim);   // [T][n_heads][head_dim]
-  k_.resize(T * kv_dim);  // [T][n_kv_heads][head_dim]
-  v_.resize(T * kv_dim);
-  attn_out_.resize(T * q_dim);
-  proj_.resize(T * H);
-  gate_.resize(T * F);  // [T][F]
-  up_.resize(T * F);
-  const kernels::PagedBatch pb{b.q_indptr, b.kv_len, b.block_indptr, b.block_ids};
-
-  kernels::BuildRopeTable(b.positions, rope_, &rope_table_);
-  backend_->Embedding(w_.token_embd(), b.tokens, x_.data());
+  backend_->RopeTable(step.positions, w_.rope_freqs(), rope_, rope_table);
+  backend_->Embedding(w_.token_embd(), step.tokens, x);
   for (int32_t l = 0; l < static_cast<int32_t>(c.n_layers); ++l) {
-    const LayerWeights& L = w_.layers()[l];
-    backend_->RmsNorm(x_.data(), L.attn_norm, T, H, eps, h_.data());
-    backend_->MatMul3(h_.data(), T, L.wq, q_.data(), L.wk, k_.data(), L.wv, v_.data());
-    if (L.bq != nullptr) backend_->AddBias(q_.data(), L.bq, T, q_dim);
-    if (L.bk != nullptr) backend_->AddBias(k_.data(), L.bk, T, kv_dim);
-    if (L.bv != nullptr) backend_->AddBias(v_.data(), L.bv, T, kv_dim);
-    backend_->Rope(q_.data(), T, attn_.n_heads, rope_table_, rope_);
-    backend_->Rope(k_.data(), T, attn_.n_kv_heads, rope_table_, rope_);
-    backend_->WriteKv(k_.data(), v_.data(), pb, l, cache_);
-    if (on_layer_kv) on_layer_kv(l);
-    backend_->Attention(q_.data(), pb, attn_, l, *cache_, attn_out_.data());
-    backend_->MatMul(attn_out_.data(), T, L.wo, proj_.data());
-    backend_->Add(x_.data(), proj_.data(), T * H);
+    const DeviceLayer& L = w_.layers()[l];
+    backend_->RmsNorm(x, L.attn_norm, eps, h);
+    backend_->MatMul3(h, L.wq, q, L.wk, k, L.wv, v);
+    if (!L.bq.empty()) backend_->AddBias(q, L.bq);
+    if (!L.bk.empty()) backend_->AddBias(k, L.bk);
+    if (!L.bv.empty()) backend_->AddBias(v, L.bv);
+    backend_->Rope(q, attn_.n_heads, rope_table, rope_);
+    backend_->Rope(k, attn_.n_kv_heads, rope_table, rope_);
+    backend_->WriteKv(k, v, step, l, kv_);
+    if (on_layer_kv) on_layer_kv(l, backend_->RecordEvent());
+    backend_->Attention(q, step, attn_, l, *kv_, attn_out);
+    backend_->MatMul(attn_out, L.wo, proj);
+    backend_->Add(x, proj);
 
-    backend_->RmsNorm(x_.data(), L.ffn_norm, T, H, eps, h_.data());
-    backend_->MatMul2(h_.data(), T, L.w_gate, gate_.data(), L.w_up, up_.data());
-    backend_->SwiGlu(gate_.data(), up_.data(), T * F, gate_.data());
-    backend_->MatMul(gate_.data(), T, L.w_down, proj_.data());
-    backend_->Add(x_.data(), proj_.data(), T * H);
+    backend_->RmsNorm(x, L.ffn_norm, eps, h);
+    backend_->MatMul2(h, L.w_gate, gate, L.w_up, up);
+    backend_->SwiGlu(gate, up, gate);
+    backend_->MatMul(gate, L.w_down, proj);
+    backend_->Add(x, proj);
   }
 
   // Final norm and logits only for the rows asked for.
-  const int64_t R = static_cast<int64_t>(b.logit_rows.size());
-  std::vector<float> picked(R * H);  // [R][H]
-  for (int64_t r = 0; r < R; ++r) {
-    std::copy_n(x_.data() + b.logit_rows[r] * H, H, picked.data() + r * H);
-  }
-  std::vector<float> normed(R * H);
-  backend_->RmsNorm(picked.data(), w_.output_norm(), R, H, eps, normed.data());
-  logits->resize(R * c.vocab_size);  // [R][vocab]
-  backend_->MatMul(normed.data(), R, w_.output(), logits->data());
-  return absl::OkStatus();
+  const kernels::Tensor picked = f32(at.picked, R, H), normed = f32(at.normed, R, H);
+  const kernels::Tensor logits = f32(at.logits, R, c.vocab_size);  // [R][vocab]
+  backend_->GatherRows(x, logit_rows, picked);
+  backend_->RmsNorm(picked, w_.output_norm(), eps, normed);
+  backend_->MatMul(normed, w_.output(), logits);
+  RETURN_IF_ERROR(backend_->Synchronize());
+  return logits;
 }
 
 }  // namespace tandem::engine

@@ -4,21 +4,32 @@
 // A batch mixes prompts (many new tokens) and decode steps (one new token). For each
 // sequence the caller gives its new tokens, their positions (the last positions of the
 // sequence), and its block table, which must already cover every position. The pass
-// writes the new tokens' K/V into the cache and returns logits for the rows asked for.
+// writes the new tokens' K/V into the KV storage and returns logits for the rows
+// asked for.
 //
-// Not thread-safe: one executor per engine thread. The weights, backend and cache are
-// borrowed and must outlive it.
+// Memory: one workspace buffer in backend memory, sized at creation for the limits
+// (max tokens and sequences per pass) and holding every activation and the step plan;
+// a pass over larger limits regrows it (the engine's scheduler never asks for one).
+// The step plan — token ids, positions, slot mapping, block tables, logit rows — is
+// built on the host once per pass and uploaded in one copy; every layer reads it
+// there. Logits stay in the workspace until the next pass.
+//
+// Not thread-safe: one executor per engine thread. The weights, backend and storage
+// are borrowed and must outlive it.
 #ifndef TANDEM_COMMON_ENGINE_MODEL_EXECUTOR_H_
 #define TANDEM_COMMON_ENGINE_MODEL_EXECUTOR_H_
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <span>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "common/engine/model_weights.h"
-#include "common/kv/kv_cache.h"
+#include "absl/status/statusor.h"
+#include "common/engine/device_weights.h"
+#include "common/model/model_config.h"
 #include "kernels/backend.h"
+#include "kernels/kv_storage.h"
 
 namespace tandem::engine {
 
@@ -38,29 +49,49 @@ struct ForwardBatch {
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
 };
 
+struct ExecutorLimits {
+  int32_t max_tokens = 2048;  // tokens per pass
+  int32_t max_seqs = 64;      // sequences per pass
+};
+
 class ModelExecutor {
  public:
-  ModelExecutor(const ModelWeights& weights, kernels::Backend* backend, kv::KvCache* cache);
+  static absl::StatusOr<std::unique_ptr<ModelExecutor>> Create(const model::ModelConfig& config,
+                                                               const DeviceWeights& weights,
+                                                               kernels::Backend* backend,
+                                                               kernels::KvStorage* kv,
+                                                               const ExecutorLimits& limits);
 
-  // logits: [batch.logit_rows.size()][vocab]. InvalidArgument for an inconsistent
-  // batch (token ids out of range, block tables too short, ...); nothing is written
-  // to the cache then. `on_layer_kv(l)`, when given, runs as soon as layer l's K/V
-  // are in the cache (so they can be sent while later layers compute).
-  using LayerCallback = std::function<void(int32_t layer)>;
-  absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits,
-                       const LayerCallback& on_layer_kv = nullptr);
+  // Returns logits [batch.logit_rows.size()][vocab] in backend memory, valid until the
+  // next Forward. InvalidArgument for an inconsistent batch (token ids out of range,
+  // block tables too short, ...): nothing is written to the KV storage then. A backend
+  // failure comes back as its status (the KV of the batch's new tokens is then
+  // undefined). `on_layer_kv(l, ready)`, when given, runs once layer l's K/V writes are
+  // enqueued; `ready` completes when they are in the storage (so a transport can send
+  // layer l while later layers compute).
+  using LayerCallback =
+      std::function<void(int32_t layer, const std::shared_ptr<kernels::Event>& ready)>;
+  absl::StatusOr<kernels::Tensor> Forward(const ForwardBatch& batch,
+                                          const LayerCallback& on_layer_kv = nullptr);
+
+  int64_t workspace_bytes() const { return workspace_ == nullptr ? 0 : workspace_->bytes(); }
 
  private:
+  ModelExecutor(const model::ModelConfig& config, const DeviceWeights& weights,
+                kernels::Backend* backend, kernels::KvStorage* kv);
   absl::Status Validate(const ForwardBatch& batch) const;
+  // Workspace for `tokens` tokens, `seqs` sequences and `table_entries` block ids.
+  absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
 
-  const ModelWeights& w_;
+  const model::ModelConfig config_;
+  const DeviceWeights& w_;
   kernels::Backend* backend_;
-  kv::KvCache* cache_;
+  kernels::KvStorage* kv_;
   kernels::RopeParams rope_;
-  kernels::RopeTable rope_table_;
   kernels::AttentionShape attn_;
-  // Scratch, resized per batch.
-  std::vector<float> x_, h_, q_, k_, v_, attn_out_, proj_, gate_, up_;
+  std::unique_ptr<kernels::Buffer> workspace_;
+  int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_table_ = 0;
+  std::vector<int32_t> plan_;  // host staging of the step plan, uploaded once per pass
 };
 
 }  // namespace tandem::engine

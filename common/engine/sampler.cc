@@ -115,4 +115,22 @@ SampleResult Sampler::Sample(std::span<const float> raw, const SamplingParams& p
   return r;
 }
 
+absl::StatusOr<std::vector<SampleResult>> Sampler::SampleRows(kernels::Backend& backend,
+                                                              const kernels::Tensor& logits,
+                                                              std::span<const SampleRow> rows) {
+  thread_local std::vector<float> host;  // [rows][vocab]
+  host.resize(static_cast<size_t>(logits.elements()));
+  backend.CopyToHost(*logits.buffer, logits.offset, logits.bytes(), host.data());
+  if (absl::Status st = backend.Synchronize(); !st.ok()) return st;
+  std::vector<SampleResult> out;
+  out.reserve(rows.size());
+  const int64_t vocab = logits.cols;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const SampleRow& row = rows[r];
+    out.push_back(Sample({host.data() + r * vocab, static_cast<size_t>(vocab)}, *row.params,
+                         row.seed, row.position, row.prompt, row.output));
+  }
+  return out;
+}
+
 }  // namespace tandem::engine

@@ -12,7 +12,10 @@
 //   5. one uniform u = Philox(seed, position) picks from the renormalized rest.
 // Logprobs are log-softmax of the logits after penalties, before temperature.
 //
-// Stateless and thread-safe. Distribution() exposes step 3–4 for tests.
+// Stateless and thread-safe. Distribution() exposes step 3–4 for tests. SampleRows
+// takes a step's logits where the forward pass left them (backend memory) and samples
+// every row on the host — the CPU backend's sampler; a device sampler replaces the
+// copy with kernels drawing the same Philox numbers.
 #ifndef TANDEM_COMMON_ENGINE_SAMPLER_H_
 #define TANDEM_COMMON_ENGINE_SAMPLER_H_
 
@@ -21,7 +24,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/engine/sampling_params.h"
+#include "kernels/backend.h"
 
 namespace tandem::engine {
 
@@ -36,8 +41,23 @@ struct SampleResult {
   std::vector<TokenLogprob> top;  // the params.logprobs most likely, best first
 };
 
+// One row of a step's logits to sample, and what Sample needs to know about it.
+struct SampleRow {
+  const SamplingParams* params;
+  uint64_t seed;
+  int64_t position;
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> output;
+};
+
 class Sampler {
  public:
+  // logits [rows.size()][vocab] in `backend`'s memory → one result per row. A failed
+  // copy comes back as the backend's status.
+  static absl::StatusOr<std::vector<SampleResult>> SampleRows(kernels::Backend& backend,
+                                                              const kernels::Tensor& logits,
+                                                              std::span<const SampleRow> rows);
+
   // `logits` [vocab] of the position being sampled, which is `position` in the
   // sequence (its index counting prompt tokens from 0).
   static SampleResult Sample(std::span<const float> logits, const SamplingParams& p, uint64_t seed,

@@ -43,6 +43,7 @@ struct Sequence {
   bool prefill_only = false;      // stop after the first token and hold the blocks
   uint64_t cache_salt = 0;        // prefix-cache namespace
   int64_t prefix_hit_tokens = 0;  // prompt tokens found in the prefix cache at admission
+  int32_t shared_blocks = 0;      // kReserved: leading blocks shared from the prefix cache
 
   int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t TokenAt(int64_t i) const {

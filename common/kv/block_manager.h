@@ -1,5 +1,5 @@
 // BlockManager: which KV-cache blocks each sequence owns. Metadata only — block ids
-// are plain int32s; the bytes live in KvCache.
+// are plain int32s; the bytes live in kernels::KvStorage.
 //
 // Blocks are reference-counted (a block may later be shared through the prefix cache)
 // and come from a free list. Each sequence has a block table: block i holds the

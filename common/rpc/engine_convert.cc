@@ -75,7 +75,22 @@ void ToProto(const engine::EngineStats& s, v1::WorkerStats* out) {
 v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash) {
   v1::KvLayoutFingerprint f;
   f.set_model_hash(model_hash);
-  f.set_dtype(v1::KV_DTYPE_FLOAT32);
+  switch (layout.dtype) {
+    case kv::KvDtype::kF32:
+      f.set_dtype(v1::KV_DTYPE_FLOAT32);
+      break;
+    case kv::KvDtype::kBF16:
+      f.set_dtype(v1::KV_DTYPE_BFLOAT16);
+      break;
+    case kv::KvDtype::kF16:
+      f.set_dtype(v1::KV_DTYPE_FLOAT16);
+      break;
+  }
+  switch (layout.order) {
+    case kv::KvOrder::kKTransposed:
+      f.set_element_order(v1::KV_ELEMENT_ORDER_K_TRANSPOSED);
+      break;
+  }
   f.set_block_size(layout.block_size);
   f.set_num_layers(layout.n_layers);
   f.set_num_kv_heads(layout.n_kv_heads);
@@ -93,6 +108,10 @@ absl::Status CheckFingerprint(const v1::KvLayoutFingerprint& ours,
     return differ("model_hash", ours.model_hash(), theirs.model_hash());
   if (ours.dtype() != theirs.dtype())
     return differ("dtype", v1::KvDtype_Name(ours.dtype()), v1::KvDtype_Name(theirs.dtype()));
+  if (ours.element_order() != theirs.element_order()) {
+    return differ("element_order", v1::KvElementOrder_Name(ours.element_order()),
+                  v1::KvElementOrder_Name(theirs.element_order()));
+  }
   if (ours.block_size() != theirs.block_size())
     return differ("block_size", ours.block_size(), theirs.block_size());
   if (ours.num_layers() != theirs.num_layers())

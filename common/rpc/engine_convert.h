@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampling_params.h"
-#include "common/kv/kv_cache.h"
+#include "common/kv/kv_layout.h"
 #include "tandem/v1/kv_transfer.pb.h"
 #include "tandem/v1/worker.pb.h"
 
@@ -26,7 +26,8 @@ v1::WorkerFinishReason ToProto(engine::FinishReason r);
 // tokens. The worker adds its own (queues, transfers, leases).
 void ToProto(const engine::EngineStats& s, v1::WorkerStats* out);
 
-// The fingerprint of a float32 cache with `layout` for the model with `model_hash`.
+// The fingerprint of a cache with `layout` (dtype and element order included) for the
+// model with `model_hash`.
 v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash);
 // FailedPrecondition naming the first field where `theirs` differs from `ours`.
 absl::Status CheckFingerprint(const v1::KvLayoutFingerprint& ours,

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "common/util/signals.h"
@@ -45,7 +46,20 @@ std::string ServedModelName(const ServerFlags& f) {
   return name.empty() ? f.model : name;
 }
 
+void AddDeviceFlags(CLI::App& app, std::string* device, kv::KvDtype* kv_dtype) {
+  app.add_option("--device", *device, "Compute backend: cpu, cpu-fence (tests), cuda")
+      ->check(CLI::IsMember({"cpu", "cpu-fence", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--kv-dtype", *kv_dtype, "KV cache element type: f32, bf16, f16")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, kv::KvDtype>{
+              {"f32", kv::KvDtype::kF32}, {"bf16", kv::KvDtype::kBF16}, {"f16", kv::KvDtype::kF16}},
+          CLI::ignore_case))
+      ->default_str("f32");
+}
+
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
+  AddDeviceFlags(app, &o->device, &o->kv_dtype);
   app.add_option("--threads,-t", o->num_threads, "Compute threads (0: every core)")
       ->capture_default_str();
   app.add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget")

@@ -36,6 +36,9 @@ struct ServerFlags {
 // The model name the process reports (OpenAI `model`, the metrics' model_name label).
 std::string ServedModelName(const ServerFlags& flags);
 
+// --device (cpu, cpu-fence, cuda) and --kv-dtype (f32, bf16, f16).
+void AddDeviceFlags(CLI::App& app, std::string* device, kv::KvDtype* kv_dtype);
+
 void AddServerFlags(CLI::App& app, ServerFlags* flags);
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* options);
 // --tls-cert / --tls-key / --tls-client-ca (the router's public ports).

@@ -2,7 +2,8 @@
 // blocks a decode worker reserved, layer by layer.
 //
 // A transfer is opened before the forward pass, fed layer numbers as the pass
-// finishes each layer (SendLayer never blocks the engine thread), and closed with
+// enqueues each layer, with the backend event that completes when that layer's K/V
+// are in the storage (SendLayer never blocks the engine thread), and closed with
 // Finish, which reports once the receiver has acknowledged every block — or why it
 // did not. A failed transfer fails its request: there is no "successful" stream built
 // on missing KV. Implementations: host (gRPC stream, host_kv_sender.h); NCCL and CUDA
@@ -20,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/backend.h"
 
 namespace tandem::transport {
 
@@ -42,9 +44,11 @@ class KvTransfer {
  public:
   virtual ~KvTransfer() = default;
   // Queues layer `layer` of blocks [first, first + count) (indices into the transfer's
-  // block lists) for sending; the cache bytes must stay put until Finish's callback
-  // has run. Each (layer, block) must be sent exactly once.
-  virtual void SendLayer(int32_t layer, int32_t first, int32_t count) = 0;
+  // block lists) for sending once `ready` completes (a failed event fails the
+  // transfer); the blocks must stay put until Finish's callback has run. Each (layer,
+  // block) must be sent exactly once.
+  virtual void SendLayer(int32_t layer, int32_t first, int32_t count,
+                         std::shared_ptr<kernels::Event> ready) = 0;
   // After the last SendLayer: `done` runs (on a transport thread) with the outcome.
   virtual void Finish(std::function<void(absl::Status, KvTransferStats)> done) = 0;
 };

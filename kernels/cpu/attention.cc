@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/util/half.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace tandem::kernels {
@@ -36,32 +37,74 @@ std::span<const int32_t> Table(const PagedBatch& b, int32_t s) {
   return b.block_ids.subspan(b.block_indptr[s], b.block_indptr[s + 1] - b.block_indptr[s]);
 }
 
+// Element types of the cache. F32 is float itself; the 16-bit types are tags over
+// their bits so the kernels below are written once.
+struct Bf16 {
+  uint16_t bits;
+};
+struct Fp16 {
+  uint16_t bits;
+};
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(Bf16 x) { return Bf16ToFloat(x.bits); }
+inline float ToFloat(Fp16 x) { return HalfToFloat(x.bits); }
+template <class T>
+T FromFloat(float x);
+template <>
+inline float FromFloat<float>(float x) {
+  return x;
+}
+template <>
+inline Bf16 FromFloat<Bf16>(float x) {
+  return {FloatToBf16(x)};
+}
+template <>
+inline Fp16 FromFloat<Fp16>(float x) {
+  return {FloatToHalf(x)};
+}
+
+// 16 consecutive elements (those in `m`; the rest 0) as float32.
+TANDEM_AVX512 inline __m512 Load16(__mmask16 m, const float* p) {
+  return _mm512_maskz_loadu_ps(m, p);
+}
+TANDEM_AVX512 inline __m512 Load16(__mmask16 m, const Bf16* p) {
+  const __m256i b = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+}
+TANDEM_AVX512 inline __m512 Load16(__mmask16 m, const Fp16* p) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
 // K[j][d] of kv head h and V row of position j.
-inline const float* KColumn(const kv::KvCache& c, std::span<const int32_t> table, int32_t j,
-                            int32_t layer, int32_t h) {
-  const kv::KvLayout& L = c.layout();
-  return c.Part(table[j / L.block_size], layer, 0) +
+template <class T>
+inline const T* KColumn(const KvView& c, std::span<const int32_t> table, int32_t j, int32_t layer,
+                        int32_t h) {
+  const kv::KvLayout& L = c.layout;
+  return c.Part<T>(table[j / L.block_size], layer, 0) +
          static_cast<int64_t>(h) * L.head_dim * L.block_size + j % L.block_size;
 }
-inline const float* VRow(const kv::KvCache& c, std::span<const int32_t> table, int32_t j,
-                         int32_t layer, int32_t h) {
-  const kv::KvLayout& L = c.layout();
-  return c.Part(table[j / L.block_size], layer, 1) +
+template <class T>
+inline const T* VRow(const KvView& c, std::span<const int32_t> table, int32_t j, int32_t layer,
+                     int32_t h) {
+  const kv::KvLayout& L = c.layout;
+  return c.Part<T>(table[j / L.block_size], layer, 1) +
          (static_cast<int64_t>(j % L.block_size) * L.n_kv_heads + h) * L.head_dim;
 }
 
 // --- portable path -------------------------------------------------------------
 
+template <class T>
 void AttendGeneric(const float* q, int32_t pos, std::span<const int32_t> table, int32_t layer,
-                   int32_t kvh, const AttentionShape& sh, const kv::KvCache& cache,
+                   int32_t kvh, const AttentionShape& sh, const KvView& cache,
                    std::vector<float>& scores, float* out) {
-  const int32_t hd = sh.head_dim, bs = cache.layout().block_size;
+  const int32_t hd = sh.head_dim, bs = cache.layout.block_size;
   scores.resize(pos + 1);
   float mx = -INFINITY;
   for (int32_t j = 0; j <= pos; ++j) {
-    const float* k = KColumn(cache, table, j, layer, kvh);
+    const T* k = KColumn<T>(cache, table, j, layer, kvh);
     float s = 0;
-    for (int32_t d = 0; d < hd; ++d) s = std::fma(q[d], k[static_cast<int64_t>(d) * bs], s);
+    for (int32_t d = 0; d < hd; ++d)
+      s = std::fma(q[d], ToFloat(k[static_cast<int64_t>(d) * bs]), s);
     scores[j] = s * sh.scale;
     mx = std::max(mx, scores[j]);
   }
@@ -75,8 +118,8 @@ void AttendGeneric(const float* q, int32_t pos, std::span<const int32_t> table, 
   const float inv = 1.0f / lanes[0];
   for (int32_t d = 0; d < hd; ++d) out[d] = 0;
   for (int32_t j = 0; j <= pos; ++j) {
-    const float* v = VRow(cache, table, j, layer, kvh);
-    for (int32_t d = 0; d < hd; ++d) out[d] = std::fma(scores[j], v[d], out[d]);
+    const T* v = VRow<T>(cache, table, j, layer, kvh);
+    for (int32_t d = 0; d < hd; ++d) out[d] = std::fma(scores[j], ToFloat(v[d]), out[d]);
   }
   for (int32_t d = 0; d < hd; ++d) out[d] *= inv;
 }
@@ -85,11 +128,12 @@ void AttendGeneric(const float* q, int32_t pos, std::span<const int32_t> table, 
 
 // All query heads of one KV head (`group` of them, q rows `group` × head_dim apart)
 // for one query row. head_dim must be a multiple of 16 and at most 256.
+template <class T>
 TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
                                 std::span<const int32_t> table, int32_t layer, int32_t kvh,
-                                const AttentionShape& sh, const kv::KvCache& cache,
+                                const AttentionShape& sh, const KvView& cache,
                                 std::vector<float>& scores, float* out) {
-  const int32_t hd = sh.head_dim, bs = cache.layout().block_size, n = pos + 1;
+  const int32_t hd = sh.head_dim, bs = cache.layout.block_size, n = pos + 1;
   const int32_t padded = (n + 15) / 16 * 16;
   scores.resize(static_cast<size_t>(group) * padded);
   const __m512 scale = _mm512_set1_ps(sh.scale);
@@ -104,15 +148,15 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
   for (int32_t j0 = 0; j0 < n; j0 += 2 * chunk) {
     const bool two = j0 + chunk < n;
     const __mmask16 m0 = mask_of(j0), m1 = two ? mask_of(j0 + chunk) : 0;
-    const float* k0 = KColumn(cache, table, j0, layer, kvh);
-    const float* k1 = two ? KColumn(cache, table, j0 + chunk, layer, kvh) : k0;
+    const T* k0 = KColumn<T>(cache, table, j0, layer, kvh);
+    const T* k1 = two ? KColumn<T>(cache, table, j0 + chunk, layer, kvh) : k0;
     for (int32_t g0 = 0; g0 < group; g0 += 4) {
       const int32_t ng = std::min(4, group - g0);
       __m512 s0[4], s1[4];
       for (int32_t g = 0; g < 4; ++g) s0[g] = s1[g] = _mm512_setzero_ps();
       for (int32_t d = 0; d < hd; ++d) {
-        const __m512 ka = _mm512_maskz_loadu_ps(m0, k0 + static_cast<int64_t>(d) * bs);
-        const __m512 kb = _mm512_maskz_loadu_ps(m1, k1 + static_cast<int64_t>(d) * bs);
+        const __m512 ka = Load16(m0, k0 + static_cast<int64_t>(d) * bs);
+        const __m512 kb = Load16(m1, k1 + static_cast<int64_t>(d) * bs);
         for (int32_t g = 0; g < ng; ++g) {
           const __m512 qd = _mm512_set1_ps(q[static_cast<int64_t>(g0 + g) * hd + d]);
           s0[g] = _mm512_fmadd_ps(qd, ka, s0[g]);
@@ -147,14 +191,14 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
     const int32_t nv = hd / 16;
     for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_setzero_ps();
     // Walk the blocks (no division per key); keys stay in order.
-    const int64_t vstride = static_cast<int64_t>(cache.layout().n_kv_heads) * hd;
+    const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * hd;
     for (int32_t j0 = 0; j0 < n; j0 += bs) {
-      const float* vr = VRow(cache, table, j0, layer, kvh);
+      const T* vr = VRow<T>(cache, table, j0, layer, kvh);
       const int32_t len = std::min(bs, n - j0);
       for (int32_t i = 0; i < len; ++i, vr += vstride) {
         const __m512 p = _mm512_set1_ps(sc[j0 + i]);
         for (int32_t v = 0; v < nv; ++v)
-          acc[v] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * v), acc[v]);
+          acc[v] = _mm512_fmadd_ps(p, Load16(0xFFFF, vr + 16 * v), acc[v]);
       }
     }
     float* o = out + static_cast<int64_t>(g) * hd;
@@ -163,32 +207,28 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
   }
 }
 
-}  // namespace
-
-void WriteKv(const float* k, const float* v, const PagedBatch& batch, int32_t layer,
-             kv::KvCache* cache) {
-  const kv::KvLayout& L = cache->layout();
+template <class T>
+void WriteKvAs(const float* k, const float* v, std::span<const int32_t> slots, int32_t layer,
+               const KvView& cache) {
+  const kv::KvLayout& L = cache.layout;
   const int64_t row = static_cast<int64_t>(L.n_kv_heads) * L.head_dim;
-  for (int32_t s = 0; s < batch.num_seqs(); ++s) {
-    const int32_t q0 = batch.q_indptr[s], n = batch.q_indptr[s + 1] - q0;
-    const auto table = Table(batch, s);
-    for (int32_t t = 0; t < n; ++t) {
-      const int32_t pos = batch.kv_len[s] - n + t;
-      const int32_t block = table[pos / L.block_size], slot = pos % L.block_size;
-      float* kt = cache->Part(block, layer, 0) + slot;  // [kv_head][d][slot]
-      const float* src = k + (q0 + t) * row;
-      for (int64_t i = 0; i < row; ++i) kt[i * L.block_size] = src[i];
-      std::memcpy(cache->Part(block, layer, 1) + slot * row, v + (q0 + t) * row,
-                  row * sizeof(float));
-    }
+  for (size_t t = 0; t < slots.size(); ++t) {
+    const int32_t block = slots[t] / L.block_size, slot = slots[t] % L.block_size;
+    T* kt = cache.Part<T>(block, layer, 0) + slot;  // [kv_head][d][slot]
+    T* vt = cache.Part<T>(block, layer, 1) + slot * row;
+    const float* ks = k + t * row;
+    const float* vs = v + t * row;
+    for (int64_t i = 0; i < row; ++i) kt[i * L.block_size] = FromFloat<T>(ks[i]);
+    for (int64_t i = 0; i < row; ++i) vt[i] = FromFloat<T>(vs[i]);
   }
 }
 
-void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShape& sh,
-                    int32_t layer, const kv::KvCache& cache, float* out, ThreadPool* pool) {
+template <class T>
+void PagedAttentionAs(const float* q, const PagedBatch& batch, const AttentionShape& sh,
+                      int32_t layer, const KvView& cache, float* out, ThreadPool* pool) {
   const std::vector<Row> rows = Rows(batch);
   const int32_t group = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim;
-  const int32_t bs = cache.layout().block_size;
+  const int32_t bs = cache.layout.block_size;
   const bool fast = HaveAvx512() && hd % 16 == 0 && hd <= 256 && (bs % 16 == 0 || bs < 16);
   // One item = one query row × one KV head (its `group` query heads together).
   auto work = [&](int64_t begin, int64_t end, int) {
@@ -201,11 +241,11 @@ void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShap
       const float* qv = q + first_head * hd;
       float* o = out + first_head * hd;
       if (fast) {
-        AttendAvx512(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o);
+        AttendAvx512<T>(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o);
       } else {
         for (int32_t g = 0; g < group; ++g) {
-          AttendGeneric(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores,
-                        o + g * hd);
+          AttendGeneric<T>(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores,
+                           o + g * hd);
         }
       }
     }
@@ -218,10 +258,11 @@ void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShap
   }
 }
 
-void PagedAttentionReference(const float* q, const PagedBatch& batch, const AttentionShape& sh,
-                             int32_t layer, const kv::KvCache& cache, float* out) {
+template <class T>
+void PagedAttentionReferenceAs(const float* q, const PagedBatch& batch, const AttentionShape& sh,
+                               int32_t layer, const KvView& cache, float* out) {
   const int32_t group = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim;
-  const int32_t bs = cache.layout().block_size;
+  const int32_t bs = cache.layout.block_size;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
     const int32_t len = batch.kv_len[s];
     const auto table = Table(batch, s);
@@ -230,11 +271,11 @@ void PagedAttentionReference(const float* q, const PagedBatch& batch, const Atte
       // Gather this head's K and V contiguously.
       std::vector<double> K(static_cast<size_t>(len) * hd), V(static_cast<size_t>(len) * hd);
       for (int32_t j = 0; j < len; ++j) {
-        const float* kc = KColumn(cache, table, j, layer, h / group);
-        const float* vr = VRow(cache, table, j, layer, h / group);
+        const T* kc = KColumn<T>(cache, table, j, layer, h / group);
+        const T* vr = VRow<T>(cache, table, j, layer, h / group);
         for (int32_t d = 0; d < hd; ++d) {
-          K[j * hd + d] = kc[static_cast<int64_t>(d) * bs];
-          V[j * hd + d] = vr[d];
+          K[j * hd + d] = ToFloat(kc[static_cast<int64_t>(d) * bs]);
+          V[j * hd + d] = ToFloat(vr[d]);
         }
       }
       for (int32_t t = 0; t < n_new; ++t) {
@@ -258,6 +299,38 @@ void PagedAttentionReference(const float* q, const PagedBatch& batch, const Atte
       }
     }
   }
+}
+
+// Calls fn.template operator()<T>() with T the cache's element type.
+template <class Fn>
+void WithElement(kv::KvDtype dtype, Fn&& fn) {
+  switch (dtype) {
+    case kv::KvDtype::kF32:
+      return fn.template operator()<float>();
+    case kv::KvDtype::kBF16:
+      return fn.template operator()<Bf16>();
+    case kv::KvDtype::kF16:
+      return fn.template operator()<Fp16>();
+  }
+}
+
+}  // namespace
+
+void WriteKv(const float* k, const float* v, std::span<const int32_t> slots, int32_t layer,
+             const KvView& cache) {
+  WithElement(cache.layout.dtype, [&]<class T>() { WriteKvAs<T>(k, v, slots, layer, cache); });
+}
+
+void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShape& sh,
+                    int32_t layer, const KvView& cache, float* out, ThreadPool* pool) {
+  WithElement(cache.layout.dtype,
+              [&]<class T>() { PagedAttentionAs<T>(q, batch, sh, layer, cache, out, pool); });
+}
+
+void PagedAttentionReference(const float* q, const PagedBatch& batch, const AttentionShape& sh,
+                             int32_t layer, const KvView& cache, float* out) {
+  WithElement(cache.layout.dtype,
+              [&]<class T>() { PagedAttentionReferenceAs<T>(q, batch, sh, layer, cache, out); });
 }
 
 }  // namespace tandem::kernels

@@ -6,7 +6,9 @@
 //                                       ones (whose K/V are already written); the new
 //                                       rows are the last q_len of them, in order
 //   block_indptr[s] .. block_indptr[s+1] entries of `block_ids` = s's block table
-// Shapes: q, out [n_tokens][n_heads][head_dim]; cache blocks as in kv::KvCache.
+// Shapes: q, out [n_tokens][n_heads][head_dim]; cache blocks as kv::KvLayout says,
+// in float32, bfloat16 or float16 (converted to float32 as they are read; written
+// with round-to-nearest-even).
 //
 // Query row t at position p attends to cache positions 0..p, visited in order with a
 // fixed summation order, so its result does not depend on the rest of the batch or on
@@ -17,8 +19,10 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
-#include "common/kv/kv_cache.h"
+#include "common/kv/kv_layout.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace tandem::kernels {
@@ -31,23 +35,42 @@ struct PagedBatch {
   int32_t num_seqs() const { return static_cast<int32_t>(kv_len.size()); }
 };
 
-struct AttentionShape {
-  int32_t n_heads = 0;
-  int32_t n_kv_heads = 0;
-  int32_t head_dim = 0;
-  float scale = 0;  // usually 1/sqrt(head_dim)
+// KV bytes as host memory (the CPU backend's own mapping of its KvStorage, or a
+// test's array). Part<T>: K (part 0, [n_kv_heads][head_dim][block_size]) or V (part 1,
+// [block_size][n_kv_heads][head_dim]) of `layer` in `block`; T is the element type
+// (float for f32, uint16_t for bf16 / f16).
+struct KvView {
+  kv::KvLayout layout;
+  int32_t num_blocks = 0;
+  uint8_t* data = nullptr;  // [num_blocks][BlockBytes()]
+
+  template <class T = float>
+  T* Part(int32_t block, int32_t layer, int part) const {
+    return reinterpret_cast<T*>(data + block * layout.BlockBytes() +
+                                (layer * layout.LayerStride() + part * layout.PartStride()) *
+                                    layout.ElementBytes());
+  }
+  template <class T = float>
+  T* Block(int32_t block) const {
+    return reinterpret_cast<T*>(data + block * layout.BlockBytes());
+  }
 };
 
-// Writes k, v [n_tokens][n_kv_heads][head_dim] of layer `layer` into the cache at the
-// positions the new rows of each sequence occupy.
-void WriteKv(const float* k, const float* v, const PagedBatch& batch, int32_t layer,
-             kv::KvCache* cache);
+// slot[t] = block × block_size + offset of the cache slot new row t is written to.
+inline std::vector<int32_t> SlotMapping(const PagedBatch& b, int32_t block_size) {
+  return SlotMapping(b.q_indptr, b.kv_len, b.block_indptr, b.block_ids, block_size);
+}
+
+// Writes k, v [n_tokens][n_kv_heads][head_dim] of layer `layer` into the cache slots
+// `slots` [n_tokens] (SlotMapping).
+void WriteKv(const float* k, const float* v, std::span<const int32_t> slots, int32_t layer,
+             const KvView& cache);
 
 void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShape& shape,
-                    int32_t layer, const kv::KvCache& cache, float* out, ThreadPool* pool);
+                    int32_t layer, const KvView& cache, float* out, ThreadPool* pool);
 
 void PagedAttentionReference(const float* q, const PagedBatch& batch, const AttentionShape& shape,
-                             int32_t layer, const kv::KvCache& cache, float* out);
+                             int32_t layer, const KvView& cache, float* out);
 
 }  // namespace tandem::kernels
 

@@ -36,6 +36,22 @@ TEST_P(PagedAttentionPaths, MatchesReferenceAtAwkwardSizes) {
   }
 }
 
+// 16-bit caches: the kernel reads the same rounded elements the reference does, so
+// the tolerance is the float32 one; both paths.
+TEST_P(PagedAttentionPaths, SixteenBitCachesMatchReference) {
+  std::mt19937 rng(7);
+  ThreadPool pool(2);
+  for (kv::KvDtype dtype : {kv::KvDtype::kBF16, kv::KvDtype::kF16}) {
+    for (int32_t block_size : {1, 16}) {
+      Fixture f(8, 2, 64, block_size, {{1, 1}, {15, 15}, {17, 1}, {1000, 7}}, rng, dtype);
+      std::vector<float> got(f.q.size(), NAN), want(f.q.size());
+      PagedAttention(f.q.data(), f.batch(), f.shape, 1, *f.cache, got.data(), &pool);
+      PagedAttentionReference(f.q.data(), f.batch(), f.shape, 1, *f.cache, want.data());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << i;
+    }
+  }
+}
+
 TEST_P(PagedAttentionPaths, RowsDoNotDependOnTheBatch) {
   std::mt19937 rng(6);
   Fixture f(9, 3, 64, 16, {{40, 40}, {33, 1}, {64, 5}}, rng);
@@ -61,7 +77,7 @@ TEST(WriteKv, PlacesRowsAtTheirPositions) {
   std::vector<float> k(3 * 2 * 16), v(3 * 2 * 16);
   std::iota(k.begin(), k.end(), 0.0f);
   std::iota(v.begin(), v.end(), 1000.0f);
-  WriteKv(k.data(), v.data(), f.batch(), 1, f.cache.get());
+  WriteKv(k.data(), v.data(), SlotMapping(f.batch(), 4), 1, *f.cache);
   // New rows are positions 3, 4, 5: block table entries 0 (slot 3) and 1 (slots 0, 1).
   // K is stored [kv_head][d][slot]: element (head 1, d 15) of position 3 is k[0][31].
   const float* kt0 = f.cache->Part(f.block_ids[0], 1, 0);
@@ -71,6 +87,26 @@ TEST(WriteKv, PlacesRowsAtTheirPositions) {
   EXPECT_EQ(kt1[(0 * 16 + 1) * 4 + 1], 2 * 32 + 1.0f);             // position 5, head 0, d 1
   const float* v5 = f.cache->Part(f.block_ids[1], 1, 1) + 1 * 32;  // V: [slot][head][d]
   EXPECT_EQ(v5[0], 1000.0f + 64);
+}
+
+TEST(WriteKv, RoundsToSixteenBitElements) {
+  std::mt19937 rng(9);
+  for (kv::KvDtype dtype : {kv::KvDtype::kBF16, kv::KvDtype::kF16}) {
+    Fixture f(2, 2, 16, 4, {{6, 3}}, rng, dtype);
+    std::normal_distribution<float> g(0.0f, 3.0f);
+    std::vector<float> k(3 * 2 * 16), v(3 * 2 * 16);
+    for (auto& x : k) x = g(rng);
+    for (auto& x : v) x = g(rng);
+    WriteKv(k.data(), v.data(), SlotMapping(f.batch(), 4), 1, *f.cache);
+    auto round = [&](float x) {
+      return dtype == kv::KvDtype::kBF16 ? FloatToBf16(x) : FloatToHalf(x);
+    };
+    // Position 4 = block table entry 1, slot 0; head 1, d 3 is element 16 + 3 of its row.
+    const uint16_t* kt = f.cache->Part<uint16_t>(f.block_ids[1], 1, 0);
+    EXPECT_EQ(kt[(1 * 16 + 3) * 4 + 0], round(k[1 * 32 + 16 + 3]));
+    const uint16_t* vr = f.cache->Part<uint16_t>(f.block_ids[1], 1, 1);
+    EXPECT_EQ(vr[16 + 3], round(v[1 * 32 + 16 + 3]));
+  }
 }
 
 }  // namespace

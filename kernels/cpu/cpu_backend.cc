@@ -1,68 +1,284 @@
 #include "kernels/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
 #include "common/model/dequantize.h"
-#include "common/util/check.h"
+#include "common/util/strings.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/kv_storage.h"
 
 namespace tandem::kernels {
 
-void CpuBackend::Embedding(const WeightMatrix& table, std::span<const int32_t> ids, float* out) {
-  const size_t rb = table.RowBytes();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    TANDEM_CHECK(ids[i] >= 0 && ids[i] < table.rows);
-    TANDEM_CHECK(model::Dequantize(table.type, {table.data + ids[i] * rb, rb},
-                                   {out + i * table.cols, static_cast<size_t>(table.cols)})
-                     .ok());
+namespace {
+
+// A buffer whose bytes the kernels reach through host(); address() is either the
+// same pointer or, for the fence, a PROT_NONE alias of the same pages.
+class CpuBuffer : public Buffer {
+ public:
+  CpuBuffer(void* address, uint8_t* host, int64_t bytes, MemoryKind kind, int64_t mapped, bool owns)
+      : Buffer(address, bytes, kind), host_(host), mapped_(mapped), owns_(owns) {}
+  ~CpuBuffer() override {
+    if (!owns_) return;
+    if (address() != host_) munmap(address(), static_cast<size_t>(mapped_));
+    munmap(host_, static_cast<size_t>(mapped_));
+  }
+  uint8_t* host() const { return host_; }
+
+ private:
+  uint8_t* const host_;
+  const int64_t mapped_;
+  const bool owns_;
+};
+
+uint8_t* HostOf(const Buffer& b) { return static_cast<const CpuBuffer&>(b).host(); }
+
+template <class T = float>
+T* Host(const Tensor& t) {
+  return reinterpret_cast<T*>(HostOf(*t.buffer) + t.offset);
+}
+
+std::span<const int32_t> Ints(const Tensor& t) {
+  return {Host<int32_t>(t), static_cast<size_t>(t.cols)};
+}
+
+WeightMatrix Weight(const Tensor& w) { return {w.type, w.rows, w.cols, Host<uint8_t>(w)}; }
+
+KvView View(const KvStorage& kv) { return {kv.layout(), kv.num_blocks(), HostOf(kv.buffer())}; }
+
+PagedBatch Batch(const StepView& s) {
+  return {Ints(s.q_indptr), Ints(s.kv_len), Ints(s.block_indptr), Ints(s.block_ids)};
+}
+
+// Ops run when called, so an event is complete when recorded; it reports whether the
+// pass had failed by then.
+class DoneEvent : public Event {
+ public:
+  explicit DoneEvent(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait() override { return status_; }
+
+ private:
+  const absl::Status status_;
+};
+
+int Threads(int requested) {
+  return requested > 0 ? requested
+                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const CpuBackendOptions& options)
+    : fence_(options.fence), pool_(std::make_unique<ThreadPool>(Threads(options.num_threads))) {}
+
+absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::Allocate(MemoryKind kind, int64_t bytes) {
+  if (bytes < 0) return absl::InvalidArgumentError("buffer size must not be negative");
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  const int64_t mapped = std::max<int64_t>(page, (bytes + page - 1) / page * page);
+  auto no_memory = [&](const char* what) {
+    return absl::ResourceExhaustedError(
+        StrCat("cpu backend: ", what, " of ", bytes, " bytes failed: ", std::strerror(errno)));
+  };
+  if (!fence_) {
+    void* p = mmap(nullptr, static_cast<size_t>(mapped), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return no_memory("mmap");
+    return std::unique_ptr<Buffer>(
+        new CpuBuffer(p, static_cast<uint8_t*>(p), bytes, kind, mapped, true));
+  }
+  const int fd = memfd_create("tandem-fence", MFD_CLOEXEC);
+  if (fd < 0) return no_memory("memfd_create");
+  if (ftruncate(fd, mapped) != 0) {
+    close(fd);
+    return no_memory("ftruncate");
+  }
+  void* work =
+      mmap(nullptr, static_cast<size_t>(mapped), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* fenced = work == MAP_FAILED
+                     ? MAP_FAILED
+                     : mmap(nullptr, static_cast<size_t>(mapped), PROT_NONE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (fenced == MAP_FAILED) {
+    if (work != MAP_FAILED) munmap(work, static_cast<size_t>(mapped));
+    return no_memory("mmap");
+  }
+  return std::unique_ptr<Buffer>(
+      new CpuBuffer(fenced, static_cast<uint8_t*>(work), bytes, kind, mapped, true));
+}
+
+absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::BorrowHost(const void* host, int64_t bytes) {
+  if (fence_) {
+    return absl::FailedPreconditionError("cpu-fence backend: host memory cannot be borrowed");
+  }
+  auto* p = static_cast<uint8_t*>(const_cast<void*>(host));
+  return std::unique_ptr<Buffer>(new CpuBuffer(p, p, bytes, MemoryKind::kWeights, bytes, false));
+}
+
+void CpuBackend::CopyToDevice(const void* src, const Buffer& dst, int64_t offset, int64_t bytes) {
+  if (!Proceed()) return;
+  if (offset < 0 || bytes < 0 || offset + bytes > dst.bytes()) {
+    return Fail(absl::OutOfRangeError("CopyToDevice: range outside the buffer"));
+  }
+  std::memcpy(HostOf(dst) + offset, src, static_cast<size_t>(bytes));
+}
+
+void CpuBackend::CopyToHost(const Buffer& src, int64_t offset, int64_t bytes, void* dst) {
+  if (!Proceed()) return;
+  if (offset < 0 || bytes < 0 || offset + bytes > src.bytes()) {
+    return Fail(absl::OutOfRangeError("CopyToHost: range outside the buffer"));
+  }
+  std::memcpy(dst, HostOf(src) + offset, static_cast<size_t>(bytes));
+}
+
+absl::Status CpuBackend::ReadNow(const Buffer& src, int64_t offset, int64_t bytes,
+                                 void* dst) const {
+  if (offset < 0 || bytes < 0 || offset + bytes > src.bytes()) {
+    return absl::OutOfRangeError("ReadNow: range outside the buffer");
+  }
+  std::memcpy(dst, HostOf(src) + offset, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
+std::shared_ptr<Event> CpuBackend::RecordEvent() { return std::make_shared<DoneEvent>(error_); }
+
+absl::Status CpuBackend::Synchronize() {
+  absl::Status st = std::move(error_);
+  error_ = absl::OkStatus();
+  return st;
+}
+
+bool CpuBackend::Proceed() {
+  if (!error_.ok()) return false;
+  if (!injected_.ok()) {
+    error_ = std::move(injected_);
+    injected_ = absl::OkStatus();
+    return false;
+  }
+  return true;
+}
+
+void CpuBackend::Fail(absl::Status error) {
+  if (error_.ok()) error_ = std::move(error);
+}
+
+void CpuBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  if (!Proceed()) return;
+  const int64_t rb = table.RowBytes();
+  const uint8_t* base = Host<uint8_t>(table);
+  const std::span<const int32_t> id = Ints(ids);
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (id[i] < 0 || id[i] >= table.rows) {
+      return Fail(absl::InvalidArgumentError(
+          StrCat("embedding: token id ", id[i], " outside [0, ", table.rows, ")")));
+    }
+    absl::Status st =
+        model::Dequantize(table.type, {base + id[i] * rb, static_cast<size_t>(rb)},
+                          {Host(out) + i * table.cols, static_cast<size_t>(table.cols)});
+    if (!st.ok()) return Fail(st);
   }
 }
 
-void CpuBackend::MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out) {
-  kernels::MatMul(x, m, w, out, pool_.get());
+void CpuBackend::MatMul(const Tensor& x, const Tensor& w, const Tensor& out) {
+  if (!Proceed()) return;
+  kernels::MatMul(Host(x), x.rows, Weight(w), Host(out), pool_.get());
 }
 
-void CpuBackend::MatMul2(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
-                         const WeightMatrix& w1, float* out1) {
-  MatMulGroup(x, m, {&w0, &w1}, {&out0, &out1}, pool_.get());
+void CpuBackend::MatMul2(const Tensor& x, const Tensor& w0, const Tensor& out0, const Tensor& w1,
+                         const Tensor& out1) {
+  if (!Proceed()) return;
+  const WeightMatrix a = Weight(w0), b = Weight(w1);
+  float* o0 = Host(out0);
+  float* o1 = Host(out1);
+  MatMulGroup(Host(x), x.rows, {&a, &b}, {&o0, &o1}, pool_.get());
 }
 
-void CpuBackend::MatMul3(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
-                         const WeightMatrix& w1, float* out1, const WeightMatrix& w2, float* out2) {
-  MatMulGroup(x, m, {&w0, &w1, &w2}, {&out0, &out1, &out2}, pool_.get());
+void CpuBackend::MatMul3(const Tensor& x, const Tensor& w0, const Tensor& out0, const Tensor& w1,
+                         const Tensor& out1, const Tensor& w2, const Tensor& out2) {
+  if (!Proceed()) return;
+  const WeightMatrix a = Weight(w0), b = Weight(w1), c = Weight(w2);
+  float* o0 = Host(out0);
+  float* o1 = Host(out1);
+  float* o2 = Host(out2);
+  MatMulGroup(Host(x), x.rows, {&a, &b, &c}, {&o0, &o1, &o2}, pool_.get());
 }
 
-void CpuBackend::RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-                         float* out) {
-  pool_->ParallelFor(rows, [&](int64_t b, int64_t e, int) {
-    kernels::RmsNorm(x + b * dim, weight, e - b, dim, eps, out + b * dim);
+void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {
+  if (!Proceed()) return;
+  const int64_t dim = x.cols;
+  const float* xs = Host(x);
+  const float* w = Host(weight);
+  float* o = Host(out);
+  pool_->ParallelFor(x.rows, [&](int64_t b, int64_t e, int) {
+    kernels::RmsNorm(xs + b * dim, w, e - b, dim, eps, o + b * dim);
   });
 }
 
-void CpuBackend::Rope(float* x, int64_t n, int32_t n_heads, const RopeTable& table,
-                      const RopeParams& p) {
-  pool_->ParallelFor(n, [&](int64_t b, int64_t e, int) {
-    ApplyRope(x + b * n_heads * p.head_dim, e - b, n_heads, table, b, p);
+void CpuBackend::RopeTable(const Tensor& positions, const Tensor& freq_factors, const RopeParams& p,
+                           const Tensor& table) {
+  if (!Proceed()) return;
+  BuildRopeTable(Ints(positions), p, freq_factors.empty() ? nullptr : Host(freq_factors),
+                 Host(table));
+}
+
+void CpuBackend::Rope(const Tensor& x, int32_t n_heads, const Tensor& table, const RopeParams& p) {
+  if (!Proceed()) return;
+  float* xs = Host(x);
+  const float* t = Host(table);
+  pool_->ParallelFor(x.rows, [&](int64_t b, int64_t e, int) {
+    ApplyRope(xs + b * n_heads * p.head_dim, e - b, n_heads, t, b, p);
   });
 }
 
-void CpuBackend::SwiGlu(const float* gate, const float* up, int64_t n, float* out) {
+void CpuBackend::SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  if (!Proceed()) return;
+  const float* g = Host(gate);
+  const float* u = Host(up);
+  float* o = Host(out);
   pool_->ParallelFor(
-      n, [&](int64_t b, int64_t e, int) { kernels::SwiGlu(gate + b, up + b, e - b, out + b); },
-      1024);
+      gate.elements(),
+      [&](int64_t b, int64_t e, int) { kernels::SwiGlu(g + b, u + b, e - b, o + b); }, 1024);
 }
 
-void CpuBackend::Add(float* x, const float* y, int64_t n) { AddInPlace(x, y, n); }
-
-void CpuBackend::AddBias(float* x, const float* bias, int64_t rows, int64_t dim) {
-  for (int64_t r = 0; r < rows; ++r) AddInPlace(x + r * dim, bias, dim);
+void CpuBackend::Add(const Tensor& x, const Tensor& y) {
+  if (!Proceed()) return;
+  AddInPlace(Host(x), Host(y), x.elements());
 }
 
-void CpuBackend::WriteKv(const float* k, const float* v, const PagedBatch& batch, int32_t layer,
-                         kv::KvCache* cache) {
-  kernels::WriteKv(k, v, batch, layer, cache);
+void CpuBackend::AddBias(const Tensor& x, const Tensor& bias) {
+  if (!Proceed()) return;
+  float* xs = Host(x);
+  const float* b = Host(bias);
+  for (int64_t r = 0; r < x.rows; ++r) AddInPlace(xs + r * x.cols, b, x.cols);
 }
 
-void CpuBackend::Attention(const float* q, const PagedBatch& batch, const AttentionShape& shape,
-                           int32_t layer, const kv::KvCache& cache, float* out) {
-  PagedAttention(q, batch, shape, layer, cache, out, pool_.get());
+void CpuBackend::GatherRows(const Tensor& src, const Tensor& rows, const Tensor& dst) {
+  if (!Proceed()) return;
+  const std::span<const int32_t> r = Ints(rows);
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i] < 0 || r[i] >= src.rows) {
+      return Fail(
+          absl::InvalidArgumentError(StrCat("gather: row ", r[i], " outside [0, ", src.rows, ")")));
+    }
+    std::memcpy(Host<uint8_t>(dst) + i * dst.RowBytes(), Host<uint8_t>(src) + r[i] * src.RowBytes(),
+                static_cast<size_t>(src.RowBytes()));
+  }
+}
+
+void CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const StepView& step, int32_t layer,
+                         KvStorage* kv) {
+  if (!Proceed()) return;
+  kernels::WriteKv(Host(k), Host(v), Ints(step.slot_mapping), layer, View(*kv));
+}
+
+void CpuBackend::Attention(const Tensor& q, const StepView& step, const AttentionShape& shape,
+                           int32_t layer, const KvStorage& kv, const Tensor& out) {
+  if (!Proceed()) return;
+  PagedAttention(Host(q), Batch(step), shape, layer, View(kv), Host(out), pool_.get());
 }
 
 }  // namespace tandem::kernels

@@ -1,40 +1,78 @@
 // CpuBackend: the Backend on host memory, with a thread pool for the heavy ops.
+//
+// Every op runs when it is called (the "stream" is the calling thread), so events
+// are complete when recorded and Synchronize only reports the sticky error. Weights
+// stay zero-copy views of the mapped GGUF file (BorrowHost).
+//
+// The fence variant (options.fence) proves the layers above never touch backend
+// memory from the host: each buffer is one memfd mapped twice — the address handed
+// out (Buffer::address) is mapped PROT_NONE, the kernels work through the other
+// mapping — so any host dereference outside this backend crashes. BorrowHost is
+// refused there (weights are copied in, as a device backend would).
+//
+// Thread safety: one engine thread; ReadNow and Event::Wait from any thread.
 #ifndef TANDEM_KERNELS_CPU_CPU_BACKEND_H_
 #define TANDEM_KERNELS_CPU_CPU_BACKEND_H_
 
 #include <memory>
 
+#include "absl/status/status.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace tandem::kernels {
 
+struct CpuBackendOptions {
+  int num_threads = 0;  // 0: every core
+  bool fence = false;
+};
+
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int num_threads) : pool_(std::make_unique<ThreadPool>(num_threads)) {}
-  std::string_view name() const override { return "cpu"; }
-  int num_threads() const { return pool_->num_threads(); }
+  explicit CpuBackend(const CpuBackendOptions& options);
+  std::string_view name() const override { return fence_ ? "cpu-fence" : "cpu"; }
+  int num_threads() const override { return pool_->num_threads(); }
 
-  void Embedding(const WeightMatrix& table, std::span<const int32_t> ids, float* out) override;
-  void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out) override;
-  void MatMul2(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
-               const WeightMatrix& w1, float* out1) override;
-  void MatMul3(const float* x, int64_t m, const WeightMatrix& w0, float* out0,
-               const WeightMatrix& w1, float* out1, const WeightMatrix& w2, float* out2) override;
-  void RmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
-               float* out) override;
-  void Rope(float* x, int64_t n, int32_t n_heads, const RopeTable& table,
-            const RopeParams& p) override;
-  void SwiGlu(const float* gate, const float* up, int64_t n, float* out) override;
-  void Add(float* x, const float* y, int64_t n) override;
-  void AddBias(float* x, const float* bias, int64_t rows, int64_t dim) override;
-  void WriteKv(const float* k, const float* v, const PagedBatch& batch, int32_t layer,
-               kv::KvCache* cache) override;
-  void Attention(const float* q, const PagedBatch& batch, const AttentionShape& shape,
-                 int32_t layer, const kv::KvCache& cache, float* out) override;
+  // Test hook: the next op fails with `error`, as a device fault would.
+  void InjectFault(absl::Status error) { injected_ = std::move(error); }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(MemoryKind kind, int64_t bytes) override;
+  absl::StatusOr<std::unique_ptr<Buffer>> BorrowHost(const void* host, int64_t bytes) override;
+  void CopyToDevice(const void* src, const Buffer& dst, int64_t offset, int64_t bytes) override;
+  void CopyToHost(const Buffer& src, int64_t offset, int64_t bytes, void* dst) override;
+  absl::Status ReadNow(const Buffer& src, int64_t offset, int64_t bytes, void* dst) const override;
+  std::shared_ptr<Event> RecordEvent() override;
+  absl::Status Synchronize() override;
+
+  void Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void MatMul(const Tensor& x, const Tensor& w, const Tensor& out) override;
+  void MatMul2(const Tensor& x, const Tensor& w0, const Tensor& out0, const Tensor& w1,
+               const Tensor& out1) override;
+  void MatMul3(const Tensor& x, const Tensor& w0, const Tensor& out0, const Tensor& w1,
+               const Tensor& out1, const Tensor& w2, const Tensor& out2) override;
+  void RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) override;
+  void RopeTable(const Tensor& positions, const Tensor& freq_factors, const RopeParams& p,
+                 const Tensor& table) override;
+  void Rope(const Tensor& x, int32_t n_heads, const Tensor& table, const RopeParams& p) override;
+  void SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void Add(const Tensor& x, const Tensor& y) override;
+  void AddBias(const Tensor& x, const Tensor& bias) override;
+  void GatherRows(const Tensor& src, const Tensor& rows, const Tensor& dst) override;
+  void WriteKv(const Tensor& k, const Tensor& v, const StepView& step, int32_t layer,
+               KvStorage* kv) override;
+  void Attention(const Tensor& q, const StepView& step, const AttentionShape& shape, int32_t layer,
+                 const KvStorage& kv, const Tensor& out) override;
 
  private:
+  // False (and the op is skipped) once the pass has failed.
+  bool Proceed();
+  void Fail(absl::Status error);
+
+  const bool fence_;
   std::unique_ptr<ThreadPool> pool_;
+  absl::Status error_;     // sticky until Synchronize
+  absl::Status injected_;  // InjectFault's, taken by the next op
 };
 
 }  // namespace tandem::kernels

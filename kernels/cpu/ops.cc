@@ -38,36 +38,36 @@ namespace {
 
 // The inverse frequency of pair i, computed in float32 as the reference
 // implementations (Hugging Face, llama.cpp) do.
-float InvFreq(const RopeParams& p, int32_t i) {
+float InvFreq(const RopeParams& p, const float* freq_factors, int32_t i) {
   float f = 1.0f / std::pow(p.theta, static_cast<float>(2 * i) / static_cast<float>(p.rope_dim));
-  if (p.freq_factors != nullptr) f /= p.freq_factors[i];
+  if (freq_factors != nullptr) f /= freq_factors[i];
   return f;
 }
 
 }  // namespace
 
-void BuildRopeTable(std::span<const int32_t> positions, const RopeParams& p, RopeTable* t) {
-  t->half = p.rope_dim / 2;
-  t->cos.resize(positions.size() * t->half);
-  t->sin.resize(positions.size() * t->half);
-  std::vector<float> inv(t->half);
-  for (int32_t i = 0; i < t->half; ++i) inv[i] = InvFreq(p, i);
+void BuildRopeTable(std::span<const int32_t> positions, const RopeParams& p,
+                    const float* freq_factors, float* table) {
+  const int32_t half = p.rope_dim / 2;
+  std::vector<float> inv(half);
+  for (int32_t i = 0; i < half; ++i) inv[i] = InvFreq(p, freq_factors, i);
   for (size_t r = 0; r < positions.size(); ++r) {
     const float pos = static_cast<float>(positions[r]) / p.position_scale;
-    for (int32_t i = 0; i < t->half; ++i) {
+    float* row = table + r * p.rope_dim;
+    for (int32_t i = 0; i < half; ++i) {
       const float angle = pos * inv[i];
-      t->cos[r * t->half + i] = std::cos(angle);
-      t->sin[r * t->half + i] = std::sin(angle);
+      row[i] = std::cos(angle);
+      row[half + i] = std::sin(angle);
     }
   }
 }
 
-void ApplyRope(float* x, int64_t n, int32_t n_heads, const RopeTable& t, int64_t first,
+void ApplyRope(float* x, int64_t n, int32_t n_heads, const float* table, int64_t first,
                const RopeParams& p) {
-  const int32_t half = t.half;
+  const int32_t half = p.rope_dim / 2;
   for (int64_t r = 0; r < n; ++r) {
-    const float* c = t.cos.data() + (first + r) * half;
-    const float* s = t.sin.data() + (first + r) * half;
+    const float* c = table + (first + r) * p.rope_dim;
+    const float* s = c + half;
     for (int32_t h = 0; h < n_heads; ++h) {
       float* v = x + (r * n_heads + h) * p.head_dim;
       for (int32_t i = 0; i < half; ++i) {
@@ -82,21 +82,21 @@ void ApplyRope(float* x, int64_t n, int32_t n_heads, const RopeTable& t, int64_t
 }
 
 void Rope(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
-          const RopeParams& p) {
-  RopeTable t;
-  BuildRopeTable(positions.first(n), p, &t);
-  ApplyRope(x, n, n_heads, t, 0, p);
+          const RopeParams& p, const float* freq_factors) {
+  std::vector<float> table(static_cast<size_t>(n) * p.rope_dim);
+  BuildRopeTable(positions.first(n), p, freq_factors, table.data());
+  ApplyRope(x, n, n_heads, table.data(), 0, p);
 }
 
 void RopeReference(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
-                   const RopeParams& p) {
+                   const RopeParams& p, const float* freq_factors) {
   const int32_t half = p.rope_dim / 2;
   for (int64_t t = 0; t < n; ++t) {
     // The angle itself is float32, as in the reference implementations (Hugging
     // Face multiplies float32 positions by float32 inverse frequencies).
     const float pos = static_cast<float>(positions[t]) / p.position_scale;
     for (int32_t i = 0; i < half; ++i) {
-      const double angle = pos * InvFreq(p, i);
+      const double angle = pos * InvFreq(p, freq_factors, i);
       const double c = std::cos(angle), s = std::sin(angle);
       for (int32_t h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * p.head_dim;

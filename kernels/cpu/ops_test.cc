@@ -40,15 +40,16 @@ TEST(Ops, RopeMatchesReferenceForBothStylesAndScalings) {
       p.rope_dim = head_dim;
       p.theta = 100000.0f;
       p.style = style;
+      const float* ff = nullptr;
       if (head_dim == 16) {
-        p.freq_factors = factors.data();
+        ff = factors.data();
         p.position_scale = 2.0f;
       }
       std::vector<int32_t> pos = {0, 1, 15, 17, 1000, 4097, 8191};
       auto x = Random(pos.size() * 3 * head_dim, rng);
       auto y = x;
-      Rope(x.data(), pos.size(), 3, pos, p);
-      RopeReference(y.data(), pos.size(), 3, pos, p);
+      Rope(x.data(), pos.size(), 3, pos, p, ff);
+      RopeReference(y.data(), pos.size(), 3, pos, p, ff);
       for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 2e-6 * (1 + std::fabs(y[i])));
     }
   }

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "common/kv/kv_cache.h"
+#include "common/kv/kv_layout.h"
 #include "kernels/cpu/attention.h"
 
 namespace tandem::kernels::cuda {

@@ -31,7 +31,7 @@ T* Upload(const std::vector<T>& host) {
 double MaxError(const Fixture& f, int32_t layer, const AttentionTuning& tuning) {
   std::vector<float> want(f.q.size());
   PagedAttentionReference(f.q.data(), f.batch(), f.shape, layer, *f.cache, want.data());
-  const int64_t cache_floats = int64_t{f.cache->num_blocks()} * f.layout.BlockElements();
+  const int64_t cache_floats = int64_t{f.cache->num_blocks} * f.layout.BlockElements();
   std::vector<float> cache_host(f.cache->Part(0, 0, 0), f.cache->Part(0, 0, 0) + cache_floats);
   float* d_cache = Upload(cache_host);
   float* d_q = Upload(f.q);

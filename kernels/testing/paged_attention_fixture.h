@@ -13,25 +13,29 @@
 #include <utility>
 #include <vector>
 
-#include "common/kv/kv_cache.h"
+#include "common/kv/kv_layout.h"
+#include "common/util/half.h"
 #include "kernels/cpu/attention.h"
 
 namespace tandem::kernels::testing {
 
 struct Fixture {
   kv::KvLayout layout;
-  std::unique_ptr<kv::KvCache> cache;
+  std::vector<float> storage;     // the cache's bytes (float-aligned)
+  std::unique_ptr<KvView> cache;  // over `storage`
   std::vector<int32_t> q_indptr{0}, kv_len, block_indptr{0}, block_ids;
   std::vector<float> q;
   AttentionShape shape;
 
   Fixture(int32_t n_heads, int32_t n_kv_heads, int32_t head_dim, int32_t block_size,
           const std::vector<std::pair<int32_t, int32_t>>& seqs /* (kv_len, n_new) */,
-          std::mt19937& rng) {
-    layout = {2, n_kv_heads, head_dim, block_size};
+          std::mt19937& rng, kv::KvDtype dtype = kv::KvDtype::kF32) {
+    layout = {2, n_kv_heads, head_dim, block_size, dtype};
     int32_t blocks = 0;
     for (auto [len, n_new] : seqs) blocks += (len + block_size - 1) / block_size;
-    cache = *kv::KvCache::Create(layout, int64_t{blocks} * layout.BlockBytes());
+    storage.resize(static_cast<size_t>(blocks) * layout.BlockBytes() / sizeof(float) + 1);
+    cache = std::make_unique<KvView>(
+        KvView{layout, blocks, reinterpret_cast<uint8_t*>(storage.data())});
     std::vector<int32_t> order(blocks);
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -45,8 +49,15 @@ struct Fixture {
       block_indptr.push_back(static_cast<int32_t>(block_ids.size()));
     }
     // Fill the whole cache with noise: only the right rows may be read.
-    for (int64_t i = 0; i < int64_t{blocks} * layout.BlockElements(); ++i)
-      cache->Block(0)[i] = g(rng);
+    for (int64_t i = 0; i < int64_t{blocks} * layout.BlockElements(); ++i) {
+      const float x = g(rng);
+      if (dtype == kv::KvDtype::kF32) {
+        cache->Block<float>(0)[i] = x;
+      } else {
+        cache->Block<uint16_t>(0)[i] =
+            dtype == kv::KvDtype::kBF16 ? FloatToBf16(x) : FloatToHalf(x);
+      }
+    }
     q.resize(static_cast<size_t>(q_indptr.back()) * n_heads * head_dim);
     for (auto& v : q) v = g(rng);
     shape = {n_heads, n_kv_heads, head_dim, 1.0f / std::sqrt(static_cast<float>(head_dim))};

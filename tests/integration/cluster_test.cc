@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -120,6 +121,7 @@ class ClusterTest : public ::testing::Test {
     engine::EngineOptions o;
     o.kv_cache_bytes = int64_t{512} << 20;
     o.num_threads = 2;
+    o.device = ::tandem::testing::TestDevice();
     // The cluster's float params pass through a float proto field; so do these.
     auto e = engine::Engine::Create(*model_->weights, o);
     EXPECT_TRUE(e.ok());
@@ -133,9 +135,8 @@ class ClusterTest : public ::testing::Test {
     }
     std::vector<std::pair<std::vector<int32_t>, engine::FinishReason>> out(cases.size());
     while ((*e)->HasWork()) {
-      auto events = (*e)->Step();
-      EXPECT_TRUE(events.ok());
-      for (const auto& ev : *events) {
+      for (const auto& ev : (*e)->Step()) {
+        EXPECT_TRUE(ev.error.ok()) << ev.error;
         auto& o = out[which[ev.id]];
         if (ev.token >= 0) o.first.push_back(ev.token);
         if (ev.finished) o.second = ev.reason;
@@ -439,21 +440,37 @@ TEST_F(ClusterTest, ExpiredReservationsFreeTheirBlocksAndRefuseLateKv) {
                  : (wrong[0] + 1) % before.num_blocks();
   EXPECT_EQ(push(wrong, reservation.fingerprint()).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  v1::KvLayoutFingerprint other = reservation.fingerprint();
-  other.set_block_size(32);
-  const grpc::Status mismatch = push(theirs, other);
-  EXPECT_EQ(mismatch.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(mismatch.error_message(), HasSubstr("block_size"));
-  {
+  // Every field of the layout fingerprint is checked, at the handshake and on the push.
+  const std::vector<std::pair<std::string, std::function<void(v1::KvLayoutFingerprint*)>>> changes =
+      {
+          {"block_size", [](v1::KvLayoutFingerprint* f) { f->set_block_size(32); }},
+          {"dtype", [](v1::KvLayoutFingerprint* f) { f->set_dtype(v1::KV_DTYPE_BFLOAT16); }},
+          {"element_order",
+           [](v1::KvLayoutFingerprint* f) {
+             f->set_element_order(v1::KV_ELEMENT_ORDER_UNSPECIFIED);
+           }},
+          {"head_dim", [](v1::KvLayoutFingerprint* f) { f->set_head_dim(128); }},
+      };
+  for (const auto& [field, change] : changes) {
+    SCOPED_TRACE(field);
+    v1::KvLayoutFingerprint other = reservation.fingerprint();
+    change(&other);
+    const grpc::Status mismatch = push(theirs, other);
+    EXPECT_EQ(mismatch.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(mismatch.error_message(), HasSubstr(field));
     v1::HandshakeRequest h;
     *h.mutable_fingerprint() = other;
     h.add_transports(v1::TRANSPORT_KIND_HOST);
     v1::HandshakeResponse hr;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    EXPECT_EQ(cluster_->kv_stub(0)->Handshake(&ctx, h, &hr).error_code(),
-              grpc::StatusCode::FAILED_PRECONDITION);
+    const grpc::Status hs = cluster_->kv_stub(0)->Handshake(&ctx, h, &hr);
+    EXPECT_EQ(hs.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(hs.error_message(), HasSubstr(field));
   }
+  v1::WorkerStats after_refusals;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &after_refusals));
+  EXPECT_EQ(after_refusals.kv_transfer_bytes_total(), before.kv_transfer_bytes_total());
 
   // The lease runs out: the blocks come back and late KV is refused.
   EXPECT_EQ(cluster_->WaitForBaseline(std::chrono::seconds(3)), "");
@@ -461,6 +478,30 @@ TEST_F(ClusterTest, ExpiredReservationsFreeTheirBlocksAndRefuseLateKv) {
             grpc::StatusCode::FAILED_PRECONDITION);
   ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &during));
   EXPECT_EQ(during.expired_leases_total(), 1);
+}
+
+// Workers started with different KV dtypes or block sizes never pair: the request
+// fails with FAILED_PRECONDITION naming the field, and no KV byte moves.
+TEST_F(ClusterTest, WorkersWithDifferentKvLayoutsRefuseToPair) {
+  for (const auto& [flags, field] :
+       {std::pair<std::vector<std::string>, std::string>{{"--kv-dtype", "bf16"}, "dtype"},
+        {{"--block-size", "32"}, "block_size"}}) {
+    SCOPED_TRACE(field);
+    ClusterConfig config;
+    config.prefill_flags = flags;
+    ASSERT_NO_FATAL_FAILURE(StartCluster(config));
+    v1::GenerateRequest req;
+    req.set_text("Hello there");
+    req.mutable_sampling_params()->set_max_tokens(4);
+    const grpc::Status st = ::tandem::testing::Generate(cluster_->generation(), req).status;
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+    EXPECT_THAT(st.error_message(), HasSubstr(field));
+    v1::WorkerStats decode;
+    ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &decode));
+    EXPECT_EQ(decode.kv_transfer_bytes_total(), 0);
+    EXPECT_EQ(cluster_->WaitForBaseline(std::chrono::seconds(5)), "");
+    cluster_.reset();
+  }
 }
 
 TEST_F(ClusterTest, BadRequestsNameTheFieldAndTheClusterKeepsServing) {

@@ -1,0 +1,72 @@
+// KvStorage: the bytes of the paged KV cache, in one buffer of the backend's KV
+// memory, laid out as kv::KvLayout says (element type and order included).
+//
+// Who touches it:
+//   - the backend's WriteKv / Attention ops (the engine thread's stream);
+//   - WriteLayer: the engine thread only, filling blocks reserved for a prompt whose
+//     K/V a prefill worker computed (the decode worker hands received payloads to its
+//     engine thread);
+//   - ReadLayer: any thread (a transport sending a prefill worker's finished blocks),
+//     for blocks no op in flight writes;
+//   - Extent: a device address and length per block, for transports that move bytes
+//     between devices (NCCL, CUDA IPC).
+// Sized by a byte budget; it does not know which sequence uses which block
+// (BlockManager does).
+#ifndef TANDEM_KERNELS_KV_STORAGE_H_
+#define TANDEM_KERNELS_KV_STORAGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "common/kv/kv_layout.h"
+#include "kernels/backend.h"
+
+namespace tandem::kernels {
+
+class KvStorage {
+ public:
+  // As many blocks as fit in `budget_bytes` (at least one, else InvalidArgument).
+  static absl::StatusOr<std::unique_ptr<KvStorage>> Create(Backend* backend,
+                                                           const kv::KvLayout& layout,
+                                                           int64_t budget_bytes);
+
+  const kv::KvLayout& layout() const { return layout_; }
+  int32_t num_blocks() const { return num_blocks_; }
+  int64_t bytes() const { return buffer_->bytes(); }
+  const Buffer& buffer() const { return *buffer_; }
+  // Byte offset in buffer() of `layer`'s K part (V follows it) in `block`.
+  int64_t LayerOffset(int32_t block, int32_t layer) const {
+    return block * layout_.BlockBytes() + layer * layout_.LayerBytes();
+  }
+
+  // out / in: blocks.size() × LayerBytes(), one layer (K then V) of each block in order.
+  // InvalidArgument for a block id or layer out of range.
+  absl::Status ReadLayer(std::span<const int32_t> blocks, int32_t layer, uint8_t* out) const;
+  absl::Status WriteLayer(std::span<const int32_t> blocks, int32_t layer, const uint8_t* in);
+
+  struct Extent {
+    const Buffer* buffer;
+    int64_t offset;
+    int64_t bytes;
+  };
+  Extent BlockExtent(int32_t block) const {
+    return {buffer_.get(), block * layout_.BlockBytes(), layout_.BlockBytes()};
+  }
+
+ private:
+  KvStorage(Backend* backend, const kv::KvLayout& layout, int32_t num_blocks,
+            std::unique_ptr<Buffer> buffer)
+      : backend_(backend), layout_(layout), num_blocks_(num_blocks), buffer_(std::move(buffer)) {}
+  absl::Status Check(std::span<const int32_t> blocks, int32_t layer) const;
+
+  Backend* const backend_;
+  const kv::KvLayout layout_;
+  const int32_t num_blocks_;
+  const std::unique_ptr<Buffer> buffer_;  // [num_blocks][BlockBytes()]
+};
+
+}  // namespace tandem::kernels
+
+#endif  // TANDEM_KERNELS_KV_STORAGE_H_

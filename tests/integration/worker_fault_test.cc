@@ -1,0 +1,225 @@
+// Both workers in one process, joined by a loopback KV sender that calls the decode
+// worker's KV API directly (no gRPC), with faults injected into their backends: a
+// forward pass that fails ends its request with the backend's status, frees its
+// blocks, and the worker serves the next request exactly as a single engine would.
+#include <condition_variable>
+#include <mutex>
+
+#include "common/engine/engine.h"
+#include "common/engine/loaded_model.h"
+#include "decode_worker/decode_worker.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "prefill_worker/prefill_worker.h"
+#include "tests/test_paths.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+
+// KV from a prefill worker's storage straight into a decode worker's reservation.
+class LoopbackSender : public transport::KvSender {
+ public:
+  LoopbackSender(const kernels::KvStorage* kv, decode::DecodeWorker* decode)
+      : kv_(kv), decode_(decode) {}
+  absl::Status Connect(const std::string&) override { return absl::OkStatus(); }
+  absl::StatusOr<std::unique_ptr<transport::KvTransfer>> Begin(const transport::KvDestination& dst,
+                                                               std::vector<int32_t> src) override {
+    absl::Status st = decode_->BeginKv(dst.lease_id, dst.block_ids);
+    return std::unique_ptr<transport::KvTransfer>(new Transfer(this, dst, std::move(src), st));
+  }
+
+ private:
+  class Transfer : public transport::KvTransfer {
+   public:
+    Transfer(LoopbackSender* s, transport::KvDestination dst, std::vector<int32_t> src,
+             absl::Status st)
+        : s_(s), dst_(std::move(dst)), src_(std::move(src)), status_(std::move(st)) {}
+    void SendLayer(int32_t layer, int32_t first, int32_t count,
+                   std::shared_ptr<kernels::Event> ready) override {
+      if (!status_.ok()) return;
+      if (absl::Status st = ready->Wait(); !st.ok()) {
+        status_ = st;
+        return;
+      }
+      std::string payload(static_cast<size_t>(count * s_->kv_->layout().LayerBytes()), '\0');
+      status_ = s_->kv_->ReadLayer({src_.data() + first, static_cast<size_t>(count)}, layer,
+                                   reinterpret_cast<uint8_t*>(payload.data()));
+      if (status_.ok()) {
+        status_ = s_->decode_->WriteKv(dst_.lease_id, layer, first, count, std::move(payload));
+      }
+      bytes_ += count * s_->kv_->layout().LayerBytes();
+    }
+    void Finish(std::function<void(absl::Status, transport::KvTransferStats)> done) override {
+      if (status_.ok()) status_ = s_->decode_->EndKv(dst_.lease_id);
+      done(status_, {bytes_, 0});
+    }
+
+   private:
+    LoopbackSender* s_;
+    transport::KvDestination dst_;
+    std::vector<int32_t> src_;
+    absl::Status status_;
+    int64_t bytes_ = 0;
+  };
+  const kernels::KvStorage* kv_;
+  decode::DecodeWorker* decode_;
+};
+
+class Collect : public decode::TokenSink {
+ public:
+  void OnToken(const engine::TokenEvent& ev) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ev.token >= 0) tokens_.push_back(ev.token);
+    done_ = ev.finished;
+    cv_.notify_all();
+  }
+  void OnError(const absl::Status& st) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = st;
+    done_ = true;
+    cv_.notify_all();
+  }
+  // The tokens, or the error that ended the stream.
+  absl::StatusOr<std::vector<int32_t>> Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done_; }));
+    if (!error_.ok()) return error_;
+    return tokens_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int32_t> tokens_;
+  absl::Status error_;
+  bool done_ = false;
+};
+
+class WorkerFaultTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto m = engine::LoadModel(::tandem::testing::DefaultModelPath());
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = new engine::LoadedModel(*std::move(m));
+  }
+  static void TearDownTestSuite() { delete model_; }
+
+  // Engine options whose backend the test can fault (its pointer lands in *backend).
+  static engine::EngineOptions Options(kernels::CpuBackend** backend) {
+    engine::EngineOptions o;
+    o.kv_cache_bytes = int64_t{64} << 20;
+    o.make_backend = [backend]() -> absl::StatusOr<std::unique_ptr<kernels::Backend>> {
+      auto b = std::make_unique<kernels::CpuBackend>(kernels::CpuBackendOptions{
+          .num_threads = 1, .fence = ::tandem::testing::TestDevice() == "cpu-fence"});
+      *backend = b.get();
+      return std::unique_ptr<kernels::Backend>(std::move(b));
+    };
+    return o;
+  }
+
+  void SetUp() override {
+    decode::DecodeWorkerOptions d;
+    d.engine = Options(&decode_backend_);
+    decode_ = *decode::DecodeWorker::Create(*model_->weights, d);
+    prefill_ = *prefill::PrefillWorker::Create(
+        *model_->weights, Options(&prefill_backend_), [this](const kernels::KvStorage& kv) {
+          return std::make_unique<LoopbackSender>(&kv, decode_.get());
+        });
+  }
+  void TearDown() override {
+    prefill_.reset();
+    const auto s = decode_->Stats();
+    EXPECT_EQ(s.engine.blocks.free_blocks + s.engine.blocks.cached_blocks,
+              s.engine.blocks.num_blocks)
+        << "leak";
+    EXPECT_EQ(s.leases, 0);
+  }
+
+  static engine::SamplingParams Greedy(int32_t max_tokens) {
+    engine::SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+  }
+
+  // Reserve → prefill → decode; the whole answer or the first error.
+  absl::StatusOr<std::vector<int32_t>> Run(const std::vector<int32_t>& prompt,
+                                           const engine::SamplingParams& p,
+                                           kernels::CpuBackend* fault_decode = nullptr) {
+    auto r = decode_->Reserve(static_cast<int64_t>(prompt.size()) + 1, std::chrono::seconds(30));
+    if (!r.ok()) return r.status();
+    auto first = prefill_->Prefill(prompt, p, {"loopback", r->lease_id, r->block_ids, 0});
+    if (!first.ok()) {
+      decode_->Release(r->lease_id);
+      return first.status();
+    }
+    if (fault_decode != nullptr) fault_decode->InjectFault(absl::InternalError("injected fault"));
+    auto sink = std::make_shared<Collect>();
+    if (absl::Status st = decode_->StartDecode(r->lease_id, prompt, first->first.token, p, sink);
+        !st.ok()) {
+      return st;
+    }
+    auto rest = sink->Wait();
+    if (!rest.ok()) return rest.status();
+    std::vector<int32_t> all = {first->first.token};
+    all.insert(all.end(), rest->begin(), rest->end());
+    return all;
+  }
+
+  // The single-process engine's answer.
+  static std::vector<int32_t> Reference(const std::vector<int32_t>& prompt,
+                                        const engine::SamplingParams& p) {
+    engine::EngineOptions o;
+    o.num_threads = 1;
+    auto e = *engine::Engine::Create(*model_->weights, o);
+    (void)*e->AddRequest(prompt, p);
+    std::vector<int32_t> out;
+    while (e->HasWork())
+      for (const auto& ev : e->Step())
+        if (ev.token >= 0) out.push_back(ev.token);
+    return out;
+  }
+
+  static engine::LoadedModel* model_;
+  kernels::CpuBackend* prefill_backend_ = nullptr;
+  kernels::CpuBackend* decode_backend_ = nullptr;
+  std::unique_ptr<decode::DecodeWorker> decode_;
+  std::unique_ptr<prefill::PrefillWorker> prefill_;
+};
+engine::LoadedModel* WorkerFaultTest::model_ = nullptr;
+
+TEST_F(WorkerFaultTest, LoopbackPairAnswersLikeOneEngine) {
+  const std::vector<int32_t> prompt = *model_->tokenizer->Encode("The capital of France is");
+  auto got = Run(prompt, Greedy(8));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, Reference(prompt, Greedy(8)));
+}
+
+TEST_F(WorkerFaultTest, FailedPrefillPassFailsTheRequestAndTheWorkerGoesOn) {
+  const std::vector<int32_t> prompt = *model_->tokenizer->Encode("Once upon a time");
+  prefill_backend_->InjectFault(absl::InternalError("injected fault"));
+  auto failed = Run(prompt, Greedy(6));
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("injected"));
+  EXPECT_EQ(prefill_->Stats().engine.failed_steps, 1);
+  auto next = Run(prompt, Greedy(6));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, Reference(prompt, Greedy(6)));
+}
+
+TEST_F(WorkerFaultTest, FailedDecodePassFailsTheStreamAndTheWorkerGoesOn) {
+  const std::vector<int32_t> prompt = *model_->tokenizer->Encode("def fib(n):");
+  auto failed = Run(prompt, Greedy(6), decode_backend_);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(decode_->Stats().engine.failed_steps, 1);
+  auto next = Run(prompt, Greedy(6));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, Reference(prompt, Greedy(6)));
+}
+
+}  // namespace
+}  // namespace tandem
