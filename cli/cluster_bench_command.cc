@@ -14,6 +14,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
 #include "common/rpc/engine_convert.h"
+#include "common/rpc/process_main.h"
 #include "common/rpc/rpc_server.h"
 #include "common/transport/host_kv_sender.h"
 #include "common/util/strings.h"
@@ -111,6 +112,7 @@ void AddClusterBenchCommand(CLI::App* bench, ClusterBenchOptions* o) {
       ->capture_default_str();
   cmd->add_option("--gen-tokens,-n", o->gen_tokens)->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  rpc::AddKvDtypeFlag(*cmd, &o->kv_dtype);
 }
 
 int RunClusterBench(const ClusterBenchOptions& o) {
@@ -122,9 +124,12 @@ int RunClusterBench(const ClusterBenchOptions& o) {
   engine::EngineOptions eo;
   eo.num_threads = threads;
   eo.kv_cache_bytes = int64_t{512} << 20;
+  eo.kv_dtype = o.kv_dtype;
 
   // The cluster.
-  auto cluster = LocalCluster::Start(o.model, {"--threads-per-worker", std::to_string(threads)});
+  auto cluster =
+      LocalCluster::Start(o.model, {"--threads-per-worker", std::to_string(threads), "--kv-dtype",
+                                    std::string(kv::KvDtypeName(o.kv_dtype))});
   if (!cluster.ok()) return Fail(cluster.status());
   const std::string endpoint = (*cluster)->endpoint();
   const std::string decode_addr = (*cluster)->decode()[0];
@@ -156,7 +161,7 @@ int RunClusterBench(const ClusterBenchOptions& o) {
   // Host-transport throughput: push a prompt's worth of blocks, nothing computing.
   const kv::KvLayout layout{static_cast<int32_t>(model->config.n_layers),
                             static_cast<int32_t>(model->config.n_kv_heads),
-                            static_cast<int32_t>(model->config.head_dim), 16};
+                            static_cast<int32_t>(model->config.head_dim), 16, o.kv_dtype};
   auto backend = kernels::MakeBackend({"cpu", 1});
   if (!backend.ok()) return Fail(backend.status());
   auto cache = kernels::KvStorage::Create(backend->get(), layout, int64_t{64} << 20);
@@ -229,6 +234,8 @@ int RunClusterBench(const ClusterBenchOptions& o) {
   const double l_ttft = Quantile(local_ttft, 0.5), c_ttft = Quantile(ttft, 0.5);
   const double kv_full = Quantile(push_ms, 0.5), kv_exposed = Quantile(exposed_kv, 0.5);
   nlohmann::json j = {{"threads_per_process", threads},
+                      {"kv_dtype", std::string(kv::KvDtypeName(o.kv_dtype))},
+                      {"kv_bytes_per_token", layout.BytesPerToken()},
                       {"prompt_tokens", o.prompt_tokens},
                       {"local_ttft_ms", l_ttft},
                       {"cluster_ttft_ms", c_ttft},

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "common/kv/kv_layout.h"
 
 namespace tandem::cli {
 
@@ -25,6 +26,7 @@ struct ClusterBenchOptions {
   int32_t prompt_tokens = 512;
   std::vector<int32_t> batches = {1, 4, 8};
   int32_t gen_tokens = 64;
+  kv::KvDtype kv_dtype = kv::KvDtype::kF32;  // of the cluster, the baseline and the push
   bool json = false;
 };
 

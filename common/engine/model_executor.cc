@@ -31,10 +31,14 @@ struct Regions {
   int64_t x, h, q, k, v, attn, proj, gate, up, rope, picked, normed, logits, plan, end;
   Regions(const model::ModelConfig& c, int64_t T, int64_t S, int64_t B) {
     const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-    int64_t at = 0;
+    // Each region starts a few cache lines further into its page than the last, so
+    // the first rows of all of them (a decode step's whole working set) do not
+    // share L1 sets.
+    int64_t at = 0, stagger = 0;
     auto next = [&](int64_t floats) {
-      const int64_t here = at;
-      at += Aligned(floats * 4);
+      const int64_t here = at + stagger;
+      at += Aligned(floats * 4) + 4096;
+      stagger = (stagger + 5 * 64) % 4096;
       return here;
     };
     x = next(T * H);

@@ -50,6 +50,10 @@ void AddDeviceFlags(CLI::App& app, std::string* device, kv::KvDtype* kv_dtype) {
   app.add_option("--device", *device, "Compute backend: cpu, cpu-fence (tests), cuda")
       ->check(CLI::IsMember({"cpu", "cpu-fence", "cuda"}))
       ->capture_default_str();
+  AddKvDtypeFlag(app, kv_dtype);
+}
+
+void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype) {
   app.add_option("--kv-dtype", *kv_dtype, "KV cache element type: f32, bf16, f16")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, kv::KvDtype>{

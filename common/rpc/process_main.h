@@ -36,7 +36,9 @@ struct ServerFlags {
 // The model name the process reports (OpenAI `model`, the metrics' model_name label).
 std::string ServedModelName(const ServerFlags& flags);
 
-// --device (cpu, cpu-fence, cuda) and --kv-dtype (f32, bf16, f16).
+// --kv-dtype (f32, bf16, f16).
+void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype);
+// --device (cpu, cpu-fence, cuda) and --kv-dtype.
 void AddDeviceFlags(CLI::App& app, std::string* device, kv::KvDtype* kv_dtype);
 
 void AddServerFlags(CLI::App& app, ServerFlags* flags);
