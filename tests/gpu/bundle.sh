@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The GPU check's luggage. The lent GPU machine has the CUDA toolkit and driver but none
+# of the Debian libraries tandem links (gRPC, protobuf, absl, prometheus-cpp, PCRE2, …)
+# and no network, so the GPU test and benchmark binaries are built here and packed,
+# with every shared library they need beyond glibc, libstdc++/libgcc and the CUDA
+# runtime and driver, into one ignored folder that travels with the checkout
+# (device run: carry ["gpu-bundle"]); tests/gpu/run.sh runs them from there.
+#
+#   tests/gpu/bundle.sh                    build (build/), pack into gpu-bundle/
+#   tests/gpu/bundle.sh --no-build         pack what build/ already holds
+#   tests/gpu/bundle.sh --check            pack, then check: at most 48 MiB; every
+#                                          library outside the allowed system set
+#                                          resolves inside the bundle; each binary
+#                                          starts with the bundle's library path (the
+#                                          GPU tests skip cleanly without a device)
+# BUILD_DIR and BUNDLE_DIR override the folders.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR=${BUILD_DIR:-build}
+OUT=${BUNDLE_DIR:-gpu-bundle}
+LIMIT=$((48 * 1024 * 1024))
+build=1
+check=0
+for a in "$@"; do
+  case "$a" in
+    --no-build) build=0 ;;
+    --check) check=1 ;;
+    *) echo "bundle.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+# GPU tests (label gpu), the CPU emulation of the GPU tile math, the backend seam, and
+# the CLI (engine runs and `tandem bench engine`).
+TESTS=(cuda_device_test attention_gpu_test attention_tile_test backend_test)
+BINS=(tandem)
+# Provided by the GPU machine itself.
+SYSTEM='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart\.so|libcublas|libcublasLt|libnccl|libnvidia)'
+
+if [ ! -f "$BUILD_DIR/build.ninja" ] || ! grep -q "cuda_device_test" "$BUILD_DIR/build.ninja"; then
+  [ "$build" = 1 ] || { echo "bundle.sh: $BUILD_DIR has no CUDA build" >&2; exit 1; }
+fi
+if [ "$build" = 1 ]; then
+  BUILD_DIR="$BUILD_DIR" scripts/build.sh "${TESTS[@]}" "${BINS[@]}"
+fi
+
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/lib"
+paths=()
+for t in "${TESTS[@]}"; do paths+=("$BUILD_DIR/tests/$t"); done
+for b in "${BINS[@]}"; do paths+=("$BUILD_DIR/bin/$b"); done
+for p in "${paths[@]}"; do
+  [ -x "$p" ] || { echo "bundle.sh: $p is missing (build it first)" >&2; exit 1; }
+  strip --strip-unneeded -o "$OUT/bin/$(basename "$p")" "$p"
+  ldd "$p" | awk '$3 ~ /^\// {print $1, $3}' | while read -r name path; do
+    if ! [[ "$name" =~ $SYSTEM ]] && [ ! -e "$OUT/lib/$name" ]; then
+      cp -L "$path" "$OUT/lib/$name"
+    fi
+  done
+done
+printf '%s\n' "${TESTS[@]}" >"$OUT/tests.txt"
+git rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null || true
+size=$(du -sb "$OUT" | cut -f1)
+echo "bundle.sh: $OUT: $(ls "$OUT/bin" | wc -l) binaries, $(ls "$OUT/lib" | wc -l) libraries, $((size / 1024 / 1024)) MiB"
+
+[ "$check" = 1 ] || exit 0
+fail=0
+if [ "$size" -gt "$LIMIT" ]; then
+  echo "FAIL: $size bytes > 48 MiB"
+  fail=1
+fi
+lib=$(cd "$OUT/lib" && pwd)
+for b in "$OUT"/bin/*; do
+  # With the bundle first on the path, every library that is not the machine's own
+  # must come from the bundle (anything else would be missing there).
+  while read -r name arrow path rest; do
+    [ "$arrow" = "=>" ] || continue
+    if [ "$path" = "not" ]; then
+      echo "FAIL: $(basename "$b") needs $name: not found"
+      fail=1
+    elif ! [[ "$name" =~ $SYSTEM ]] && [[ "$path" != "$lib"/* ]]; then
+      echo "FAIL: $(basename "$b") takes $name from $path, not from the bundle"
+      fail=1
+    fi
+  done < <(LD_LIBRARY_PATH="$lib" ldd "$b")
+done
+for t in "${TESTS[@]}"; do
+  if ! LD_LIBRARY_PATH="$lib" timeout 300 "$OUT/bin/$t" --gtest_brief=1 >"$OUT/$t.log" 2>&1; then
+    echo "FAIL: $t did not pass with the bundle's libraries (log: $OUT/$t.log)"
+    fail=1
+  fi
+done
+if ! LD_LIBRARY_PATH="$lib" "$OUT/bin/tandem" --help >/dev/null; then
+  echo "FAIL: tandem --help with the bundle's libraries"
+  fail=1
+fi
+if [ "$fail" = 0 ]; then
+  echo "bundle.sh: check passed (every binary starts on the bundle's libraries)"
+fi
+exit "$fail"
