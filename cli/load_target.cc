@@ -191,7 +191,9 @@ class OpenAiTarget : public LoadTarget {
 
 absl::StatusOr<std::unique_ptr<LoadTarget>> MakeLoadTarget(const TargetOptions& o) {
   if (o.backend == "grpc") {
-    auto channel = rpc::MakeSecureChannel(o.endpoint, {.api_key = o.api_key});
+    rpc::ChannelSecurity security;
+    security.api_key = o.api_key;
+    auto channel = rpc::MakeSecureChannel(o.endpoint, security);
     if (!channel.ok()) return channel.status();
     return std::unique_ptr<LoadTarget>(new GrpcTarget(*channel, o.timeout_s));
   }

@@ -1,7 +1,5 @@
 #include "decode_worker/decode_worker.h"
 
-#include <cstring>
-
 #include "common/util/check.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
@@ -143,16 +141,7 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
 }
 
 absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
-  absl::Status result;
-  // On the engine thread: after every write handed over before this call.
-  thread_->Run([&] {
-    std::lock_guard<std::mutex> lock(mu_);
-    result = CompleteKv(lease_id);
-  });
-  return result;
-}
-
-absl::Status DecodeWorker::CompleteKv(uint64_t lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     ++stats_.kv_failures;
@@ -189,6 +178,11 @@ absl::Status DecodeWorker::StartDecode(uint64_t lease_id, std::vector<int32_t> p
       if (!it->second.complete) {
         result = absl::FailedPreconditionError(
             StrCat("lease ", lease_id, ": its KV has not fully arrived"));
+        return;
+      }
+      // Every write handed over before EndKv has run by now (commands run in order).
+      if (!it->second.write_error.ok()) {
+        result = it->second.write_error;
         return;
       }
       leases_.erase(it);

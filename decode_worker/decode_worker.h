@@ -12,7 +12,9 @@
 // engine thread writes KV: an RPC thread checks a received payload against the lease
 // (under `mu_`) and hands it over; the engine thread checks the lease again (it may
 // have expired meanwhile) and writes it through Engine::WriteReservedKv at the next
-// step boundary. EndKv waits for every write handed over before it.
+// step boundary. EndKv checks that every block of every layer was handed over;
+// StartDecode runs on the engine thread after those writes (commands run in order)
+// and refuses a lease whose write failed.
 //
 // A forward pass that fails ends the requests of that step (their sinks get the
 // error); the worker keeps serving.
@@ -113,8 +115,6 @@ class DecodeWorker {
   // One turn of the engine thread: expire leases, step, hand tokens to sinks.
   bool Iterate();
   void ExpireLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // EndKv's check, on the engine thread.
-  absl::Status CompleteKv(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The lease KV may be written to; FailedPrecondition (counted) otherwise.
   absl::StatusOr<Lease*> WritableLease(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -94,8 +94,8 @@ TEST(Backend, ErrorsAreStickyUntilSynchronize) {
   auto buf = *b.Allocate(MemoryKind::kActivations, 1024);
   std::vector<float> one(4, 1.0f), got(4, 0.0f);
   b.InjectFault(absl::InternalError("injected"));
-  b.CopyToDevice(one.data(), *buf, 0, 16);  // fails: skipped
-  b.CopyToDevice(one.data(), *buf, 0, 16);  // after a failure: skipped
+  b.Add(F32(*buf, 1, 4), F32(*buf, 1, 4, 64));  // takes the fault: skipped
+  b.CopyToDevice(one.data(), *buf, 0, 16);      // after a failure: skipped
   EXPECT_EQ(b.Synchronize().code(), absl::StatusCode::kInternal);
   b.CopyToHost(*buf, 0, 16, got.data());
   EXPECT_TRUE(b.Synchronize().ok());

@@ -1,6 +1,5 @@
 #include "prefill_worker/prefill_worker.h"
 
-#include "common/util/check.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 

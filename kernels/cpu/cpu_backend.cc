@@ -120,7 +120,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::BorrowHost(const void* host,
 }
 
 void CpuBackend::CopyToDevice(const void* src, const Buffer& dst, int64_t offset, int64_t bytes) {
-  if (!Proceed()) return;
+  if (!Proceed(/*op=*/false)) return;
   if (offset < 0 || bytes < 0 || offset + bytes > dst.bytes()) {
     return Fail(absl::OutOfRangeError("CopyToDevice: range outside the buffer"));
   }
@@ -128,7 +128,7 @@ void CpuBackend::CopyToDevice(const void* src, const Buffer& dst, int64_t offset
 }
 
 void CpuBackend::CopyToHost(const Buffer& src, int64_t offset, int64_t bytes, void* dst) {
-  if (!Proceed()) return;
+  if (!Proceed(/*op=*/false)) return;
   if (offset < 0 || bytes < 0 || offset + bytes > src.bytes()) {
     return Fail(absl::OutOfRangeError("CopyToHost: range outside the buffer"));
   }
@@ -152,8 +152,10 @@ absl::Status CpuBackend::Synchronize() {
   return st;
 }
 
-bool CpuBackend::Proceed() {
+bool CpuBackend::Proceed(bool op) {
   if (!error_.ok()) return false;
+  if (!op) return true;
+  std::lock_guard<std::mutex> lock(fault_mu_);
   if (!injected_.ok()) {
     error_ = std::move(injected_);
     injected_ = absl::OkStatus();

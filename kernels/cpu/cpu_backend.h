@@ -15,7 +15,9 @@
 #define TANDEM_KERNELS_CPU_CPU_BACKEND_H_
 
 #include <memory>
+#include <mutex>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
@@ -34,8 +36,12 @@ class CpuBackend : public Backend {
   std::string_view name() const override { return fence_ ? "cpu-fence" : "cpu"; }
   int num_threads() const override { return pool_->num_threads(); }
 
-  // Test hook: the next op fails with `error`, as a device fault would.
-  void InjectFault(absl::Status error) { injected_ = std::move(error); }
+  // Test hook, callable from any thread: the next compute op (not a copy) fails with
+  // `error`, as a device fault would, and the rest of its pass is skipped.
+  void InjectFault(absl::Status error) {
+    std::lock_guard<std::mutex> lock(fault_mu_);
+    injected_ = std::move(error);
+  }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(MemoryKind kind, int64_t bytes) override;
   absl::StatusOr<std::unique_ptr<Buffer>> BorrowHost(const void* host, int64_t bytes) override;
@@ -65,14 +71,16 @@ class CpuBackend : public Backend {
                  const KvStorage& kv, const Tensor& out) override;
 
  private:
-  // False (and the op is skipped) once the pass has failed.
-  bool Proceed();
+  // False (and the op or copy is skipped) once the pass has failed; a compute op
+  // (`op`) also takes an injected fault.
+  bool Proceed(bool op = true);
   void Fail(absl::Status error);
 
   const bool fence_;
   std::unique_ptr<ThreadPool> pool_;
-  absl::Status error_;     // sticky until Synchronize
-  absl::Status injected_;  // InjectFault's, taken by the next op
+  absl::Status error_;  // sticky until Synchronize
+  std::mutex fault_mu_;
+  absl::Status injected_ ABSL_GUARDED_BY(fault_mu_);  // InjectFault's, taken by the next op
 };
 
 }  // namespace tandem::kernels
