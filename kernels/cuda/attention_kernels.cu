@@ -79,8 +79,11 @@ __global__ void PartialKernel(AttentionLaunch a) {
       }
     }
     __syncthreads();
-    for (int c = 0; c * kThreads + tid < d; ++c) {
+    // Unrolled with a guard (not a dynamic bound) so acc[] stays in registers.
+#pragma unroll
+    for (int c = 0; c < kMaxHeadDim / kThreads; ++c) {
       const int i = c * kThreads + tid;
+      if (i >= d) break;
       float v = acc[c] * factor;
       for (int j = 0; j < n; ++j) v += s[j] * a.cache[v_base[j] + i];
       acc[c] = v;
@@ -91,7 +94,10 @@ __global__ void PartialKernel(AttentionLaunch a) {
     part[0] = sm.m;
     part[1] = sm.l;
   }
-  for (int c = 0; c * kThreads + tid < d; ++c) part[2 + c * kThreads + tid] = acc[c];
+#pragma unroll
+  for (int c = 0; c < kMaxHeadDim / kThreads; ++c) {
+    if (c * kThreads + tid < d) part[2 + c * kThreads + tid] = acc[c];
+  }
 }
 
 // out = merge of the partials of one row × head, normalized. Splits merge in order,
