@@ -97,7 +97,10 @@ absl::Status DecodeWorker::BeginKv(uint64_t lease_id, std::span<const int32_t> b
 
 absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t first_block,
                                    int32_t num_blocks, std::string payload) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  // Backpressure: the engine thread applies writes between steps; a sender waits
+  // while that much is still queued.
+  kv_drained_.wait(lock, [&] { return pending_kv_bytes_ < kMaxPendingKvBytes; });
   ASSIGN_OR_RETURN(Lease * lease, WritableLease(lease_id));
   Lease& l = *lease;
   const int64_t slice_bytes = layout_.LayerBytes();
@@ -108,9 +111,9 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
     bad = absl::InvalidArgumentError(
         StrCat("layer: ", layer, " outside [0, ", layout_.n_layers, ")"));
   } else if (first_block < l.cached_blocks || num_blocks < 1 ||
-             first_block + num_blocks > l.expected_blocks) {
+             int64_t{first_block} + num_blocks > l.expected_blocks) {
     bad = absl::InvalidArgumentError(StrCat("first_block/num_blocks: [", first_block, ", ",
-                                            first_block + num_blocks, ") outside blocks [",
+                                            int64_t{first_block} + num_blocks, ") outside blocks [",
                                             l.cached_blocks, ", ", l.expected_blocks,
                                             ") of the transfer (the rest are cached here)"));
   } else if (static_cast<int64_t>(payload.size()) != num_blocks * slice_bytes) {
@@ -124,19 +127,34 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
   l.layer_received[layer] += num_blocks;
   l.expires = Clock::now() + l.duration;
   stats_.kv_bytes_received += static_cast<int64_t>(payload.size());
+  const int64_t size = static_cast<int64_t>(payload.size());
+  pending_kv_bytes_ += size;
   // The lease's block ids are the reservation's table in order, as BeginKv checked.
-  thread_->Post([this, lease_id, layer, first_block, num_blocks, payload = std::move(payload)] {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = leases_.find(lease_id);
-    if (it == leases_.end()) return;  // expired or released meanwhile: nothing to write
-    absl::Status st = engine_->WriteReservedKv(
-        lease_id, layer, first_block, num_blocks,
-        {reinterpret_cast<const uint8_t*>(payload.data()), payload.size()});
-    if (!st.ok() && it->second.write_error.ok()) {
-      ++stats_.kv_failures;
-      it->second.write_error = st;
-    }
-  });
+  // Leases are removed only on the engine thread, so one found here stays while the
+  // copy runs outside `mu_`.
+  thread_->Post(
+      [this, lease_id, layer, first_block, num_blocks, size, payload = std::move(payload)] {
+        bool live;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          live = leases_.contains(lease_id);  // else expired or released: nothing to write
+        }
+        const absl::Status st =
+            live ? engine_->WriteReservedKv(
+                       lease_id, layer, first_block, num_blocks,
+                       {reinterpret_cast<const uint8_t*>(payload.data()), payload.size()})
+                 : absl::OkStatus();
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          pending_kv_bytes_ -= size;
+          auto it = leases_.find(lease_id);
+          if (!st.ok() && it != leases_.end() && it->second.write_error.ok()) {
+            ++stats_.kv_failures;
+            it->second.write_error = st;
+          }
+        }
+        kv_drained_.notify_all();
+      });
   return absl::OkStatus();
 }
 

@@ -12,7 +12,8 @@
 // engine thread writes KV: an RPC thread checks a received payload against the lease
 // (under `mu_`) and hands it over; the engine thread checks the lease again (it may
 // have expired meanwhile) and writes it through Engine::WriteReservedKv at the next
-// step boundary. EndKv checks that every block of every layer was handed over;
+// step boundary; a sender waits while more than kMaxPendingKvBytes are queued. EndKv
+// checks that every block of every layer was handed over;
 // StartDecode runs on the engine thread after those writes (commands run in order)
 // and refuses a lease whose write failed.
 //
@@ -22,6 +23,7 @@
 #define TANDEM_DECODE_WORKER_DECODE_WORKER_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -122,8 +124,13 @@ class DecodeWorker {
   kv::KvLayout layout_;
   DecodeWorkerOptions options_;
 
+  // Received KV handed to the engine thread and not yet written, at most about this much.
+  static constexpr int64_t kMaxPendingKvBytes = int64_t{64} << 20;
+
   mutable std::mutex mu_;
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::condition_variable kv_drained_;  // pending_kv_bytes_ went down
   DecodeWorkerStats stats_ ABSL_GUARDED_BY(mu_);
   // Engine thread only.
   absl::flat_hash_map<kv::SeqId, std::shared_ptr<TokenSink>> sinks_;

@@ -85,6 +85,11 @@ absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const 
 absl::StatusOr<kv::SeqId> Engine::Reserve(int64_t num_tokens, std::span<const int32_t> prompt,
                                           uint64_t cache_salt, int32_t* cached_blocks) {
   if (num_tokens < 1) return absl::InvalidArgumentError("num_tokens: must be at least 1");
+  if (num_tokens > weights_->config().context_length) {
+    return absl::InvalidArgumentError(StrCat("num_tokens: ", num_tokens,
+                                             " exceeds the model's context of ",
+                                             weights_->config().context_length));
+  }
   if (static_cast<int64_t>(prompt.size()) > num_tokens) {
     return absl::InvalidArgumentError("prompt_token_ids: longer than num_tokens");
   }
@@ -204,8 +209,15 @@ void Engine::FailStep(const ScheduledStep& step, const absl::Status& error,
                       std::vector<TokenEvent>* events) {
   ++stats_.failed_steps;
   for (Sequence* seq : step.sequences) {
-    scheduler_->Remove(seq);
-    seq->state = SequenceState::kFinished;
+    if (seq->prefill_only) {
+      // A transport may still be reading layers sent before the failure: the blocks
+      // stay held until Release, as after a successful prefill.
+      scheduler_->Detach(seq);
+      seq->state = SequenceState::kHeld;
+    } else {
+      scheduler_->Remove(seq);
+      seq->state = SequenceState::kFinished;
+    }
     events->push_back({seq->id, -1, 0, {}, true, FinishReason::kNone, error});
   }
   for (auto it = sequences_.begin(); it != sequences_.end();) {

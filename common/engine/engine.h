@@ -20,8 +20,9 @@
 // through kv_storage().
 //
 // A forward pass that fails (a backend or device error) ends the requests of that
-// step — each gets a finished event carrying the error, its blocks are freed — and
-// the engine goes on with the rest.
+// step — each gets a finished event carrying the error and its blocks are freed (a
+// prefill-only request's stay held until Release, as its transfer may still be
+// reading them) — and the engine goes on with the rest.
 #ifndef TANDEM_COMMON_ENGINE_ENGINE_H_
 #define TANDEM_COMMON_ENGINE_ENGINE_H_
 
@@ -72,7 +73,8 @@ struct TokenEvent {
   bool finished = false;
   FinishReason reason = FinishReason::kNone;
   // Set (with finished, token -1) when the forward pass that computed this request
-  // failed: the request is over and its blocks are freed.
+  // failed: the request is over and its blocks are freed (kPrefillOnly: held until
+  // Release).
   absl::Status error;
 };
 

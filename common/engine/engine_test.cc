@@ -308,6 +308,8 @@ TEST_F(EngineTest, PrefillHereDecodeThereGivesTheSameTokens) {
 // Writes into a reservation are checked against its block table before any byte moves.
 TEST_F(EngineTest, ReservedKvWritesStayInsideTheReservation) {
   auto e = MakeEngine();
+  EXPECT_EQ(e->Reserve(weights_->config().context_length + 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
   auto a = e->Reserve(40);  // 3 blocks
   ASSERT_TRUE(a.ok());
   std::vector<uint8_t> slice(e->kv_layout().LayerBytes());
@@ -320,6 +322,24 @@ TEST_F(EngineTest, ReservedKvWritesStayInsideTheReservation) {
   EXPECT_EQ(e->WriteReservedKv(*a, 0, 0, 1, slice).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(e->Release(*a));
   ExpectNoLeak(*e);
+
+  // Leading blocks shared from the prefix cache are never written.
+  auto c = MakeEngine(int64_t{64} << 20, 16, /*prefix_caching=*/true);
+  std::vector<int32_t> prompt;  // three blocks long
+  for (const auto& p : Prompts(16)) prompt.insert(prompt.end(), p.begin(), p.end());
+  ASSERT_GE(prompt.size(), 48u);
+  prompt.resize(48);
+  (void)*c->AddRequest(prompt, Params(0, 1, 1));
+  Drain(*c);
+  int32_t cached = 0;
+  auto r = c->Reserve(static_cast<int64_t>(prompt.size()) + 1, prompt, 0, &cached);
+  ASSERT_TRUE(r.ok());
+  ASSERT_GE(cached, 1);
+  const std::vector<uint8_t> layer(c->kv_layout().LayerBytes());
+  EXPECT_EQ(c->WriteReservedKv(*r, 0, cached - 1, 1, layer).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(c->WriteReservedKv(*r, 0, cached, 1, layer).ok());
+  EXPECT_TRUE(c->Release(*r));
 }
 
 // A forward pass that fails on the backend ends the requests it computed (error in

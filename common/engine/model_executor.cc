@@ -93,7 +93,8 @@ absl::Status ModelExecutor::Reserve(int64_t tokens, int64_t seqs, int64_t table_
   }
   const int64_t T = std::max(tokens, cap_tokens_), S = std::max(seqs, cap_seqs_),
                 B = std::max(table_entries, cap_table_);
-  workspace_.reset();  // the old one first: never hold both
+  workspace_.reset();                        // the old one first: never hold both
+  cap_tokens_ = cap_seqs_ = cap_table_ = 0;  // until the new one exists
   ASSIGN_OR_RETURN(workspace_, backend_->Allocate(kernels::MemoryKind::kActivations,
                                                   Regions(config_, T, S, B).end));
   cap_tokens_ = T;
@@ -109,6 +110,14 @@ absl::Status ModelExecutor::Validate(const ForwardBatch& b) const {
       b.positions.size() != b.tokens.size() ||
       b.block_indptr.back() != static_cast<int32_t>(b.block_ids.size())) {
     return absl::InvalidArgumentError("forward batch: inconsistent index arrays");
+  }
+  if (b.q_indptr[0] != 0 || b.block_indptr[0] != 0) {
+    return absl::InvalidArgumentError("forward batch: index arrays must start at 0");
+  }
+  for (int32_t s = 0; s < S; ++s) {
+    if (b.q_indptr[s + 1] < b.q_indptr[s] || b.block_indptr[s + 1] < b.block_indptr[s]) {
+      return absl::InvalidArgumentError("forward batch: index arrays must not decrease");
+    }
   }
   const int32_t vocab = static_cast<int32_t>(config_.vocab_size);
   for (int32_t t : b.tokens) {

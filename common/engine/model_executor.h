@@ -8,8 +8,9 @@
 // asked for.
 //
 // Memory: one workspace buffer in backend memory, sized at creation for the limits
-// (max tokens and sequences per pass) and holding every activation and the step plan;
-// a pass over larger limits regrows it (the engine's scheduler never asks for one).
+// (max tokens and sequences per pass, block tables at full context) and holding every
+// activation and the step plan; a pass over larger limits regrows it (the engine's
+// scheduler stays within them; direct callers may not).
 // The step plan — token ids, positions, slot mapping, block tables, logit rows — is
 // built on the host once per pass and uploaded in one copy; every layer reads it
 // there. Logits stay in the workspace until the next pass.

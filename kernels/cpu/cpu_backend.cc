@@ -156,7 +156,7 @@ bool CpuBackend::Proceed(bool op) {
   if (!error_.ok()) return false;
   if (!op) return true;
   std::lock_guard<std::mutex> lock(fault_mu_);
-  if (!injected_.ok()) {
+  if (!injected_.ok() && fault_countdown_-- == 0) {
     error_ = std::move(injected_);
     injected_ = absl::OkStatus();
     return false;

@@ -36,11 +36,13 @@ class CpuBackend : public Backend {
   std::string_view name() const override { return fence_ ? "cpu-fence" : "cpu"; }
   int num_threads() const override { return pool_->num_threads(); }
 
-  // Test hook, callable from any thread: the next compute op (not a copy) fails with
-  // `error`, as a device fault would, and the rest of its pass is skipped.
-  void InjectFault(absl::Status error) {
+  // Test hook, callable from any thread: the compute op (not a copy) after the next
+  // `after_ops` ones fails with `error`, as a device fault would, and the rest of its
+  // pass is skipped.
+  void InjectFault(absl::Status error, int64_t after_ops = 0) {
     std::lock_guard<std::mutex> lock(fault_mu_);
     injected_ = std::move(error);
+    fault_countdown_ = after_ops;
   }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(MemoryKind kind, int64_t bytes) override;
@@ -80,7 +82,8 @@ class CpuBackend : public Backend {
   std::unique_ptr<ThreadPool> pool_;
   absl::Status error_;  // sticky until Synchronize
   std::mutex fault_mu_;
-  absl::Status injected_ ABSL_GUARDED_BY(fault_mu_);  // InjectFault's, taken by the next op
+  absl::Status injected_ ABSL_GUARDED_BY(fault_mu_);        // InjectFault's, taken by an op
+  int64_t fault_countdown_ ABSL_GUARDED_BY(fault_mu_) = 0;  // ops to pass before it
 };
 
 }  // namespace tandem::kernels

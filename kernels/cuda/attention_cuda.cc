@@ -44,6 +44,9 @@ absl::Status PagedAttentionCuda(const float* q, const PagedBatch& batch,
                                 DeviceScratch* scratch, const AttentionTuning& tuning) {
   const int32_t rows = batch.q_indptr.empty() ? 0 : batch.q_indptr.back();
   if (rows == 0) return absl::OkStatus();
+  if (layout.dtype != kv::KvDtype::kF32) {
+    return absl::InvalidArgumentError("paged attention (CUDA): only a float32 cache so far");
+  }
   if (shape.head_dim > 256) {
     return absl::InvalidArgumentError(StrCat("head_dim ", shape.head_dim, " > 256"));
   }

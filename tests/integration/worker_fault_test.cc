@@ -2,8 +2,10 @@
 // worker's KV API directly (no gRPC), with faults injected into their backends: a
 // forward pass that fails ends its request with the backend's status, frees its
 // blocks, and the worker serves the next request exactly as a single engine would.
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
@@ -130,12 +132,20 @@ class WorkerFaultTest : public ::testing::Test {
         });
   }
   void TearDown() override {
+    // Stats are published at the end of an engine turn: give the last one a moment.
+    auto clean = [](const engine::EngineStats& e) {
+      return e.blocks.free_blocks + e.blocks.cached_blocks == e.blocks.num_blocks;
+    };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while ((!clean(prefill_->Stats().engine) || !clean(decode_->Stats().engine) ||
+            decode_->Stats().leases != 0) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(clean(prefill_->Stats().engine)) << "prefill worker leaked blocks";
+    EXPECT_TRUE(clean(decode_->Stats().engine)) << "decode worker leaked blocks";
+    EXPECT_EQ(decode_->Stats().leases, 0);
     prefill_.reset();
-    const auto s = decode_->Stats();
-    EXPECT_EQ(s.engine.blocks.free_blocks + s.engine.blocks.cached_blocks,
-              s.engine.blocks.num_blocks)
-        << "leak";
-    EXPECT_EQ(s.leases, 0);
   }
 
   static engine::SamplingParams Greedy(int32_t max_tokens) {
@@ -206,6 +216,22 @@ TEST_F(WorkerFaultTest, FailedPrefillPassFailsTheRequestAndTheWorkerGoesOn) {
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(failed.status().message()), HasSubstr("injected"));
   EXPECT_EQ(prefill_->Stats().engine.failed_steps, 1);
+  auto next = Run(prompt, Greedy(6));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, Reference(prompt, Greedy(6)));
+}
+
+// The fault strikes in the middle of the pass: the first layers' K/V have already
+// gone to the decode worker when it fails; the request still fails, and nothing leaks.
+TEST_F(WorkerFaultTest, PrefillPassFailingHalfWayFailsTheRequestAndTheWorkerGoesOn) {
+  const std::vector<int32_t> prompt = *model_->tokenizer->Encode("A long time ago, far away,");
+  // RopeTable and Embedding, then 13 compute ops per layer: the fault lands in layer
+  // 19 of the model's 30, after layers 0..18 have been sent.
+  prefill_backend_->InjectFault(absl::InternalError("injected fault"), 2 + 19 * 13);
+  const int64_t received_before = decode_->Stats().kv_bytes_received;
+  auto failed = Run(prompt, Greedy(6));
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
+  EXPECT_GT(decode_->Stats().kv_bytes_received, received_before);  // some layers went out
   auto next = Run(prompt, Greedy(6));
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(*next, Reference(prompt, Greedy(6)));
