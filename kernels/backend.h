@@ -25,7 +25,6 @@
 #include <memory>
 #include <span>
 #include <string_view>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,8 +60,6 @@ struct AttentionShape {
 // block_indptr[s+1]). slot_mapping[t] = block × block_size + offset of token t's
 // cache slot (FlashInfer's paged layout; vLLM's slot mapping).
 struct StepView {
-  int32_t num_tokens = 0;
-  int32_t num_seqs = 0;
   Tensor tokens;        // [T]
   Tensor positions;     // [T]
   Tensor slot_mapping;  // [T]
@@ -72,12 +69,11 @@ struct StepView {
   Tensor block_ids;     // [block_indptr[S]]
 };
 
-// StepView::slot_mapping from the step's CSR arrays, on the host.
-inline std::vector<int32_t> SlotMapping(std::span<const int32_t> q_indptr,
-                                        std::span<const int32_t> kv_len,
-                                        std::span<const int32_t> block_indptr,
-                                        std::span<const int32_t> block_ids, int32_t block_size) {
-  std::vector<int32_t> slots(q_indptr.empty() ? 0 : q_indptr.back());
+// StepView::slot_mapping from the step's CSR arrays, on the host, into `slots`
+// [q_indptr.back()].
+inline void SlotMapping(std::span<const int32_t> q_indptr, std::span<const int32_t> kv_len,
+                        std::span<const int32_t> block_indptr, std::span<const int32_t> block_ids,
+                        int32_t block_size, int32_t* slots) {
   for (size_t s = 0; s < kv_len.size(); ++s) {
     const int32_t q0 = q_indptr[s], n = q_indptr[s + 1] - q0;
     for (int32_t t = 0; t < n; ++t) {
@@ -85,7 +81,6 @@ inline std::vector<int32_t> SlotMapping(std::span<const int32_t> q_indptr,
       slots[q0 + t] = block_ids[block_indptr[s] + pos / block_size] * block_size + pos % block_size;
     }
   }
-  return slots;
 }
 
 // A point in the backend's stream. Wait blocks until every op enqueued before it has

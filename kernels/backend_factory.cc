@@ -5,6 +5,8 @@
 
 namespace tandem::kernels {
 
+std::vector<std::string> DeviceNames() { return {"cpu", "cpu-fence", "cuda"}; }
+
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
   if (o.device == "cpu" || o.device == "cpu-fence") {
     return std::unique_ptr<Backend>(
@@ -14,7 +16,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
     return absl::UnimplementedError("device: the CUDA backend is not built yet; use --device cpu");
   }
   return absl::InvalidArgumentError(
-      StrCat("device: '", o.device, "' is not one of cpu, cpu-fence, cuda"));
+      StrCat("device: '", o.device, "' is not one of ", Join(DeviceNames(), ", ")));
 }
 
 }  // namespace tandem::kernels

@@ -7,11 +7,15 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 
 namespace tandem::kernels {
+
+// Every name MakeBackend knows, for flags and messages.
+std::vector<std::string> DeviceNames();
 
 struct BackendOptions {
   std::string device = "cpu";

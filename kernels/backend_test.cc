@@ -126,6 +126,10 @@ TEST(KvStorage, LayersRoundTripAndBadIdsAreRefused) {
       EXPECT_EQ(in, out);
       ASSERT_TRUE((*kv)->ReadLayer({{2}}, 0, out.data()).ok());
       EXPECT_EQ(out[0], 0);  // another layer: untouched (zero-filled)
+      const KvStorage::Extent e = (*kv)->BlockExtent(7);
+      EXPECT_EQ(e.buffer, &(*kv)->buffer());
+      EXPECT_EQ(e.offset, (*kv)->LayerOffset(7, 0));
+      EXPECT_EQ(e.bytes, layout.BlockBytes());
       EXPECT_FALSE((*kv)->WriteLayer({{10}}, 0, in.data()).ok());
       EXPECT_FALSE((*kv)->ReadLayer({{0}}, 3, out.data()).ok());
     }

@@ -69,24 +69,20 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Prepare(const Mode
   w->buffers_.clear();
   constexpr int64_t kAlign = 256;
   absl::flat_hash_map<const void*, int64_t> offset_of;
+  std::vector<const Source*> distinct;
   int64_t total = 0;
   for (const Source& s : src) {
-    if (s.data == nullptr || offset_of.contains(s.data)) continue;
-    offset_of[s.data] = total;
+    if (s.data == nullptr || !offset_of.try_emplace(s.data, total).second) continue;
+    distinct.push_back(&s);
     total += (shape(s, nullptr, 0).bytes() + kAlign - 1) / kAlign * kAlign;
   }
   ASSIGN_OR_RETURN(std::unique_ptr<kernels::Buffer> buffer,
                    backend->Allocate(kernels::MemoryKind::kWeights, total));
   for (const Source& s : src) {
-    if (s.data == nullptr) continue;
-    *s.view = shape(s, buffer.get(), offset_of[s.data]);
+    if (s.data != nullptr) *s.view = shape(s, buffer.get(), offset_of[s.data]);
   }
-  for (const auto& [data, offset] : offset_of) {
-    for (const Source& s : src) {
-      if (s.data != data) continue;
-      backend->CopyToDevice(data, *buffer, offset, s.view->bytes());
-      break;
-    }
+  for (const Source* s : distinct) {
+    backend->CopyToDevice(s->data, *buffer, s->view->offset, s->view->bytes());
   }
   RETURN_IF_ERROR(backend->Synchronize());
   w->copied_bytes_ = total;

@@ -205,6 +205,11 @@ void Engine::Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>*
   }
 }
 
+void Engine::EraseFinished() {
+  absl::erase_if(sequences_,
+                 [](const auto& entry) { return entry.second->state == SequenceState::kFinished; });
+}
+
 void Engine::FailStep(const ScheduledStep& step, const absl::Status& error,
                       std::vector<TokenEvent>* events) {
   ++stats_.failed_steps;
@@ -220,11 +225,7 @@ void Engine::FailStep(const ScheduledStep& step, const absl::Status& error,
     }
     events->push_back({seq->id, -1, 0, {}, true, FinishReason::kNone, error});
   }
-  for (auto it = sequences_.begin(); it != sequences_.end();) {
-    auto next = std::next(it);
-    if (it->second->state == SequenceState::kFinished) sequences_.erase(it);
-    it = next;
-  }
+  EraseFinished();
 }
 
 FinishReason Engine::CheckFinish(const Sequence& seq) const {
@@ -327,11 +328,7 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
       Finish(seq, reason, &events);
     }
   }
-  for (auto it = sequences_.begin(); it != sequences_.end();) {
-    auto next = std::next(it);
-    if (it->second->state == SequenceState::kFinished) sequences_.erase(it);
-    it = next;
-  }
+  EraseFinished();
   return events;
 }
 

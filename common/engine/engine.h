@@ -178,6 +178,8 @@ class Engine {
   // The step's forward pass or sampling failed: end its sequences with `error`.
   void FailStep(const ScheduledStep& step, const absl::Status& error,
                 std::vector<TokenEvent>* events);
+  // Forgets every kFinished sequence.
+  void EraseFinished();
 
   const ModelWeights* weights_ = nullptr;
   std::unique_ptr<kernels::Backend> backend_;

@@ -11,7 +11,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/testing/faultable_backend.h"
 #include "tests/test_paths.h"
 
 namespace tandem::engine {
@@ -350,12 +350,7 @@ TEST_F(EngineTest, AFailedPassEndsItsRequestsAndTheEngineGoesOn) {
   EngineOptions o;
   o.num_threads = 2;
   o.scheduler.max_running = 2;
-  o.make_backend = [&]() -> absl::StatusOr<std::unique_ptr<kernels::Backend>> {
-    auto b = std::make_unique<kernels::CpuBackend>(kernels::CpuBackendOptions{
-        .num_threads = 2, .fence = ::tandem::testing::TestDevice() == "cpu-fence"});
-    backend = b.get();
-    return std::unique_ptr<kernels::Backend>(std::move(b));
-  };
+  o.make_backend = kernels::testing::FaultableBackend(&backend, 2);
   auto e = *Engine::Create(*weights_, o);
   const auto prompts = Prompts(3);
   const SamplingParams p = Params(0, 4, 1);

@@ -175,26 +175,28 @@ absl::StatusOr<kernels::Tensor> ModelExecutor::Forward(const ForwardBatch& b,
   const kernels::Tensor rope_table = f32(at.rope, T, c.rope_dim);  // cos | sin
 
   // The step plan: built here, uploaded in one copy, read by every layer.
-  const std::vector<int32_t> slots = kernels::SlotMapping(b.q_indptr, b.kv_len, b.block_indptr,
-                                                          b.block_ids, kv_->layout().block_size);
-  plan_.clear();
-  kernels::StepView step;
-  step.num_tokens = static_cast<int32_t>(T);
-  step.num_seqs = static_cast<int32_t>(S);
-  auto part = [&](std::span<const int32_t> values) {
-    const kernels::Tensor t{ws, at.plan + static_cast<int64_t>(plan_.size()) * 4,
-                            model::GgmlType::kI32, 1, static_cast<int64_t>(values.size())};
-    plan_.insert(plan_.end(), values.begin(), values.end());
+  plan_.resize(static_cast<size_t>(3 * T + 3 * S + 2 + B + R));
+  int64_t used = 0;
+  auto part = [&](int64_t n) {  // the next n ints of the plan
+    const kernels::Tensor t{ws, at.plan + used * 4, model::GgmlType::kI32, 1, n};
+    used += n;
     return t;
   };
-  step.tokens = part(b.tokens);
-  step.positions = part(b.positions);
-  step.slot_mapping = part(slots);
-  step.q_indptr = part(b.q_indptr);
-  step.kv_len = part(b.kv_len);
-  step.block_indptr = part(b.block_indptr);
-  step.block_ids = part(b.block_ids);
-  const kernels::Tensor logit_rows = part(b.logit_rows);
+  auto copy = [&](std::span<const int32_t> values) {
+    std::copy(values.begin(), values.end(), plan_.begin() + used);
+    return part(static_cast<int64_t>(values.size()));
+  };
+  kernels::StepView step;
+  step.tokens = copy(b.tokens);
+  step.positions = copy(b.positions);
+  kernels::SlotMapping(b.q_indptr, b.kv_len, b.block_indptr, b.block_ids, kv_->layout().block_size,
+                       plan_.data() + used);
+  step.slot_mapping = part(T);
+  step.q_indptr = copy(b.q_indptr);
+  step.kv_len = copy(b.kv_len);
+  step.block_indptr = copy(b.block_indptr);
+  step.block_ids = copy(b.block_ids);
+  const kernels::Tensor logit_rows = copy(b.logit_rows);
   backend_->CopyToDevice(plan_.data(), *ws, at.plan, static_cast<int64_t>(plan_.size()) * 4);
 
   const float eps = static_cast<float>(c.rms_norm_eps);

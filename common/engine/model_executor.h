@@ -75,8 +75,6 @@ class ModelExecutor {
   absl::StatusOr<kernels::Tensor> Forward(const ForwardBatch& batch,
                                           const LayerCallback& on_layer_kv = nullptr);
 
-  int64_t workspace_bytes() const { return workspace_ == nullptr ? 0 : workspace_->bytes(); }
-
  private:
   ModelExecutor(const model::ModelConfig& config, const DeviceWeights& weights,
                 kernels::Backend* backend, kernels::KvStorage* kv);

@@ -236,6 +236,17 @@ TEST_F(GoldenTest, Bf16KvKeepsTheFloat32Continuations) {
   EXPECT_GT(worst, 0.0);  // the KV really was rounded
 }
 
+// The CPU backend uses the mapped GGUF in place; the fence (like a device) gets copies.
+TEST_F(GoldenTest, WeightsAreBorrowedOnTheCpuAndCopiedBehindTheFence) {
+  auto cpu = *kernels::MakeBackend({"cpu", 1});
+  auto fence = *kernels::MakeBackend({"cpu-fence", 1});
+  auto on_cpu = DeviceWeights::Prepare(*weights_, cpu.get());
+  auto behind_fence = DeviceWeights::Prepare(*weights_, fence.get());
+  ASSERT_TRUE(on_cpu.ok() && behind_fence.ok());
+  EXPECT_EQ((*on_cpu)->copied_bytes(), 0);
+  EXPECT_GE((*behind_fence)->copied_bytes(), weights_->weight_bytes());
+}
+
 TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
   const int n_prompts = static_cast<int>(*golden_->GetUint("n_prompts"));
   EngineOptions o;

@@ -2,11 +2,11 @@
 
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <thread>
 
 #include "common/util/signals.h"
 #include "common/util/strings.h"
+#include "kernels/backend_factory.h"
 
 namespace tandem::rpc {
 
@@ -47,19 +47,22 @@ std::string ServedModelName(const ServerFlags& f) {
 }
 
 void AddDeviceFlags(CLI::App& app, std::string* device, kv::KvDtype* kv_dtype) {
-  app.add_option("--device", *device, "Compute backend: cpu, cpu-fence (tests), cuda")
-      ->check(CLI::IsMember({"cpu", "cpu-fence", "cuda"}))
+  app.add_option("--device", *device, "Compute backend (cpu-fence: for tests)")
+      ->check(CLI::IsMember(kernels::DeviceNames()))
       ->capture_default_str();
   AddKvDtypeFlag(app, kv_dtype);
 }
 
 void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype) {
-  app.add_option("--kv-dtype", *kv_dtype, "KV cache element type: f32, bf16, f16")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, kv::KvDtype>{
-              {"f32", kv::KvDtype::kF32}, {"bf16", kv::KvDtype::kBF16}, {"f16", kv::KvDtype::kF16}},
-          CLI::ignore_case))
-      ->default_str("f32");
+  app.add_option_function<std::string>(
+         "--kv-dtype",
+         [kv_dtype](const std::string& name) {
+           absl::StatusOr<kv::KvDtype> d = kv::ParseKvDtype(name);
+           if (!d.ok()) throw CLI::ValidationError(std::string(d.status().message()));
+           *kv_dtype = *d;
+         },
+         "KV cache element type: f32, bf16, f16")
+      ->default_str(std::string(kv::KvDtypeName(*kv_dtype)));
 }
 
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {

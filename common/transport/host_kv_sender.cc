@@ -38,7 +38,6 @@ class HostKvSender::Transfer : public KvTransfer {
   Peer* peer_;
   KvDestination dst_;
   std::vector<int32_t> src_;
-  std::shared_ptr<v1::KvTransfer::Stub> stub_;
   // Used by the sender thread only.
   grpc::ClientContext ctx_;
   v1::PushKvBlocksResponse response_;
@@ -111,9 +110,7 @@ absl::StatusOr<std::unique_ptr<KvTransfer>> HostKvSender::Begin(const KvDestinat
     }
     peer = it->second.get();
   }
-  auto t = std::make_unique<Transfer>(peer, dst, std::move(src_blocks));
-  t->stub_ = peer->stub;
-  return std::unique_ptr<KvTransfer>(std::move(t));
+  return std::unique_ptr<KvTransfer>(new Transfer(peer, dst, std::move(src_blocks)));
 }
 
 void HostKvSender::Enqueue(Peer* peer, Task task) {
@@ -151,7 +148,7 @@ void HostKvSender::WriteLayer(Transfer* t, const Task& task) {
   }
   if (t->writer_ == nullptr) {
     t->ctx_.set_deadline(std::chrono::system_clock::now() + kTransferTimeout);
-    t->writer_ = t->stub_->PushKvBlocks(&t->ctx_, &t->response_);
+    t->writer_ = t->peer_->stub->PushKvBlocks(&t->ctx_, &t->response_);
   }
   // One layer of one block: K then V, adjacent in the block ([layer][K|V]).
   const int64_t slice_bytes = kv_->layout().LayerBytes();

@@ -58,7 +58,9 @@ struct KvView {
 
 // slot[t] = block × block_size + offset of the cache slot new row t is written to.
 inline std::vector<int32_t> SlotMapping(const PagedBatch& b, int32_t block_size) {
-  return SlotMapping(b.q_indptr, b.kv_len, b.block_indptr, b.block_ids, block_size);
+  std::vector<int32_t> slots(b.q_indptr.empty() ? 0 : b.q_indptr.back());
+  SlotMapping(b.q_indptr, b.kv_len, b.block_indptr, b.block_ids, block_size, slots.data());
+  return slots;
 }
 
 // Writes k, v [n_tokens][n_kv_heads][head_dim] of layer `layer` into the cache slots

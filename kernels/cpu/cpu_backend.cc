@@ -36,6 +36,11 @@ class CpuBuffer : public Buffer {
   const bool owns_;
 };
 
+// Whether [offset, offset + bytes) lies inside `b`.
+bool Inside(const Buffer& b, int64_t offset, int64_t bytes) {
+  return offset >= 0 && bytes >= 0 && offset + bytes <= b.bytes();
+}
+
 uint8_t* HostOf(const Buffer& b) { return static_cast<const CpuBuffer&>(b).host(); }
 
 template <class T = float>
@@ -121,7 +126,7 @@ absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::BorrowHost(const void* host,
 
 void CpuBackend::CopyToDevice(const void* src, const Buffer& dst, int64_t offset, int64_t bytes) {
   if (!Proceed(/*op=*/false)) return;
-  if (offset < 0 || bytes < 0 || offset + bytes > dst.bytes()) {
+  if (!Inside(dst, offset, bytes)) {
     return Fail(absl::OutOfRangeError("CopyToDevice: range outside the buffer"));
   }
   std::memcpy(HostOf(dst) + offset, src, static_cast<size_t>(bytes));
@@ -129,7 +134,7 @@ void CpuBackend::CopyToDevice(const void* src, const Buffer& dst, int64_t offset
 
 void CpuBackend::CopyToHost(const Buffer& src, int64_t offset, int64_t bytes, void* dst) {
   if (!Proceed(/*op=*/false)) return;
-  if (offset < 0 || bytes < 0 || offset + bytes > src.bytes()) {
+  if (!Inside(src, offset, bytes)) {
     return Fail(absl::OutOfRangeError("CopyToHost: range outside the buffer"));
   }
   std::memcpy(dst, HostOf(src) + offset, static_cast<size_t>(bytes));
@@ -137,7 +142,7 @@ void CpuBackend::CopyToHost(const Buffer& src, int64_t offset, int64_t bytes, vo
 
 absl::Status CpuBackend::ReadNow(const Buffer& src, int64_t offset, int64_t bytes,
                                  void* dst) const {
-  if (offset < 0 || bytes < 0 || offset + bytes > src.bytes()) {
+  if (!Inside(src, offset, bytes)) {
     return absl::OutOfRangeError("ReadNow: range outside the buffer");
   }
   std::memcpy(dst, HostOf(src) + offset, static_cast<size_t>(bytes));

@@ -12,7 +12,7 @@
 #include "decode_worker/decode_worker.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/testing/faultable_backend.h"
 #include "prefill_worker/prefill_worker.h"
 #include "tests/test_paths.h"
 
@@ -113,12 +113,7 @@ class WorkerFaultTest : public ::testing::Test {
   static engine::EngineOptions Options(kernels::CpuBackend** backend) {
     engine::EngineOptions o;
     o.kv_cache_bytes = int64_t{64} << 20;
-    o.make_backend = [backend]() -> absl::StatusOr<std::unique_ptr<kernels::Backend>> {
-      auto b = std::make_unique<kernels::CpuBackend>(kernels::CpuBackendOptions{
-          .num_threads = 1, .fence = ::tandem::testing::TestDevice() == "cpu-fence"});
-      *backend = b.get();
-      return std::unique_ptr<kernels::Backend>(std::move(b));
-    };
+    o.make_backend = kernels::testing::FaultableBackend(backend, 1);
     return o;
   }
 
