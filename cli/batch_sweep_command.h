@@ -17,6 +17,8 @@ namespace tandem::cli {
 struct BatchSweepOptions {
   std::string model;
   std::string device = "cpu";
+  int gpu = 0;                   // --gpu: the CUDA device
+  bool batch_invariant = false;  // --batch-invariant
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
   int threads = 0;
   std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64};

@@ -15,8 +15,10 @@
 #include "cli/machine_limits.h"
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
+#include "common/engine/synthetic_model.h"
 #include "common/model/gguf_file.h"
 #include "common/rpc/process_main.h"
+#include "common/util/strings.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
@@ -34,7 +36,16 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* o) {
   bench->require_subcommand(1);
   CLI::App* cmd =
       bench->add_subcommand("engine", "Single-process engine: prefill, decode, batched decode");
-  cmd->add_option("--model,-m", o->model, "GGUF model")->required();
+  CLI::Option* model = cmd->add_option("--model,-m", o->model, "GGUF model");
+  CLI::Option* synthetic =
+      cmd->add_option("--synthetic", o->synthetic,
+                      StrCat("Random weights of a named shape instead of a file: ",
+                             Join(engine::SyntheticShapes(), ", ")))
+          ->excludes(model);
+  cmd->add_option("--synthetic-type", o->synthetic_type, "Synthetic weights' type: f32, q8_0")
+      ->check(CLI::IsMember({"f32", "q8_0"}))
+      ->capture_default_str();
+  model->excludes(synthetic);
   cmd->add_option("--threads,-t", o->threads, "Compute threads (default: all cores)");
   cmd->add_option("--repetitions,-r", o->repetitions)->capture_default_str();
   cmd->add_option("--prompt-tokens,-p", o->prompt_tokens)->capture_default_str();
@@ -44,19 +55,40 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* o) {
   cmd->add_option("--batch-gen", o->batch_gen)->capture_default_str();
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes)->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
-  rpc::AddDeviceFlags(*cmd, &o->device, &o->kv_dtype);
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
   return bench;
 }
 
 int RunBench(const BenchOptions& o) {
-  auto loaded = engine::LoadModel(o.model);
-  if (!loaded.ok()) return Fail(loaded.status());
-  const model::ModelConfig* config = &loaded->config;
-  const std::unique_ptr<engine::ModelWeights>& weights = loaded->weights;
+  if (o.model.empty() == o.synthetic.empty()) {
+    return Fail(absl::InvalidArgumentError("bench engine: give --model or --synthetic"));
+  }
+  absl::StatusOr<engine::LoadedModel> loaded;
+  std::unique_ptr<engine::ModelWeights> synthetic;
+  const model::ModelConfig* config = nullptr;
+  const engine::ModelWeights* weights = nullptr;
+  if (!o.synthetic.empty()) {
+    auto c = engine::SyntheticConfig(o.synthetic);
+    if (!c.ok()) return Fail(c.status());
+    auto w = engine::ModelWeights::Random(
+        *c, o.synthetic_type == "f32" ? model::GgmlType::kF32 : model::GgmlType::kQ8_0, 1);
+    if (!w.ok()) return Fail(w.status());
+    synthetic = *std::move(w);
+    weights = synthetic.get();
+    config = &weights->config();
+  } else {
+    loaded = engine::LoadModel(o.model);
+    if (!loaded.ok()) return Fail(loaded.status());
+    config = &loaded->config;
+    weights = loaded->weights.get();
+  }
+  const std::string model_name = o.synthetic.empty() ? o.model : StrCat("synthetic:", o.synthetic);
   engine::EngineOptions eo;
   eo.num_threads = o.threads;
   eo.kv_cache_bytes = o.kv_cache_bytes;
   eo.device = o.device;
+  eo.gpu = o.gpu;
+  eo.batch_invariant = o.batch_invariant;
   eo.kv_dtype = o.kv_dtype;
   eo.scheduler.max_running = std::max(64, o.batch);
   eo.scheduler.max_batched_tokens = std::max(2048, o.batch * o.batch_prompt);
@@ -88,7 +120,7 @@ int RunBench(const BenchOptions& o) {
   const double pp_gflops = Median(pp) * 2 * params / 1e9;
 
   nlohmann::json j = {
-      {"model", o.model},
+      {"model", model_name},
       {"threads", threads},
       {"isa", kernels::MatMulIsa()},
       {"pp", o.prompt_tokens},
@@ -115,7 +147,7 @@ int RunBench(const BenchOptions& o) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("tandem bench engine: %s, %s, %d threads, %s kernels, %s KV\n", o.model.c_str(),
+    std::printf("tandem bench engine: %s, %s, %d threads, %s kernels, %s KV\n", model_name.c_str(),
                 std::string(e.device()).c_str(), threads, kernels::MatMulIsa(),
                 std::string(kv::KvDtypeName(o.kv_dtype)).c_str());
     std::printf(

@@ -13,8 +13,12 @@ namespace tandem::cli {
 
 struct BenchOptions {
   std::string model;
+  std::string synthetic;  // a SyntheticConfig shape instead of --model (random weights)
+  std::string synthetic_type = "q8_0";  // f32 | q8_0
   int threads = 0;
   std::string device = "cpu";
+  int gpu = 0;                   // --gpu: the CUDA device
+  bool batch_invariant = false;  // --batch-invariant
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
   int repetitions = 3;
   int32_t prompt_tokens = 512;  // pp

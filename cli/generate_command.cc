@@ -35,7 +35,7 @@ void AddGenerateCommand(CLI::App& app, GenerateOptions* o) {
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget")
       ->capture_default_str();
   cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
-  rpc::AddDeviceFlags(*cmd, &o->device, &o->kv_dtype);
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
 }
 
 int RunGenerate(const GenerateOptions& o) {
@@ -60,6 +60,8 @@ int RunGenerate(const GenerateOptions& o) {
   eo.kv_cache_bytes = o.kv_cache_bytes;
   eo.block_size = o.block_size;
   eo.device = o.device;
+  eo.gpu = o.gpu;
+  eo.batch_invariant = o.batch_invariant;
   eo.kv_dtype = o.kv_dtype;
   auto eng = engine::Engine::Create(*weights, eo);
   if (!eng.ok()) return Fail(eng.status());

@@ -18,6 +18,8 @@ struct GenerateOptions {
   int64_t kv_cache_bytes = int64_t{256} << 20;
   int32_t block_size = 16;
   std::string device = "cpu";
+  int gpu = 0;                   // --gpu: the CUDA device
+  bool batch_invariant = false;  // --batch-invariant
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
 };
 

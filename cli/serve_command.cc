@@ -98,7 +98,7 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk,
                   "Prompt tokens one sequence computes per step (chunked prefill; 0: whole prompt)")
       ->capture_default_str();
-  rpc::AddDeviceFlags(*cmd, &o->device, &o->kv_dtype);
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
   cmd->add_option("--bin-dir", o->bin_dir,
                   "Where the tandem-* binaries are (default: beside this one)");
 }
@@ -143,11 +143,14 @@ int RunServe(const ServeOptions& o) {
               std::to_string(o.max_prefill_chunk),
               "--device",
               o.device,
+              "--gpu",
+              std::to_string(o.gpu),
               "--kv-dtype",
               std::string(kv::KvDtypeName(o.kv_dtype))};
     if (!o.served_model_name.empty()) {
       c.args.insert(c.args.end(), {"--served-model-name", o.served_model_name});
     }
+    if (o.batch_invariant) c.args.push_back("--batch-invariant");
   };
   for (int i = 0; i < o.prefill_workers; ++i) add_worker("prefill", i, o.prefill_kv_cache_bytes);
   for (int i = 0; i < o.decode_workers; ++i) add_worker("decode", i, o.decode_kv_cache_bytes);

@@ -41,6 +41,8 @@ struct ServeOptions {
   std::string routing_policy = "cache_aware";  // router
   int32_t max_prefill_chunk = 512;             // prefill workers
   std::string device = "cpu";                  // every worker's --device
+  int gpu = 0;                                 // every worker's --gpu
+  bool batch_invariant = false;                // every worker's --batch-invariant
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;    // every worker's --kv-dtype
   std::string bin_dir;                         // default: the directory of this executable
 };

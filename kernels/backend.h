@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
@@ -67,6 +68,9 @@ struct StepView {
   Tensor kv_len;        // [S]
   Tensor block_indptr;  // [S+1]
   Tensor block_ids;     // [block_indptr[S]]
+  // Host-side: the most new tokens of any sequence (1 for a pure decode step), so a
+  // device backend can pick its prefill or decode kernels without reading the plan.
+  int32_t max_new_tokens = 0;
 };
 
 // StepView::slot_mapping from the step's CSR arrays, on the host, into `slots`
@@ -91,11 +95,40 @@ class Event {
   virtual absl::Status Wait() = 0;
 };
 
+// A device's memory, for sizing the KV pool (--gpu-memory-utilization).
+struct DeviceMemory {
+  int64_t total_bytes = 0;
+  int64_t free_bytes = 0;
+};
+
+// Scratch an op needs beyond the executor's workspace, for passes of up to `rows`
+// tokens: activations up to `max_cols` wide (a GEMM's operand converted to the
+// weights' type), attention over `attention_cols` = n_heads × (head_dim + 2) floats
+// per row (split-K partials).
+struct ScratchSize {
+  int64_t rows = 0;
+  int64_t max_cols = 0;
+  int64_t attention_cols = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
   virtual int num_threads() const = 0;
+
+  // --- preparation (at load, never while serving) -----------------------------------
+  // The type every weight matrix must be converted to before MatMul and Embedding
+  // read it; nullopt: the backend reads the GGUF types as they are (the CPU).
+  virtual std::optional<model::GgmlType> WeightType() const { return std::nullopt; }
+  // Total and free device memory; Unimplemented on the host (its KV budget is given
+  // in bytes).
+  virtual absl::StatusOr<DeviceMemory> Memory() const {
+    return absl::UnimplementedError("backend: no device memory to report");
+  }
+  // Allocates the scratch of ScratchSize once (so no op allocates while serving);
+  // a pass over it fails with ResourceExhausted. Nothing to do on the CPU.
+  virtual absl::Status ReserveScratch(const ScratchSize&) { return absl::OkStatus(); }
 
   // --- memory -------------------------------------------------------------------
   // A zero-filled buffer of `bytes`. ResourceExhausted when it does not fit.

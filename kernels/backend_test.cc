@@ -30,7 +30,21 @@ TEST(BackendFactory, NamesTheBadDevice) {
   auto b = MakeBackend({.device = "tpu"});
   EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(b.status().message().find("tpu"), std::string_view::npos);
-  EXPECT_EQ(MakeBackend({.device = "cuda"}).status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// "cuda" is Unimplemented in a build without CUDA; in a CUDA build it is a backend on
+// a machine with a GPU and a clear Unavailable without one (never a crash).
+TEST(BackendFactory, CudaIsBuiltOrSaysSo) {
+  auto b = MakeBackend({.device = "cuda"});
+  if (!CudaBuilt()) {
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented) << b.status();
+  } else if (b.ok()) {
+    EXPECT_EQ((*b)->name(), "cuda");
+  } else {
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable) << b.status();
+  }
+  auto far = MakeBackend({.device = "cuda", .gpu = 4096});
+  EXPECT_FALSE(far.ok());
 }
 
 TEST(FenceBackend, HostDereferenceOfBackendMemoryCrashes) {

@@ -1,7 +1,13 @@
 #include "common/engine/device_weights.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "absl/container/flat_hash_map.h"
+#include "common/model/dequantize.h"
+#include "common/util/half.h"
 #include "common/util/status_macros.h"
+#include "common/util/strings.h"
 
 namespace tandem::engine {
 
@@ -13,13 +19,41 @@ struct Source {
   model::GgmlType type;
   int64_t rows, cols;
   Tensor* view;
+  bool matrix;  // a weight matrix (converted to the backend's WeightType); else a vector
 };
 
 Source Matrix(const WeightMatrix& w, Tensor* view) {
-  return {w.data, w.type, w.rows, w.cols, view};
+  return {w.data, w.type, w.rows, w.cols, view, true};
 }
 Source Vector(const float* v, int64_t n, Tensor* view) {
-  return {v, model::GgmlType::kF32, v == nullptr ? 0 : 1, n, view};
+  return {v, model::GgmlType::kF32, v == nullptr ? 0 : 1, n, view, false};
+}
+
+// Rows of `s` decoded and rounded to bf16 into `out` [rows][cols], on every core.
+absl::Status ToBf16(const Source& s, std::vector<uint16_t>* out) {
+  const int64_t row_bytes = Tensor{nullptr, 0, s.type, 1, s.cols}.RowBytes();
+  out->resize(static_cast<size_t>(s.rows * s.cols));
+  const int64_t n_threads =
+      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(1, s.rows));
+  std::vector<absl::Status> status(static_cast<size_t>(n_threads));
+  std::vector<std::thread> threads;
+  for (int64_t t = 0; t < n_threads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<float> row(static_cast<size_t>(s.cols));
+      for (int64_t r = t; r < s.rows; r += n_threads) {
+        const auto* src = static_cast<const uint8_t*>(s.data) + r * row_bytes;
+        absl::Status st = model::Dequantize(s.type, {src, static_cast<size_t>(row_bytes)}, row);
+        if (!st.ok()) {
+          status[t] = st;
+          return;
+        }
+        for (int64_t c = 0; c < s.cols; ++c) (*out)[r * s.cols + c] = FloatToBf16(row[c]);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (const absl::Status& st : status) RETURN_IF_ERROR(st);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -45,14 +79,21 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Prepare(const Mode
          Vector(L.bv, kv_dim, &D.bv), Matrix(L.wo, &D.wo), Vector(L.ffn_norm, h, &D.ffn_norm),
          Matrix(L.w_gate, &D.w_gate), Matrix(L.w_up, &D.w_up), Matrix(L.w_down, &D.w_down)});
   }
-  auto shape = [](const Source& s, const kernels::Buffer* buffer, int64_t offset) {
-    return Tensor{buffer, offset, s.type, s.rows, s.cols};
+  // The type each tensor takes in backend memory.
+  const std::optional<model::GgmlType> want = backend->WeightType();
+  auto type_of = [&](const Source& s) { return s.matrix && want ? *want : s.type; };
+  if (want && *want != model::GgmlType::kBF16) {
+    return absl::UnimplementedError(
+        StrCat("weights: no conversion to ", model::Traits(*want).name));
+  }
+  auto shape = [&](const Source& s, const kernels::Buffer* buffer, int64_t offset) {
+    return Tensor{buffer, offset, type_of(s), s.rows, s.cols};
   };
 
-  // Zero-copy where the backend reads host memory.
-  bool borrowed = true;
+  // Zero-copy where the backend reads host memory as it is.
+  bool borrowed = !want;
   for (const Source& s : src) {
-    if (s.data == nullptr) continue;
+    if (s.data == nullptr || !borrowed) continue;
     const int64_t bytes = shape(s, nullptr, 0).bytes();
     auto b = backend->BorrowHost(s.data, bytes);
     if (b.status().code() == absl::StatusCode::kFailedPrecondition) {
@@ -65,7 +106,8 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Prepare(const Mode
   }
   if (borrowed) return w;
 
-  // Otherwise one buffer, each distinct tensor copied once (tied embeddings share).
+  // Otherwise one buffer, each distinct tensor copied once (tied embeddings share),
+  // matrices converted first where the backend asks for it.
   w->buffers_.clear();
   constexpr int64_t kAlign = 256;
   absl::flat_hash_map<const void*, int64_t> offset_of;
@@ -81,8 +123,15 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Prepare(const Mode
   for (const Source& s : src) {
     if (s.data != nullptr) *s.view = shape(s, buffer.get(), offset_of[s.data]);
   }
+  std::vector<uint16_t> converted;  // one tensor at a time: copied before the next
   for (const Source* s : distinct) {
-    backend->CopyToDevice(s->data, *buffer, s->view->offset, s->view->bytes());
+    if (type_of(*s) == s->type) {
+      backend->CopyToDevice(s->data, *buffer, s->view->offset, s->view->bytes());
+      continue;
+    }
+    RETURN_IF_ERROR(ToBf16(*s, &converted));
+    backend->CopyToDevice(converted.data(), *buffer, s->view->offset, s->view->bytes());
+    RETURN_IF_ERROR(backend->Synchronize());
   }
   RETURN_IF_ERROR(backend->Synchronize());
   w->copied_bytes_ = total;

@@ -10,6 +10,35 @@
 
 namespace tandem::engine {
 
+namespace {
+
+// The KV pool's bytes under --gpu-memory-utilization: the fraction of the device's
+// total memory, less what is in use now (weights, other processes) and what the
+// executor will take (its workspace and the backend's scratch).
+absl::StatusOr<int64_t> KvBudget(const kernels::Backend& backend, const model::ModelConfig& c,
+                                 const ExecutorLimits& limits, const EngineOptions& o) {
+  if (o.gpu_memory_utilization > 1) {
+    return absl::InvalidArgumentError("gpu_memory_utilization: must be in (0, 1]");
+  }
+  absl::StatusOr<kernels::DeviceMemory> m = backend.Memory();
+  if (!m.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat("gpu_memory_utilization: the ", backend.name(),
+               " backend has no device memory to size from; give --kv-cache-bytes"));
+  }
+  const int64_t allowed = static_cast<int64_t>(o.gpu_memory_utilization * m->total_bytes);
+  const int64_t in_use = m->total_bytes - m->free_bytes;
+  const int64_t budget = allowed - in_use - ModelExecutor::DeviceBytes(c, limits, o.block_size);
+  if (budget <= 0) {
+    return absl::ResourceExhaustedError(
+        StrCat("gpu_memory_utilization: ", o.gpu_memory_utilization, " of ", m->total_bytes >> 20,
+               " MiB leaves no room for a KV cache (", in_use >> 20, " MiB already in use)"));
+  }
+  return budget;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weights,
                                                        const EngineOptions& options) {
   std::unique_ptr<Engine> e(new Engine());
@@ -18,21 +47,28 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   if (options.make_backend) {
     ASSIGN_OR_RETURN(e->backend_, options.make_backend());
   } else {
-    ASSIGN_OR_RETURN(e->backend_, kernels::MakeBackend({options.device, options.num_threads}));
+    ASSIGN_OR_RETURN(e->backend_,
+                     kernels::MakeBackend({.device = options.device,
+                                           .num_threads = options.num_threads,
+                                           .gpu = options.gpu,
+                                           .batch_invariant = options.batch_invariant}));
   }
   ASSIGN_OR_RETURN(e->device_weights_, DeviceWeights::Prepare(weights, e->backend_.get()));
   kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
                       static_cast<int32_t>(c.head_dim), options.block_size, options.kv_dtype};
-  ASSIGN_OR_RETURN(e->kv_,
-                   kernels::KvStorage::Create(e->backend_.get(), layout, options.kv_cache_bytes));
-  e->blocks_ = std::make_unique<kv::BlockManager>(e->kv_->num_blocks(), options.block_size,
-                                                  options.prefix_caching);
-  e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get());
   // The scheduler bounds every pass: its token budget (a lone chunk may take one
   // block more) and one token per running sequence.
   const SchedulerOptions& so = options.scheduler;
   const ExecutorLimits limits{so.max_batched_tokens + so.max_running + options.block_size,
                               so.max_running};
+  int64_t kv_bytes = options.kv_cache_bytes;
+  if (options.gpu_memory_utilization > 0) {
+    ASSIGN_OR_RETURN(kv_bytes, KvBudget(*e->backend_, c, limits, options));
+  }
+  ASSIGN_OR_RETURN(e->kv_, kernels::KvStorage::Create(e->backend_.get(), layout, kv_bytes));
+  e->blocks_ = std::make_unique<kv::BlockManager>(e->kv_->num_blocks(), options.block_size,
+                                                  options.prefix_caching);
+  e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get());
   ASSIGN_OR_RETURN(e->executor_, ModelExecutor::Create(c, *e->device_weights_, e->backend_.get(),
                                                        e->kv_.get(), limits));
   std::random_device rd;

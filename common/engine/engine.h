@@ -50,7 +50,15 @@ namespace tandem::engine {
 
 struct EngineOptions {
   std::string device = "cpu";  // kernels::MakeBackend's names
+  int gpu = 0;                 // the CUDA device (--device cuda)
+  // Tokens independent of batching on every backend (the CPU is; CUDA pins its GEMM
+  // algorithms and attention splits: cuda/cuda_backend.h).
+  bool batch_invariant = false;
   int64_t kv_cache_bytes = int64_t{256} << 20;
+  // On a device backend, > 0 sizes the KV pool instead of kv_cache_bytes (vLLM's
+  // meaning): this engine may use that fraction of the device's total memory —
+  // weights, activations and KV together; the KV pool gets what the rest leaves.
+  double gpu_memory_utilization = 0;
   int32_t block_size = 16;
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
   int num_threads = 0;  // CPU compute threads (0: every core)

@@ -1,5 +1,6 @@
 #include "common/engine/model_executor.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/util/status_macros.h"
@@ -61,13 +62,35 @@ struct Regions {
 
 }  // namespace
 
+namespace {
+
+// Table entries of block ids the workspace holds for `limits` (every sequence at
+// full context).
+int64_t TableEntries(const model::ModelConfig& c, const ExecutorLimits& limits, int64_t bs) {
+  return int64_t{limits.max_seqs} * ((c.context_length + bs - 1) / bs);
+}
+
+kernels::ScratchSize Scratch(const model::ModelConfig& c, int64_t tokens) {
+  const int64_t widest =
+      std::max({c.hidden_size, c.n_heads * c.head_dim, c.ffn_size, c.n_kv_heads * c.head_dim});
+  return {tokens, widest, c.n_heads * (c.head_dim + 2)};
+}
+
+}  // namespace
+
+int64_t ModelExecutor::DeviceBytes(const model::ModelConfig& c, const ExecutorLimits& limits,
+                                   int32_t block_size) {
+  const kernels::ScratchSize s = Scratch(c, limits.max_tokens);
+  return Regions(c, limits.max_tokens, limits.max_seqs, TableEntries(c, limits, block_size)).end +
+         s.rows * s.max_cols * 2 + std::max<int64_t>(s.rows * s.attention_cols, 16 << 20) * 4;
+}
+
 absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
     const model::ModelConfig& config, const DeviceWeights& weights, kernels::Backend* backend,
     kernels::KvStorage* kv, const ExecutorLimits& limits) {
   std::unique_ptr<ModelExecutor> e(new ModelExecutor(config, weights, backend, kv));
-  const int64_t bs = kv->layout().block_size;
-  const int64_t table = int64_t{limits.max_seqs} * ((config.context_length + bs - 1) / bs);
-  RETURN_IF_ERROR(e->Reserve(limits.max_tokens, limits.max_seqs, table));
+  RETURN_IF_ERROR(e->Reserve(limits.max_tokens, limits.max_seqs,
+                             TableEntries(config, limits, kv->layout().block_size)));
   return e;
 }
 
@@ -97,6 +120,7 @@ absl::Status ModelExecutor::Reserve(int64_t tokens, int64_t seqs, int64_t table_
   cap_tokens_ = cap_seqs_ = cap_table_ = 0;  // until the new one exists
   ASSIGN_OR_RETURN(workspace_, backend_->Allocate(kernels::MemoryKind::kActivations,
                                                   Regions(config_, T, S, B).end));
+  RETURN_IF_ERROR(backend_->ReserveScratch(Scratch(config_, T)));
   cap_tokens_ = T;
   cap_seqs_ = S;
   cap_table_ = B;
@@ -187,6 +211,9 @@ absl::StatusOr<kernels::Tensor> ModelExecutor::Forward(const ForwardBatch& b,
     return part(static_cast<int64_t>(values.size()));
   };
   kernels::StepView step;
+  for (int64_t s = 0; s < S; ++s) {
+    step.max_new_tokens = std::max(step.max_new_tokens, b.q_indptr[s + 1] - b.q_indptr[s]);
+  }
   step.tokens = copy(b.tokens);
   step.positions = copy(b.positions);
   kernels::SlotMapping(b.q_indptr, b.kv_len, b.block_indptr, b.block_ids, kv_->layout().block_size,

@@ -63,6 +63,11 @@ class ModelExecutor {
                                                                kernels::KvStorage* kv,
                                                                const ExecutorLimits& limits);
 
+  // Device memory Create takes for `limits`: the workspace and, at most, the scratch
+  // it reserves on the backend (the bf16 GEMM operand, attention's split-K partials).
+  static int64_t DeviceBytes(const model::ModelConfig& config, const ExecutorLimits& limits,
+                             int32_t block_size);
+
   // Returns logits [batch.logit_rows.size()][vocab] in backend memory, valid until the
   // next Forward. InvalidArgument for an inconsistent batch (token ids out of range,
   // block tables too short, ...): nothing is written to the KV storage then. A backend

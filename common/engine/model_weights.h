@@ -42,6 +42,14 @@ class ModelWeights {
       const model::GgufFile& file, const model::ModelConfig& config,
       const std::function<void(int, int)>& progress = {});
 
+  // Random weights of `config`'s shape, no file (synthetic_model.h names the shapes):
+  // every matrix of `type` — kF32 (values exactly representable in bf16, so a bf16
+  // device reads the same numbers) or kQ8_0 (a quarter of the memory, for large
+  // shapes) — uniform with the variance of the usual 0.02-std initialisation scaled
+  // by 1/sqrt(fan_in / 1024); norms 1. Deterministic in `seed`; filled on every core.
+  static absl::StatusOr<std::unique_ptr<ModelWeights>> Random(const model::ModelConfig& config,
+                                                              model::GgmlType type, uint64_t seed);
+
   const model::ModelConfig& config() const { return config_; }
   const WeightMatrix& token_embd() const { return token_embd_; }  // [vocab][hidden]
   const WeightMatrix& output() const { return output_; }          // [vocab][hidden]
@@ -67,6 +75,7 @@ class ModelWeights {
   // Converted tensors. Views point into the inner vectors' buffers, which moving the
   // outer vector does not relocate.
   std::vector<std::vector<float>> owned_;
+  std::vector<std::vector<uint8_t>> owned_bytes_;  // Random's quantized matrices
   int64_t weight_bytes_ = 0;
   int64_t converted_bytes_ = 0;
 };

@@ -1,6 +1,7 @@
 #include "common/rpc/process_main.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -46,10 +47,19 @@ std::string ServedModelName(const ServerFlags& f) {
   return name.empty() ? f.model : name;
 }
 
-void AddDeviceFlags(CLI::App& app, std::string* device, kv::KvDtype* kv_dtype) {
-  app.add_option("--device", *device, "Compute backend (cpu-fence: for tests)")
+void AddDeviceFlags(CLI::App& app, std::string* device, int* gpu, bool* batch_invariant,
+                    kv::KvDtype* kv_dtype) {
+  if (const char* d = std::getenv("TANDEM_DEVICE"); d != nullptr && *d != '\0') *device = d;
+  app.add_option("--device", *device, "Compute backend (default: $TANDEM_DEVICE, else cpu)")
       ->check(CLI::IsMember(kernels::DeviceNames()))
       ->capture_default_str();
+  app.add_option("--gpu", *gpu, "CUDA device index (--device cuda)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--batch-invariant", *batch_invariant,
+               "A request's tokens do not depend on what it is batched with (the CPU always; "
+               "on a GPU: pinned GEMM algorithms, fixed attention splits, no tensor-core "
+               "attention)");
   AddKvDtypeFlag(app, kv_dtype);
 }
 
@@ -66,7 +76,12 @@ void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype) {
 }
 
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
-  AddDeviceFlags(app, &o->device, &o->kv_dtype);
+  AddDeviceFlags(app, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
+  app.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                 "Fraction of the GPU's memory this worker may use; sizes the KV pool from what "
+                 "weights and activations leave (instead of --kv-cache-bytes; 0: off)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--threads,-t", o->num_threads, "Compute threads (0: every core)")
       ->capture_default_str();
   app.add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget")

@@ -38,8 +38,10 @@ std::string ServedModelName(const ServerFlags& flags);
 
 // --kv-dtype (f32, bf16, f16).
 void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype);
-// --device (cpu, cpu-fence, cuda) and --kv-dtype.
-void AddDeviceFlags(CLI::App& app, std::string* device, kv::KvDtype* kv_dtype);
+// --device (cpu, cpu-fence, cuda; the default is $TANDEM_DEVICE where set), --gpu (the
+// CUDA device index), --batch-invariant and --kv-dtype.
+void AddDeviceFlags(CLI::App& app, std::string* device, int* gpu, bool* batch_invariant,
+                    kv::KvDtype* kv_dtype);
 
 void AddServerFlags(CLI::App& app, ServerFlags* flags);
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* options);

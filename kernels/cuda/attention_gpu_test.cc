@@ -1,16 +1,15 @@
-// The CUDA paged attention against PagedAttentionReference (double) at awkward sizes:
+// CudaBackend::Attention against PagedAttentionReference (double) at awkward sizes:
 // batch 1/7/17, cache lengths 1/15/17/1000/4097, block sizes 1 and 16, head dims 64
-// and 128, GQA, split-K on and off. Outputs start poisoned (NaN) so an unwritten row
-// fails. Skips where no CUDA device is present.
-#include <cuda_runtime.h>
-
+// and 128, GQA, split-K on and off, float32 / bf16 / f16 caches. Outputs start
+// poisoned (NaN) so an unwritten row fails. Skips where no CUDA device is present.
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/attention_cuda.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/kv_storage.h"
 #include "kernels/testing/paged_attention_fixture.h"
 
 namespace tandem::kernels::cuda {
@@ -18,35 +17,61 @@ namespace {
 
 using ::tandem::kernels::testing::Fixture;
 
-template <class T>
-T* Upload(const std::vector<T>& host) {
-  T* d = nullptr;
-  EXPECT_EQ(cudaMalloc(&d, host.size() * sizeof(T)), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(d, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return d;
-}
-
-// Runs `f` on the device and returns max |Δ| against the reference.
-double MaxError(const Fixture& f, int32_t layer, const AttentionTuning& tuning) {
+// Runs the fixture's batch through a CudaBackend with `tuning` and returns max |Δ|
+// against the reference.
+double MaxError(const Fixture& f, int32_t layer, int32_t keys_per_split, int32_t max_splits) {
   std::vector<float> want(f.q.size());
   PagedAttentionReference(f.q.data(), f.batch(), f.shape, layer, *f.cache, want.data());
-  const int64_t cache_floats = int64_t{f.cache->num_blocks} * f.layout.BlockElements();
-  std::vector<float> cache_host(f.cache->Part(0, 0, 0), f.cache->Part(0, 0, 0) + cache_floats);
-  float* d_cache = Upload(cache_host);
-  float* d_q = Upload(f.q);
-  float* d_out = Upload(std::vector<float>(f.q.size(), NAN));
-  DeviceScratch scratch;
-  absl::Status st = PagedAttentionCuda(d_q, f.batch(), f.shape, layer, f.layout, d_cache, d_out,
-                                       &scratch, tuning);
-  EXPECT_TRUE(st.ok()) << st;
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  auto made = CudaBackend::Create({.keys_per_split = keys_per_split, .max_splits = max_splits});
+  EXPECT_TRUE(made.ok()) << made.status();
+  if (!made.ok()) return INFINITY;
+  CudaBackend& b = **made;
+  const int64_t rows = f.q_indptr.back();
+  const int64_t q_cols = int64_t{f.shape.n_heads} * f.shape.head_dim;
+  EXPECT_TRUE(b.ReserveScratch({rows, q_cols, f.shape.n_heads * (f.shape.head_dim + 2LL)}).ok());
+  auto kv = KvStorage::Create(&b, f.layout, int64_t{f.cache->num_blocks} * f.layout.BlockBytes());
+  EXPECT_TRUE(kv.ok()) << kv.status();
+  if (!kv.ok()) return INFINITY;
+  b.CopyToDevice(f.cache->data, (*kv)->buffer(), 0, (*kv)->bytes());
+
+  // The step plan: positions, q_indptr, kv_len, block_indptr, block_ids.
+  std::vector<int32_t> positions;
+  for (int32_t s = 0; s < f.batch().num_seqs(); ++s) {
+    const int32_t n = f.q_indptr[s + 1] - f.q_indptr[s];
+    for (int32_t t = 0; t < n; ++t) positions.push_back(f.kv_len[s] - n + t);
+  }
+  std::vector<int32_t> plan;
+  auto put = [&](const std::vector<int32_t>& v) {
+    const int64_t at = static_cast<int64_t>(plan.size());
+    plan.insert(plan.end(), v.begin(), v.end());
+    return std::pair<int64_t, int64_t>{at, static_cast<int64_t>(v.size())};
+  };
+  const auto pos = put(positions), qi = put(f.q_indptr), kl = put(f.kv_len),
+             bi = put(f.block_indptr), ids = put(f.block_ids);
+  auto ints = *b.Allocate(MemoryKind::kActivations, static_cast<int64_t>(plan.size()) * 4);
+  b.CopyToDevice(plan.data(), *ints, 0, static_cast<int64_t>(plan.size()) * 4);
+  auto view = [&](std::pair<int64_t, int64_t> r) {
+    return Tensor{ints.get(), r.first * 4, model::GgmlType::kI32, 1, r.second};
+  };
+  StepView step;
+  step.positions = view(pos);
+  step.q_indptr = view(qi);
+  step.kv_len = view(kl);
+  step.block_indptr = view(bi);
+  step.block_ids = view(ids);
+
+  const int64_t q_bytes = static_cast<int64_t>(f.q.size()) * 4;
+  auto io = *b.Allocate(MemoryKind::kActivations, 2 * q_bytes);
+  const std::vector<float> poison(f.q.size(), NAN);
+  b.CopyToDevice(f.q.data(), *io, 0, q_bytes);
+  b.CopyToDevice(poison.data(), *io, q_bytes, q_bytes);
+  const Tensor q{io.get(), 0, model::GgmlType::kF32, rows, q_cols};
+  const Tensor out{io.get(), q_bytes, model::GgmlType::kF32, rows, q_cols};
+  b.Attention(q, step, f.shape, layer, **kv, out);
   std::vector<float> got(f.q.size());
-  EXPECT_EQ(cudaMemcpy(got.data(), d_out, got.size() * sizeof(float), cudaMemcpyDeviceToHost),
-            cudaSuccess);
-  cudaFree(d_cache);
-  cudaFree(d_q);
-  cudaFree(d_out);
+  b.CopyToHost(*io, q_bytes, q_bytes, got.data());
+  absl::Status st = b.Synchronize();
+  EXPECT_TRUE(st.ok()) << st;
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double e = std::abs(double{got[i]} - want[i]);
@@ -59,15 +84,18 @@ TEST(AttentionGpu, MatchesReferenceAtAwkwardSizes) {
   auto n = DeviceCount();
   if (!n.ok()) GTEST_SKIP() << "no CUDA device: " << n.status();
   std::mt19937 rng(21);
-  for (int32_t head_dim : {64, 128}) {
-    for (int32_t block_size : {1, 16}) {
-      Fixture f(8, 2, head_dim, block_size, {{1, 1}, {15, 15}, {17, 17}, {1000, 7}, {4097, 1}},
-                rng);
-      for (AttentionTuning t :
-           {AttentionTuning{512, 1}, AttentionTuning{256, 32}, AttentionTuning{15, 64}}) {
-        SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << " block " << block_size
-                                          << " split " << t.keys_per_split << "/" << t.max_splits);
-        EXPECT_LT(MaxError(f, 1, t), 1e-4);
+  for (kv::KvDtype dtype : {kv::KvDtype::kF32, kv::KvDtype::kBF16, kv::KvDtype::kF16}) {
+    for (int32_t head_dim : {64, 128}) {
+      for (int32_t block_size : {1, 16}) {
+        Fixture f(8, 2, head_dim, block_size, {{1, 1}, {15, 15}, {17, 17}, {1000, 7}, {4097, 1}},
+                  rng, dtype);
+        for (auto [per, max] : {std::pair{512, 1}, std::pair{256, 32}, std::pair{15, 64}}) {
+          SCOPED_TRACE(::testing::Message()
+                       << kv::KvDtypeName(dtype) << " head_dim " << head_dim << " block "
+                       << block_size << " split " << per << "/" << max);
+          // The reference reads the same rounded cache, so only summation order differs.
+          EXPECT_LT(MaxError(f, 1, per, max), 1e-4);
+        }
       }
     }
   }
@@ -82,7 +110,7 @@ TEST(AttentionGpu, DecodeBatches1_7_17) {
     for (int32_t i = 0; i < batch; ++i) seqs.push_back({1 + (i * 613 + 17) % 4097, 1});
     Fixture f(32, 8, 128, 16, seqs, rng);
     SCOPED_TRACE(::testing::Message() << "batch " << batch);
-    EXPECT_LT(MaxError(f, 0, {}), 1e-4);
+    EXPECT_LT(MaxError(f, 0, 512, 32), 1e-4);
   }
 }
 

@@ -353,6 +353,13 @@ class OverlayChecks:
                 else:
                     self.assertGreaterEqual(int(flags["--threads"]), 1)
                     self.assertGreater(int(flags["--kv-cache-bytes"]), 0)
+                    # GPU workers compute on the GPU and size the KV pool from its memory.
+                    self.assertEqual(flags.get("--device"), "cuda" if self.gpu else "cpu")
+                    util = float(flags["--gpu-memory-utilization"])
+                    if self.gpu:
+                        self.assertTrue(0 < util <= 1, util)
+                    else:
+                        self.assertEqual(util, 0)
                 api_key = [e for e in c.get("env", []) if e["name"] == "TANDEM_API_KEY"]
                 self.assertEqual(len(api_key), 1, "TANDEM_API_KEY env")
                 ref = api_key[0]["valueFrom"]["secretKeyRef"]

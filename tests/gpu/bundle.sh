@@ -30,7 +30,8 @@ for a in "$@"; do
 done
 # GPU tests (label gpu), the CPU emulation of the GPU tile math, the backend seam, and
 # the CLI (engine runs and `tandem bench engine`).
-TESTS=(cuda_device_test attention_gpu_test attention_tile_test backend_test)
+TESTS=(cuda_device_test cuda_backend_test attention_gpu_test engine_gpu_test attention_tile_test
+       backend_test)
 BINS=(tandem)
 # Provided by the GPU machine itself.
 SYSTEM='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart\.so|libcublas|libcublasLt|libnccl|libnvidia)'

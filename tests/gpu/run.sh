@@ -49,14 +49,36 @@ while read -r t; do
 done <"$BUNDLE/tests.txt"
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
-    for t in cuda_device_test attention_gpu_test; do
+    for t in cuda_device_test attention_gpu_test cuda_backend_test; do
       timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUNDLE/bin/$t" \
-        --gtest_filter='*Axpy*:*DecodeBatches*' >"$LOGS/$t.$tool.log" 2>&1
+        --gtest_filter='*Axpy*:*DecodeBatches*:*RowOps*:*WriteKv*:*BadIndices*' \
+        >"$LOGS/$t.$tool.log" 2>&1
       record "$t ($tool)" "$LOGS/$t.$tool.log" $?
     done
   done
 else
   rows+=("compute-sanitizer                            not on PATH: not run")
+fi
+
+# The ceilings (torch, when the machine has it) and the engine benchmark on the
+# Llama-3-8B shape with random weights, in the same run.
+if [ "$have_gpu" = 1 ]; then
+  if python3 -c 'import torch' 2>/dev/null; then
+    timeout 120 python3 tests/gpu/ceilings.py >"$LOGS/ceilings.log" 2>&1
+    rc=$?
+    rows+=("$(printf '%-44s %s' "ceilings (torch)" "$(tail -1 "$LOGS/ceilings.log")")")
+    [ "$rc" = 0 ] || status=1
+  else
+    rows+=("ceilings                                     torch not importable: not measured")
+  fi
+  timeout 300 "$BUNDLE/bin/tandem" bench engine --device cuda --synthetic llama3-8b \
+    --repetitions 2 --prompt-tokens 2048 --gen-tokens 64 --batch 64 --batch-prompt 32 \
+    --batch-gen 32 --kv-cache-bytes $((16 << 30)) --json >"$LOGS/bench_llama3_8b.json" \
+    2>"$LOGS/bench_llama3_8b.log"
+  rc=$?
+  rows+=("$(printf '%-44s rc %s  %s' "bench engine --synthetic llama3-8b" "$rc" \
+    "$(head -c 400 "$LOGS/bench_llama3_8b.json")")")
+  [ "$rc" = 0 ] || status=1
 fi
 
 echo

@@ -1,0 +1,124 @@
+// Synthetic models (named shapes, random weights) and the weights' conversion to bf16
+// for a device backend, checked on the CPU.
+#include "common/engine/synthetic_model.h"
+
+#include <cstring>
+
+#include "common/engine/device_weights.h"
+#include "common/engine/engine.h"
+#include "common/engine/engine_test_util.h"
+#include "common/model/dequantize.h"
+#include "common/util/half.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace tandem::engine {
+namespace {
+
+TEST(SyntheticModel, NamedShapes) {
+  auto c = SyntheticConfig("llama3-8b");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_layers, 32);
+  EXPECT_EQ(c->hidden_size, 4096);
+  EXPECT_EQ(c->n_heads, 32);
+  EXPECT_EQ(c->n_kv_heads, 8);
+  EXPECT_EQ(c->ffn_size, 14336);
+  EXPECT_EQ(c->vocab_size, 128256);
+  EXPECT_EQ(c->head_dim, 128);
+  auto bad = SyntheticConfig("gpt5");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("llama3-8b"), std::string_view::npos);
+}
+
+TEST(SyntheticModel, WeightsAreDeterministicInTheSeed) {
+  const model::ModelConfig c = *SyntheticConfig("tiny");
+  for (model::GgmlType t : {model::GgmlType::kF32, model::GgmlType::kQ8_0}) {
+    auto a = *ModelWeights::Random(c, t, 7), b = *ModelWeights::Random(c, t, 7),
+         d = *ModelWeights::Random(c, t, 8);
+    const WeightMatrix &wa = a->layers()[2].w_up, &wb = b->layers()[2].w_up,
+                       &wd = d->layers()[2].w_up;
+    const size_t bytes = static_cast<size_t>(wa.rows) * wa.RowBytes();
+    EXPECT_EQ(std::memcmp(wa.data, wb.data, bytes), 0);
+    EXPECT_NE(std::memcmp(wa.data, wd.data, bytes), 0);
+    // Different tensors draw different values.
+    EXPECT_NE(
+        std::memcmp(a->layers()[0].wq.data, a->layers()[1].wq.data, a->layers()[0].wq.RowBytes()),
+        0);
+  }
+}
+
+// The tiny shape runs through the engine on either weight type, and the same seed gives
+// the same tokens.
+TEST(SyntheticModel, RunsThroughTheEngine) {
+  const model::ModelConfig c = *SyntheticConfig("tiny");
+  for (model::GgmlType t : {model::GgmlType::kF32, model::GgmlType::kQ8_0}) {
+    auto w = *ModelWeights::Random(c, t, 3);
+    std::vector<std::vector<int32_t>> runs;
+    for (int run = 0; run < 2; ++run) {
+      EngineOptions o;
+      o.num_threads = 2;
+      auto e = *Engine::Create(*w, o);
+      SamplingParams sp;
+      sp.temperature = 0;
+      sp.max_tokens = 12;
+      sp.ignore_eos = true;
+      ASSERT_TRUE(e->AddRequest({1, 5, 900, 17, 3}, sp).ok());
+      std::vector<int32_t> got;
+      while (e->HasWork())
+        for (const auto& ev : StepOk(*e)) got.push_back(ev.token);
+      EXPECT_EQ(got.size(), 12u);
+      runs.push_back(got);
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+  }
+}
+
+// --gpu-memory-utilization sizes from device memory, which the CPU backend has not got:
+// a clear error naming the flag to use instead.
+TEST(SyntheticModel, GpuMemoryUtilizationNeedsADevice) {
+  auto w = *ModelWeights::Random(*SyntheticConfig("tiny"), model::GgmlType::kF32, 3);
+  EngineOptions o;
+  o.num_threads = 1;
+  o.gpu_memory_utilization = 0.9;
+  auto e = Engine::Create(*w, o);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("--kv-cache-bytes"), std::string_view::npos) << e.status();
+}
+
+// A CPU backend behind the fence that asks for bf16 weights, as the CUDA backend does.
+class Bf16WeightsBackend : public kernels::CpuBackend {
+ public:
+  Bf16WeightsBackend() : CpuBackend({.num_threads = 2, .fence = true}) {}
+  std::optional<model::GgmlType> WeightType() const override { return model::GgmlType::kBF16; }
+};
+
+// Every matrix arrives as the round-to-nearest-even bf16 of its dequantized values;
+// norms stay float32; tied tensors are copied once.
+TEST(DeviceWeights, ConvertsMatricesToBf16WhenTheBackendAsks) {
+  const model::ModelConfig c = *SyntheticConfig("tiny");
+  auto host = *ModelWeights::Random(c, model::GgmlType::kQ8_0, 11);
+  Bf16WeightsBackend backend;
+  auto dw = DeviceWeights::Prepare(*host, &backend);
+  ASSERT_TRUE(dw.ok()) << dw.status();
+  const DeviceLayer& L = (*dw)->layers()[1];
+  ASSERT_EQ(L.w_down.type, model::GgmlType::kBF16);
+  ASSERT_EQ((*dw)->token_embd().type, model::GgmlType::kBF16);
+  EXPECT_EQ(L.attn_norm.type, model::GgmlType::kF32);
+  const WeightMatrix& src = host->layers()[1].w_down;
+  std::vector<float> want(static_cast<size_t>(src.rows * src.cols));
+  ASSERT_TRUE(
+      model::Dequantize(src.type, {src.data, static_cast<size_t>(src.rows) * src.RowBytes()}, want)
+          .ok());
+  std::vector<uint16_t> got(want.size());
+  ASSERT_TRUE(
+      backend.ReadNow(*L.w_down.buffer, L.w_down.offset, L.w_down.bytes(), got.data()).ok());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], FloatToBf16(want[i])) << i;
+  // From float32 weights, the device holds about half the bytes (norms stay float32).
+  auto f32 = *ModelWeights::Random(c, model::GgmlType::kF32, 11);
+  auto dw32 = *DeviceWeights::Prepare(*f32, &backend);
+  EXPECT_LT(static_cast<double>(dw32->copied_bytes()), 0.51 * f32->weight_bytes());
+  EXPECT_GT(static_cast<double>(dw32->copied_bytes()), 0.49 * f32->weight_bytes());
+}
+
+}  // namespace
+}  // namespace tandem::engine
