@@ -1,7 +1,9 @@
 // CudaBackend::Attention against PagedAttentionReference (double) at awkward sizes:
 // batch 1/7/17, cache lengths 1/15/17/1000/4097, block sizes 1 and 16, head dims 64
-// and 128, GQA, split-K on and off, float32 / bf16 / f16 caches. Outputs start
-// poisoned (NaN) so an unwritten row fails. Skips where no CUDA device is present.
+// and 128, GQA, float32 / bf16 / f16 caches — both kernels: the float32 split-K one
+// (split-K on and off; batch-invariant mode forces it) within 1e-4, and the
+// tensor-core prefill one (bf16 operands) within 2e-2. Outputs start poisoned (NaN) so
+// an unwritten row fails. Skips where no CUDA device is present.
 #include <cmath>
 #include <random>
 #include <vector>
@@ -19,10 +21,15 @@ using ::tandem::kernels::testing::Fixture;
 
 // Runs the fixture's batch through a CudaBackend with `tuning` and returns max |Δ|
 // against the reference.
-double MaxError(const Fixture& f, int32_t layer, int32_t keys_per_split, int32_t max_splits) {
+// `tensor_cores`: let the backend take the prefill kernel (batch-invariant mode keeps
+// it on the split-K kernel).
+double MaxError(const Fixture& f, int32_t layer, int32_t keys_per_split, int32_t max_splits,
+                bool tensor_cores = false) {
   std::vector<float> want(f.q.size());
   PagedAttentionReference(f.q.data(), f.batch(), f.shape, layer, *f.cache, want.data());
-  auto made = CudaBackend::Create({.keys_per_split = keys_per_split, .max_splits = max_splits});
+  auto made = CudaBackend::Create({.keys_per_split = keys_per_split,
+                                   .max_splits = max_splits,
+                                   .batch_invariant = !tensor_cores});
   EXPECT_TRUE(made.ok()) << made.status();
   if (!made.ok()) return INFINITY;
   CudaBackend& b = **made;
@@ -59,6 +66,9 @@ double MaxError(const Fixture& f, int32_t layer, int32_t keys_per_split, int32_t
   step.kv_len = view(kl);
   step.block_indptr = view(bi);
   step.block_ids = view(ids);
+  for (int32_t s = 0; s < f.batch().num_seqs(); ++s) {
+    step.max_new_tokens = std::max(step.max_new_tokens, f.q_indptr[s + 1] - f.q_indptr[s]);
+  }
 
   const int64_t q_bytes = static_cast<int64_t>(f.q.size()) * 4;
   auto io = *b.Allocate(MemoryKind::kActivations, 2 * q_bytes);
@@ -96,6 +106,9 @@ TEST(AttentionGpu, MatchesReferenceAtAwkwardSizes) {
           // The reference reads the same rounded cache, so only summation order differs.
           EXPECT_LT(MaxError(f, 1, per, max), 1e-4);
         }
+        SCOPED_TRACE(::testing::Message() << kv::KvDtypeName(dtype) << " head_dim " << head_dim
+                                          << " block " << block_size << " tensor cores");
+        EXPECT_LT(MaxError(f, 1, 512, 32, /*tensor_cores=*/true), 2e-2);
       }
     }
   }

@@ -15,11 +15,17 @@ namespace {
 
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kTileKeys = 32;
+constexpr int kTileKeys = kThreads;  // one key per thread while scoring
 constexpr int kMaxHeadDim = 256;
+constexpr int kMaxGroup = 16;  // query heads per KV head
 
 __device__ float WarpSum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
@@ -41,86 +47,130 @@ __device__ int SequenceOf(const int32_t* q_indptr, int seqs, int row) {
   return lo;
 }
 
-// Partial (m, l, acc) of one query row × head over one key range; T is the cache's
-// element type.
+// Partial (m, l, acc) of one query row over one key range, for all G = n_heads /
+// n_kv_heads query heads of one KV head at once: each K and V element is read once
+// for the G heads. Lane l of warp w scores key t0 + 32w + l against the G queries
+// (consecutive lanes read consecutive slots of the transposed K: coalesced); warp w
+// runs the online softmax of heads w, w + 4, ... with warp reductions; thread t
+// accumulates dimensions t and t + 128 of every head from V rows read across the
+// block (coalesced). T is the cache's element type.
 template <class T>
-__global__ void PartialKernel(AttentionLaunch a) {
-  const int row = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
+__global__ void __launch_bounds__(kThreads) PartialKernel(AttentionLaunch a) {
+  const int row = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int d = a.head_dim;
+  const int G = a.n_heads / a.n_kv_heads, h0 = kvh * G;
   const T* cache = static_cast<const T*>(a.cache);
   const int pos = a.positions[row];
   const int keys = pos + 1;
   const int splits = tile::NumSplits(keys, a.keys_per_split, a.max_splits);
-  float* part =
-      a.workspace + ((static_cast<int64_t>(row) * a.n_heads + h) * a.max_splits + split) * (d + 2);
+  auto part = [&](int g) {
+    return a.workspace +
+           ((static_cast<int64_t>(row) * a.n_heads + h0 + g) * a.max_splits + split) * (d + 2);
+  };
   if (split >= splits) {
-    if (tid == 0) {
-      part[0] = -INFINITY;
-      part[1] = 0.f;
+    for (int i = tid; i < G * (d + 2); i += kThreads) {
+      const int g = i / (d + 2), c = i % (d + 2);
+      part(g)[c] = c == 0 ? -INFINITY : 0.f;
     }
-    for (int i = tid; i < d; i += kThreads) part[2 + i] = 0.f;
     return;
   }
   const int per = (keys + splits - 1) / splits;
   const int k_begin = split * per;
   const int k_end = min(keys, k_begin + per);
   const int32_t* table = a.block_ids + a.block_indptr[SequenceOf(a.q_indptr, a.seqs, row)];
-  const int kvh = tile::KvHeadOf(h, a.n_heads, a.n_kv_heads);
 
-  __shared__ float q[kMaxHeadDim];
-  __shared__ float s[kTileKeys];
+  __shared__ float q[kMaxGroup][kMaxHeadDim];
+  __shared__ float s[kMaxGroup][kTileKeys];
   __shared__ int64_t v_base[kTileKeys];  // each key's V row (dimension 0), located once
-  __shared__ float factor;
-  tile::OnlineSoftmax sm;  // thread 0's; the others read the tile weights from s[]
-  const float* q_row = a.q + (static_cast<int64_t>(row) * a.n_heads + h) * d;
-  for (int i = tid; i < d; i += kThreads) q[i] = q_row[i];
-  float acc[kMaxHeadDim / kThreads] = {0.f, 0.f};
+  __shared__ float factor[kMaxGroup];
+  for (int i = tid; i < G * d; i += kThreads) {
+    q[i / d][i % d] = a.q[(static_cast<int64_t>(row) * a.n_heads + h0) * d + i];
+  }
+  tile::OnlineSoftmax sm[kMaxGroup / kWarps];  // heads warp + kWarps·r (same in every lane)
+  float acc[kMaxGroup][kMaxHeadDim / kThreads];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+#pragma unroll
+    for (int c = 0; c < kMaxHeadDim / kThreads; ++c) acc[g][c] = 0.f;
+  }
   __syncthreads();
 
   for (int t0 = k_begin; t0 < k_end; t0 += kTileKeys) {
     const int n = min(kTileKeys, k_end - t0);
-    for (int j = warp; j < n; j += kWarps) {
+    const int j = tid;  // this thread's key in the tile
+    if (j < n) {
       int32_t block, slot;
       tile::Locate(table, t0 + j, a.geometry.block_size, &block, &slot);
-      float dot = 0.f;
-      for (int i = lane; i < d; i += 32)
-        dot += q[i] * ToFloat(cache[a.geometry.K(block, a.layer, kvh, i, slot)]);
-      dot = WarpSum(dot);
-      if (lane == 0) {
-        s[j] = dot * a.scale;
-        v_base[j] = a.geometry.V(block, a.layer, kvh, 0, slot);
+      float dot[kMaxGroup];
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) dot[g] = 0.f;
+      for (int i = 0; i < d; ++i) {
+        const float k = ToFloat(cache[a.geometry.K(block, a.layer, kvh, i, slot)]);
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g < G) dot[g] += q[g][i] * k;
+        }
       }
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < G) s[g][j] = dot[g] * a.scale;
+      }
+      v_base[j] = a.geometry.V(block, a.layer, kvh, 0, slot);
     }
     __syncthreads();
-    if (tid == 0) {
-      float tile_max = -INFINITY;
-      for (int j = 0; j < n; ++j) tile_max = fmaxf(tile_max, s[j]);
-      factor = sm.Rescale(tile_max);
-      for (int j = 0; j < n; ++j) {
-        s[j] = sm.Weight(s[j]);
-        sm.Add(s[j]);
+#pragma unroll
+    for (int r = 0; r < kMaxGroup / kWarps; ++r) {
+      const int g = warp + kWarps * r;
+      if (g >= G) continue;
+      float mx = -INFINITY;
+      for (int jj = lane; jj < n; jj += 32) mx = fmaxf(mx, s[g][jj]);
+      const float f = sm[r].Rescale(WarpMax(mx));
+      float sum = 0.f;
+      for (int jj = lane; jj < n; jj += 32) {
+        const float w = sm[r].Weight(s[g][jj]);
+        s[g][jj] = w;
+        sum += w;
       }
+      sm[r].Add(WarpSum(sum));
+      if (lane == 0) factor[g] = f;
     }
     __syncthreads();
-    // Unrolled with a guard (not a dynamic bound) so acc[] stays in registers.
+    // Unrolled with guards (not dynamic bounds) so acc[][] stays in registers.
 #pragma unroll
     for (int c = 0; c < kMaxHeadDim / kThreads; ++c) {
       const int i = c * kThreads + tid;
       if (i >= d) break;
-      float v = acc[c] * factor;
-      for (int j = 0; j < n; ++j) v += s[j] * ToFloat(cache[v_base[j] + i]);
-      acc[c] = v;
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < G) acc[g][c] *= factor[g];
+      }
+      for (int jj = 0; jj < n; ++jj) {
+        const float v = ToFloat(cache[v_base[jj] + i]);
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g < G) acc[g][c] += s[g][jj] * v;
+        }
+      }
     }
     __syncthreads();
   }
-  if (tid == 0) {
-    part[0] = sm.m;
-    part[1] = sm.l;
+#pragma unroll
+  for (int r = 0; r < kMaxGroup / kWarps; ++r) {
+    const int g = warp + kWarps * r;
+    if (g < G && lane == 0) {
+      part(g)[0] = sm[r].m;
+      part(g)[1] = sm[r].l;
+    }
   }
 #pragma unroll
   for (int c = 0; c < kMaxHeadDim / kThreads; ++c) {
-    if (c * kThreads + tid < d) part[2 + c * kThreads + tid] = acc[c];
+    const int i = c * kThreads + tid;
+    if (i >= d) break;
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < G) part(g)[2 + i] = acc[g][c];
+    }
   }
 }
 
@@ -366,9 +416,12 @@ int LaunchPrefillAttention(const AttentionLaunch& a) {
 
 int LaunchPagedAttention(const AttentionLaunch& a) {
   if (a.rows == 0) return cudaSuccess;
-  if (a.head_dim > kMaxHeadDim || a.max_splits < 1) return cudaErrorInvalidValue;
+  if (a.head_dim > kMaxHeadDim || a.max_splits < 1 || a.n_kv_heads < 1 ||
+      a.n_heads % a.n_kv_heads != 0 || a.n_heads / a.n_kv_heads > kMaxGroup) {
+    return cudaErrorInvalidValue;
+  }
   auto stream = static_cast<cudaStream_t>(a.stream);
-  const dim3 grid(a.rows, a.n_heads, a.max_splits);
+  const dim3 grid(a.rows, a.n_kv_heads, a.max_splits);
   switch (a.cache_type) {
     case Elem::kF32:
       PartialKernel<float><<<grid, kThreads, 0, stream>>>(a);

@@ -2,13 +2,15 @@
 // that host code can include this without CUDA headers. All pointers are device
 // memory. Returns the cudaError_t of the launch (0 = cudaSuccess).
 //
-// One algorithm serves prefill and decode: query row r (token at position positions[r]
-// of the sequence s with q_indptr[s] ≤ r < q_indptr[s+1]) attends to keys
-// 0..positions[r] of its sequence, split into at most
+// LaunchPagedAttention serves decode (and, batch-invariant, everything): query row r
+// (token at position positions[r] of the sequence s with q_indptr[s] ≤ r <
+// q_indptr[s+1]) attends to keys 0..positions[r] of its sequence, split into at most
 // `max_splits` ranges of about `keys_per_split` keys (split-K; one split for short
-// contexts). Each (row, head, split) thread block walks its keys in tiles of 32 with
-// the online softmax of attention_tile.h and writes a partial (m, l, acc); a second
-// kernel merges the partials of each (row, head) and normalizes.
+// contexts; the split points depend only on the row's key count). Each (row, KV head,
+// split) thread block computes all query heads of that KV head (GQA: each K/V element
+// read once for them, at most 16 per KV head), walks its keys in tiles of 128 with the
+// online softmax of attention_tile.h in float32, and writes partials (m, l, acc); a
+// second kernel merges each (row, head)'s partials in split order and normalizes.
 #ifndef TANDEM_KERNELS_CUDA_ATTENTION_KERNELS_H_
 #define TANDEM_KERNELS_CUDA_ATTENTION_KERNELS_H_
 
