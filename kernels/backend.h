@@ -177,6 +177,9 @@ class Backend {
   virtual void AddBias(const Tensor& x, const Tensor& bias) = 0;
   // dst [R][cols] = rows `rows` [1][R] of src.
   virtual void GatherRows(const Tensor& src, const Tensor& rows, const Tensor& dst) = 0;
+  // ids [1][logits.rows] int32 = each row's arg-max (lowest id on ties; select.h): the
+  // greedy sampler's whole answer, so a device need not copy the logits out.
+  virtual void ArgMax(const Tensor& logits, const Tensor& ids) = 0;
   // k, v [T][n_kv_heads × head_dim] of layer `layer` into the slots of step.slot_mapping.
   virtual void WriteKv(const Tensor& k, const Tensor& v, const StepView& step, int32_t layer,
                        KvStorage* kv) = 0;

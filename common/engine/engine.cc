@@ -327,7 +327,8 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
     if (seq->num_cached + step.num_tokens[s] < seq->size()) continue;  // a partial prefill
     rows.push_back({&seq->params, seq->seed, seq->size(), seq->prompt, seq->output});
   }
-  absl::StatusOr<std::vector<SampleResult>> sampled = Sampler::SampleRows(*backend_, *logits, rows);
+  absl::StatusOr<std::vector<SampleResult>> sampled =
+      Sampler::SampleRows(*backend_, *logits, executor_->IdsScratch(), rows);
   if (!sampled.ok()) {
     FailStep(step, sampled.status(), &events);
     return events;

@@ -29,7 +29,7 @@ int64_t Aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; 
 
 // Where each activation lives in the workspace, for capacities (T, S, B).
 struct Regions {
-  int64_t x, h, q, k, v, attn, proj, gate, up, rope, picked, normed, logits, plan, end;
+  int64_t x, h, q, k, v, attn, proj, gate, up, rope, picked, normed, logits, ids, plan, end;
   Regions(const model::ModelConfig& c, int64_t T, int64_t S, int64_t B) {
     const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
     // Each region starts a few cache lines further into its page than the last, so
@@ -55,6 +55,7 @@ struct Regions {
     picked = next(S * H);
     normed = next(S * H);
     logits = next(S * c.vocab_size);
+    ids = next(S);                       // int32
     plan = next(3 * T + 4 * S + 2 + B);  // int32
     end = at;
   }
@@ -125,6 +126,11 @@ absl::Status ModelExecutor::Reserve(int64_t tokens, int64_t seqs, int64_t table_
   cap_seqs_ = S;
   cap_table_ = B;
   return absl::OkStatus();
+}
+
+kernels::Tensor ModelExecutor::IdsScratch() const {
+  const Regions at(config_, cap_tokens_, cap_seqs_, cap_table_);
+  return {workspace_.get(), at.ids, model::GgmlType::kI32, 1, cap_seqs_};
 }
 
 absl::Status ModelExecutor::Validate(const ForwardBatch& b) const {

@@ -79,6 +79,9 @@ class ModelExecutor {
       std::function<void(int32_t layer, const std::shared_ptr<kernels::Event>& ready)>;
   absl::StatusOr<kernels::Tensor> Forward(const ForwardBatch& batch,
                                           const LayerCallback& on_layer_kv = nullptr);
+  // [1][max logit rows] int32 in the workspace for the sampler (Sampler::SampleRows'
+  // `ids`); valid until the workspace regrows.
+  kernels::Tensor IdsScratch() const;
 
  private:
   ModelExecutor(const model::ModelConfig& config, const DeviceWeights& weights,

@@ -115,18 +115,45 @@ SampleResult Sampler::Sample(std::span<const float> raw, const SamplingParams& p
   return r;
 }
 
+bool Sampler::IsPlainGreedy(const SamplingParams& p) {
+  return p.temperature == 0.0 && p.repetition_penalty == 1.0 && p.frequency_penalty == 0.0 &&
+         p.presence_penalty == 0.0 && p.logprobs < 0;
+}
+
 absl::StatusOr<std::vector<SampleResult>> Sampler::SampleRows(kernels::Backend& backend,
                                                               const kernels::Tensor& logits,
+                                                              const kernels::Tensor& ids,
                                                               std::span<const SampleRow> rows) {
-  thread_local std::vector<float> host;  // [rows][vocab]
+  const int64_t vocab = logits.cols;
+  thread_local std::vector<float> host;  // [rows][vocab], only the rows sampled here
+  thread_local std::vector<int32_t> greedy;
   host.resize(static_cast<size_t>(logits.elements()));
-  backend.CopyToHost(*logits.buffer, logits.offset, logits.bytes(), host.data());
+  greedy.assign(rows.size(), -1);
+  bool any_greedy = false;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (IsPlainGreedy(*rows[r].params)) {
+      any_greedy = true;
+    } else {
+      backend.CopyToHost(*logits.buffer,
+                         logits.offset + static_cast<int64_t>(r) * logits.RowBytes(),
+                         logits.RowBytes(), host.data() + r * vocab);
+    }
+  }
+  if (any_greedy) {
+    const kernels::Tensor out = {ids.buffer, ids.offset, ids.type, 1,
+                                 static_cast<int64_t>(rows.size())};
+    backend.ArgMax(logits, out);
+    backend.CopyToHost(*ids.buffer, ids.offset, out.bytes(), greedy.data());
+  }
   if (absl::Status st = backend.Synchronize(); !st.ok()) return st;
   std::vector<SampleResult> out;
   out.reserve(rows.size());
-  const int64_t vocab = logits.cols;
   for (size_t r = 0; r < rows.size(); ++r) {
     const SampleRow& row = rows[r];
+    if (IsPlainGreedy(*row.params)) {
+      out.push_back({.token = greedy[r]});
+      continue;
+    }
     out.push_back(Sample({host.data() + r * vocab, static_cast<size_t>(vocab)}, *row.params,
                          row.seed, row.position, row.prompt, row.output));
   }

@@ -13,9 +13,10 @@
 // Logprobs are log-softmax of the logits after penalties, before temperature.
 //
 // Stateless and thread-safe. Distribution() exposes step 3–4 for tests. SampleRows
-// takes a step's logits where the forward pass left them (backend memory) and samples
-// every row on the host — the CPU backend's sampler; a device sampler replaces the
-// copy with kernels drawing the same Philox numbers.
+// takes a step's logits where the forward pass left them (backend memory): a greedy
+// row (temperature 0, no penalties, no logprobs) is answered by the backend's ArgMax
+// — only its token id leaves the device; every other row is copied to the host and
+// sampled there (a device sampler drawing the same Philox numbers is future work).
 #ifndef TANDEM_COMMON_ENGINE_SAMPLER_H_
 #define TANDEM_COMMON_ENGINE_SAMPLER_H_
 
@@ -52,11 +53,15 @@ struct SampleRow {
 
 class Sampler {
  public:
-  // logits [rows.size()][vocab] in `backend`'s memory → one result per row. A failed
-  // copy comes back as the backend's status.
+  // logits [rows.size()][vocab] in `backend`'s memory → one result per row; `ids`
+  // ([1][≥ rows.size()] int32, backend memory) is scratch for the greedy rows' arg-max.
+  // A failed copy comes back as the backend's status.
   static absl::StatusOr<std::vector<SampleResult>> SampleRows(kernels::Backend& backend,
                                                               const kernels::Tensor& logits,
+                                                              const kernels::Tensor& ids,
                                                               std::span<const SampleRow> rows);
+  // Whether SampleRows answers this row with the backend's arg-max alone.
+  static bool IsPlainGreedy(const SamplingParams& p);
 
   // `logits` [vocab] of the position being sampled, which is `position` in the
   // sequence (its index counting prompt tokens from 0).

@@ -3,11 +3,13 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "common/engine/philox.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace tandem::engine {
 namespace {
@@ -162,6 +164,42 @@ TEST(Sampler, LogprobsAreLogSoftmaxAfterPenalties) {
   EXPECT_EQ(r.top[0].token, 0);
   EXPECT_EQ(r.top[1].token, 1);  // tie 1.5: lower id first
   EXPECT_EQ(r.top[2].token, 2);
+}
+
+// SampleRows answers plain greedy rows with the backend's arg-max and samples the rest
+// on the host: every row's token (and logprobs) must equal Sample() on that row alone.
+TEST(Sampler, SampleRowsMixesDeviceArgMaxAndHostSampling) {
+  kernels::CpuBackend backend({.num_threads = 2, .fence = true});
+  const int64_t rows = 6, vocab = 1000;
+  std::vector<float> logits(rows * vocab);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.f, 2.f);
+  for (float& x : logits) x = std::round(g(rng) * 4) / 4;  // many exact ties
+  auto buffer = *backend.Allocate(kernels::MemoryKind::kActivations, rows * vocab * 4 + 64);
+  backend.CopyToDevice(logits.data(), *buffer, 0, rows * vocab * 4);
+  const kernels::Tensor t{buffer.get(), 0, model::GgmlType::kF32, rows, vocab};
+  const kernels::Tensor ids{buffer.get(), rows * vocab * 4, model::GgmlType::kI32, 1, 16};
+  std::vector<SamplingParams> params(rows);
+  params[1].temperature = 0.7;         // sampled
+  params[2].repetition_penalty = 1.3;  // greedy with a penalty
+  params[3].logprobs = 2;              // greedy with logprobs
+  params[5].temperature = 1.0;
+  params[5].top_k = 5;
+  for (int r : {0, 2, 3, 4}) params[r].temperature = 0;
+  const std::vector<int32_t> prompt = {3, 4, 5}, output = {7};
+  std::vector<SampleRow> sample_rows;
+  for (int64_t r = 0; r < rows; ++r)
+    sample_rows.push_back({&params[r], 11 + static_cast<uint64_t>(r), 40, prompt, output});
+  auto got = Sampler::SampleRows(backend, t, ids, sample_rows);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(Sampler::IsPlainGreedy(params[0]));
+  EXPECT_FALSE(Sampler::IsPlainGreedy(params[2]));
+  for (int64_t r = 0; r < rows; ++r) {
+    const SampleResult want = Sampler::Sample({logits.data() + r * vocab, size_t(vocab)}, params[r],
+                                              11 + r, 40, prompt, output);
+    EXPECT_EQ((*got)[r].token, want.token) << r;
+    EXPECT_EQ((*got)[r].top.size(), want.top.size()) << r;
+  }
 }
 
 TEST(SamplingParams, ValidationNamesTheField) {

@@ -12,6 +12,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/kv_storage.h"
+#include "kernels/select.h"
 
 namespace tandem::kernels {
 
@@ -274,6 +275,21 @@ void CpuBackend::GatherRows(const Tensor& src, const Tensor& rows, const Tensor&
     std::memcpy(Host<uint8_t>(dst) + i * dst.RowBytes(), Host<uint8_t>(src) + r[i] * src.RowBytes(),
                 static_cast<size_t>(src.RowBytes()));
   }
+}
+
+void CpuBackend::ArgMax(const Tensor& logits, const Tensor& ids) {
+  if (!Proceed()) return;
+  const float* l = Host(logits);
+  int32_t* out = Host<int32_t>(ids);
+  pool_->ParallelFor(logits.rows, [&](int64_t b, int64_t e, int) {
+    for (int64_t r = b; r < e; ++r) {
+      Best best = NoBest();
+      for (int64_t c = 0; c < logits.cols; ++c) {
+        best = Better(best, {l[r * logits.cols + c], static_cast<int32_t>(c)});
+      }
+      out[r] = best.id < 0 ? 0 : best.id;
+    }
+  });
 }
 
 void CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const StepView& step, int32_t layer,

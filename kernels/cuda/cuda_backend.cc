@@ -508,6 +508,12 @@ void CudaBackend::GatherRows(const Tensor& src, const Tensor& rows, const Tensor
         "gather_rows");
 }
 
+void CudaBackend::ArgMax(const Tensor& logits, const Tensor& ids) {
+  if (!Proceed()) return;
+  Check(LaunchArgMax(Dev(logits), logits.rows, logits.cols, Dev<int32_t>(ids), s_->stream),
+        "argmax");
+}
+
 void CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const StepView& step, int32_t layer,
                           KvStorage* kv) {
   if (!Proceed()) return;

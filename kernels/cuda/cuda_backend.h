@@ -92,6 +92,7 @@ class CudaBackend : public Backend {
   void Add(const Tensor& x, const Tensor& y) override;
   void AddBias(const Tensor& x, const Tensor& bias) override;
   void GatherRows(const Tensor& src, const Tensor& rows, const Tensor& dst) override;
+  void ArgMax(const Tensor& logits, const Tensor& ids) override;
   void WriteKv(const Tensor& k, const Tensor& v, const StepView& step, int32_t layer,
                KvStorage* kv) override;
   void Attention(const Tensor& q, const StepView& step, const AttentionShape& shape, int32_t layer,

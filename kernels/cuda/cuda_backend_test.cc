@@ -275,6 +275,27 @@ TEST(CudaBackend, WriteKvStoresTheCpuBytes) {
   }
 }
 
+TEST(CudaBackend, ArgMaxMatchesTheCpuWithTies) {
+  REQUIRE_GPU();
+  std::mt19937 rng(8);
+  Pair p;
+  for (int64_t rows : {1, 7, 17}) {
+    const int64_t vocab = 128256;
+    std::vector<float> v(static_cast<size_t>(rows * vocab));
+    for (float& x : v) x = static_cast<float>(rng() % 64);  // many ties at the top
+    const std::vector<int32_t> poison(static_cast<size_t>(rows), -7);
+    const Tensor ic = p.cpu.I32(poison), ig = p.gpu.I32(poison);
+    p.cpu.b->ArgMax(p.cpu.F32(v, rows, vocab), ic);
+    p.gpu.b->ArgMax(p.gpu.F32(v, rows, vocab), ig);
+    std::vector<int32_t> a(static_cast<size_t>(rows)), b(a.size());
+    p.cpu.b->CopyToHost(*ic.buffer, 0, rows * 4, a.data());
+    p.gpu.b->CopyToHost(*ig.buffer, 0, rows * 4, b.data());
+    ASSERT_TRUE(p.cpu.b->Synchronize().ok());
+    ASSERT_TRUE(p.gpu.b->Synchronize().ok());
+    EXPECT_EQ(b, a) << rows;
+  }
+}
+
 TEST(CudaBackend, EventsAndReadNowSeeFinishedWork) {
   REQUIRE_GPU();
   Pair p;

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/ops_kernels.h"
+#include "kernels/select.h"
 
 namespace tandem::kernels::cuda {
 
@@ -185,6 +186,32 @@ __global__ void ToBf16Kernel(const float* x, int64_t n, __nv_bfloat16* out) {
   }
 }
 
+__device__ Best ShuffleBest(Best b, int o) {
+  return {__shfl_xor_sync(0xffffffffu, b.value, o), __shfl_xor_sync(0xffffffffu, b.id, o)};
+}
+
+__global__ void ArgMaxKernel(const float* logits, int64_t cols, int32_t* ids) {
+  __shared__ float values[kThreads / 32];
+  __shared__ int32_t who[kThreads / 32];
+  const float* row = logits + blockIdx.x * cols;
+  Best best = NoBest();
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    best = Better(best, {row[c], static_cast<int32_t>(c)});
+  }
+  for (int o = 16; o > 0; o >>= 1) best = Better(best, ShuffleBest(best, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    values[warp] = best.value;
+    who[warp] = best.id;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    best = lane < static_cast<int>(blockDim.x / 32) ? Best{values[lane], who[lane]} : NoBest();
+    for (int o = 16; o > 0; o >>= 1) best = Better(best, ShuffleBest(best, o));
+    if (lane == 0) ids[blockIdx.x] = best.id < 0 ? 0 : best.id;
+  }
+}
+
 int Last() { return static_cast<int>(cudaGetLastError()); }
 
 }  // namespace
@@ -254,6 +281,12 @@ int LaunchWriteKv(const float* k, const float* v, const int32_t* slots, int64_t 
   if (n == 0) return cudaSuccess;
   WriteKvKernel<<<Grid(n * g.n_kv_heads * g.head_dim), kThreads, 0, S(stream)>>>(
       k, v, slots, n, layer, g, type, cache, error);
+  return Last();
+}
+
+int LaunchArgMax(const float* logits, int64_t rows, int64_t cols, int32_t* ids, void* stream) {
+  if (rows == 0) return cudaSuccess;
+  ArgMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(logits, cols, ids);
   return Last();
 }
 

@@ -80,6 +80,10 @@ struct KvCacheGeometry {
 int LaunchWriteKv(const float* k, const float* v, const int32_t* slots, int64_t n, int32_t layer,
                   const KvCacheGeometry& g, Elem type, void* cache, int32_t* error, void* stream);
 
+// ids [rows] = the arg-max of each row of logits [rows][cols] (select.h's rule; an
+// all-NaN row gives 0); one thread block per row.
+int LaunchArgMax(const float* logits, int64_t rows, int64_t cols, int32_t* ids, void* stream);
+
 // out [n] bf16 = x [n] f32, round-to-nearest-even (a GEMM's activation operand).
 int LaunchToBf16(const float* x, int64_t n, uint16_t* out, void* stream);
 
