@@ -55,6 +55,7 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* o) {
   cmd->add_option("--batch-gen", o->batch_gen)->capture_default_str();
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes)->capture_default_str();
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_flag("--enforce-eager", o->enforce_eager, "No CUDA graphs for decode steps");
   rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
   return bench;
 }
@@ -89,6 +90,7 @@ int RunBench(const BenchOptions& o) {
   eo.device = o.device;
   eo.gpu = o.gpu;
   eo.batch_invariant = o.batch_invariant;
+  eo.enforce_eager = o.enforce_eager;
   eo.kv_dtype = o.kv_dtype;
   eo.scheduler.max_running = std::max(64, o.batch);
   eo.scheduler.max_batched_tokens = std::max(2048, o.batch * o.batch_prompt);

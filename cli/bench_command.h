@@ -19,6 +19,7 @@ struct BenchOptions {
   std::string device = "cpu";
   int gpu = 0;                   // --gpu: the CUDA device
   bool batch_invariant = false;  // --batch-invariant
+  bool enforce_eager = false;    // --enforce-eager
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
   int repetitions = 3;
   int32_t prompt_tokens = 512;  // pp

@@ -111,6 +111,13 @@ struct ScratchSize {
   int64_t attention_cols = 0;
 };
 
+// A recorded sequence of ops (a CUDA graph), replayed with Backend::Replay: the same
+// kernels on the same addresses and shapes; the bytes they read may differ.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -147,6 +154,17 @@ class Backend {
   virtual std::shared_ptr<Event> RecordEvent() = 0;
   // Waits for the stream; returns (and clears) the sticky error.
   virtual absl::Status Synchronize() = 0;
+
+  // --- graphs (optional) ---------------------------------------------------------------
+  // Ops (not copies) from here to EndCapture are recorded instead of run; false where
+  // the backend cannot record (the CPU), and nothing changes.
+  virtual bool BeginCapture() { return false; }
+  // The recording as a Graph, or the error that spoiled it (the ops then never ran:
+  // enqueue them again).
+  virtual absl::StatusOr<std::unique_ptr<Graph>> EndCapture() {
+    return absl::UnimplementedError("backend: no graphs");
+  }
+  virtual void Replay(const Graph&) {}
 
   // --- ops (float32 activations) ----------------------------------------------------
   // out [ids.cols][table.cols] = rows `ids` of `table`; an id outside the table is an

@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   // block more) and one token per running sequence.
   const SchedulerOptions& so = options.scheduler;
   const ExecutorLimits limits{so.max_batched_tokens + so.max_running + options.block_size,
-                              so.max_running};
+                              so.max_running, !options.enforce_eager};
   int64_t kv_bytes = options.kv_cache_bytes;
   if (options.gpu_memory_utilization > 0) {
     ASSIGN_OR_RETURN(kv_bytes, KvBudget(*e->backend_, c, limits, options));

@@ -54,6 +54,8 @@ struct EngineOptions {
   // Tokens independent of batching on every backend (the CPU is; CUDA pins its GEMM
   // algorithms and attention splits: cuda/cuda_backend.h).
   bool batch_invariant = false;
+  // Every pass eager: no CUDA graphs for decode steps (vLLM's --enforce-eager).
+  bool enforce_eager = false;
   int64_t kv_cache_bytes = int64_t{256} << 20;
   // On a device backend, > 0 sizes the KV pool instead of kv_cache_bytes (vLLM's
   // meaning): this engine may use that fraction of the device's total memory —

@@ -7,6 +7,7 @@
 //     (printed);
 //   - with --batch-invariant a request's tokens are the same alone, in a batch of 64
 //     and prefilled on one engine, decoded on another;
+//   - decode steps replayed from CUDA graphs give the tokens eager passes give;
 //   - --gpu-memory-utilization sizes the KV pool from the device's memory.
 // Skips where no CUDA device is present.
 #include <algorithm>
@@ -57,11 +58,13 @@ std::vector<float> AllLogits(const ModelWeights& w, const std::string& device,
 
 std::vector<std::vector<int32_t>> Generate(const ModelWeights& w, const std::string& device,
                                            const std::vector<std::vector<int32_t>>& prompts,
-                                           const SamplingParams& sp, bool batch_invariant = false) {
+                                           const SamplingParams& sp, bool batch_invariant = false,
+                                           bool enforce_eager = false) {
   EngineOptions o;
   o.device = device;
   o.num_threads = 2;
   o.batch_invariant = batch_invariant;
+  o.enforce_eager = enforce_eager;
   auto e = Engine::Create(w, o);
   EXPECT_TRUE(e.ok()) << e.status();
   std::vector<std::vector<int32_t>> out(prompts.size());
@@ -207,6 +210,24 @@ TEST(EngineGpu, BatchInvariantAloneEqualsBatchedEqualsSplit) {
       for (const auto& ev : StepOk(*decode))
         if (ev.token >= 0) got.push_back(ev.token);
     EXPECT_EQ(got, together[i]);
+  }
+}
+
+TEST(EngineGpu, GraphReplaysGiveTheEagerTokens) {
+  REQUIRE_GPU();
+  const model::ModelConfig c = *SyntheticConfig("tiny");
+  auto w = *ModelWeights::Random(c, model::GgmlType::kF32, 9);
+  const auto prompts = Prompts(c.vocab_size);
+  for (double temperature : {0.0, 0.9}) {
+    SamplingParams sp;
+    sp.temperature = temperature;
+    sp.seed = 77;
+    sp.max_tokens = 40;
+    sp.ignore_eos = true;
+    // One graph captured at the first decode step of the five, replayed for the rest.
+    EXPECT_EQ(Generate(*w, "cuda", prompts, sp, false, /*enforce_eager=*/false),
+              Generate(*w, "cuda", prompts, sp, false, /*enforce_eager=*/true))
+        << temperature;
   }
 }
 

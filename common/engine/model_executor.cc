@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
     const model::ModelConfig& config, const DeviceWeights& weights, kernels::Backend* backend,
     kernels::KvStorage* kv, const ExecutorLimits& limits) {
   std::unique_ptr<ModelExecutor> e(new ModelExecutor(config, weights, backend, kv));
+  e->use_graphs_ = limits.graphs;
   RETURN_IF_ERROR(e->Reserve(limits.max_tokens, limits.max_seqs,
                              TableEntries(config, limits, kv->layout().block_size)));
   return e;
@@ -117,6 +118,7 @@ absl::Status ModelExecutor::Reserve(int64_t tokens, int64_t seqs, int64_t table_
   }
   const int64_t T = std::max(tokens, cap_tokens_), S = std::max(seqs, cap_seqs_),
                 B = std::max(table_entries, cap_table_);
+  graphs_.clear();                           // they point into the old workspace
   workspace_.reset();                        // the old one first: never hold both
   cap_tokens_ = cap_seqs_ = cap_table_ = 0;  // until the new one exists
   ASSIGN_OR_RETURN(workspace_, backend_->Allocate(kernels::MemoryKind::kActivations,
@@ -191,19 +193,6 @@ absl::StatusOr<kernels::Tensor> ModelExecutor::Forward(const ForwardBatch& b,
   auto f32 = [&](int64_t offset, int64_t rows, int64_t cols) {
     return kernels::Tensor{ws, offset, model::GgmlType::kF32, rows, cols};
   };
-  const int64_t H = c.hidden_size, q_dim = c.n_heads * c.head_dim,
-                kv_dim = c.n_kv_heads * c.head_dim, F = c.ffn_size;
-  const kernels::Tensor x = f32(at.x, T, H);       // residual stream
-  const kernels::Tensor h = f32(at.h, T, H);       // normed input
-  const kernels::Tensor q = f32(at.q, T, q_dim);   // [T][n_heads][head_dim]
-  const kernels::Tensor k = f32(at.k, T, kv_dim);  // [T][n_kv_heads][head_dim]
-  const kernels::Tensor v = f32(at.v, T, kv_dim);
-  const kernels::Tensor attn_out = f32(at.attn, T, q_dim);
-  const kernels::Tensor proj = f32(at.proj, T, H);
-  const kernels::Tensor gate = f32(at.gate, T, F);
-  const kernels::Tensor up = f32(at.up, T, F);
-  const kernels::Tensor rope_table = f32(at.rope, T, c.rope_dim);  // cos | sin
-
   // The step plan: built here, uploaded in one copy, read by every layer.
   plan_.resize(static_cast<size_t>(3 * T + 3 * S + 2 + B + R));
   int64_t used = 0;
@@ -228,9 +217,60 @@ absl::StatusOr<kernels::Tensor> ModelExecutor::Forward(const ForwardBatch& b,
   step.q_indptr = copy(b.q_indptr);
   step.kv_len = copy(b.kv_len);
   step.block_indptr = copy(b.block_indptr);
-  step.block_ids = copy(b.block_ids);
   const kernels::Tensor logit_rows = copy(b.logit_rows);
+  step.block_ids = copy(b.block_ids);  // last: every other part's place depends on T, S, R
   backend_->CopyToDevice(plan_.data(), *ws, at.plan, static_cast<int64_t>(plan_.size()) * 4);
+
+  // A decode step (one new token and its logits per sequence, no layer callback) is
+  // replayed from the graph captured the first time this batch size came; the plan
+  // just uploaded is what it reads.
+  const bool graphable =
+      use_graphs_ && !on_layer_kv && T == S && R == S && step.max_new_tokens == 1;
+  const kernels::Tensor logits = f32(at.logits, R, c.vocab_size);  // [R][vocab]
+  if (graphable) {
+    auto it = graphs_.find(S);
+    if (it == graphs_.end() && backend_->BeginCapture()) {
+      EnqueuePass(b, step, logit_rows, on_layer_kv);
+      absl::StatusOr<std::unique_ptr<kernels::Graph>> g = backend_->EndCapture();
+      if (g.ok()) {
+        it = graphs_.emplace(S, *std::move(g)).first;
+      } else {
+        use_graphs_ = false;  // this backend cannot capture this pass: run eagerly from now on
+      }
+    }
+    if (it != graphs_.end()) {
+      backend_->Replay(*it->second);
+      RETURN_IF_ERROR(backend_->Synchronize());
+      return logits;
+    }
+  }
+  EnqueuePass(b, step, logit_rows, on_layer_kv);
+  RETURN_IF_ERROR(backend_->Synchronize());
+  return logits;
+}
+
+void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& step,
+                                const kernels::Tensor& logit_rows,
+                                const LayerCallback& on_layer_kv) {
+  const model::ModelConfig& c = config_;
+  const int64_t T = b.num_tokens(), R = static_cast<int64_t>(b.logit_rows.size());
+  const Regions at(c, cap_tokens_, cap_seqs_, cap_table_);
+  const kernels::Buffer* ws = workspace_.get();
+  auto f32 = [&](int64_t offset, int64_t rows, int64_t cols) {
+    return kernels::Tensor{ws, offset, model::GgmlType::kF32, rows, cols};
+  };
+  const int64_t H = c.hidden_size, q_dim = c.n_heads * c.head_dim,
+                kv_dim = c.n_kv_heads * c.head_dim, F = c.ffn_size;
+  const kernels::Tensor x = f32(at.x, T, H);       // residual stream
+  const kernels::Tensor h = f32(at.h, T, H);       // normed input
+  const kernels::Tensor q = f32(at.q, T, q_dim);   // [T][n_heads][head_dim]
+  const kernels::Tensor k = f32(at.k, T, kv_dim);  // [T][n_kv_heads][head_dim]
+  const kernels::Tensor v = f32(at.v, T, kv_dim);
+  const kernels::Tensor attn_out = f32(at.attn, T, q_dim);
+  const kernels::Tensor proj = f32(at.proj, T, H);
+  const kernels::Tensor gate = f32(at.gate, T, F);
+  const kernels::Tensor up = f32(at.up, T, F);
+  const kernels::Tensor rope_table = f32(at.rope, T, c.rope_dim);  // cos | sin
 
   const float eps = static_cast<float>(c.rms_norm_eps);
   backend_->RopeTable(step.positions, w_.rope_freqs(), rope_, rope_table);
@@ -259,12 +299,9 @@ absl::StatusOr<kernels::Tensor> ModelExecutor::Forward(const ForwardBatch& b,
 
   // Final norm and logits only for the rows asked for.
   const kernels::Tensor picked = f32(at.picked, R, H), normed = f32(at.normed, R, H);
-  const kernels::Tensor logits = f32(at.logits, R, c.vocab_size);  // [R][vocab]
   backend_->GatherRows(x, logit_rows, picked);
   backend_->RmsNorm(picked, w_.output_norm(), eps, normed);
-  backend_->MatMul(normed, w_.output(), logits);
-  RETURN_IF_ERROR(backend_->Synchronize());
-  return logits;
+  backend_->MatMul(normed, w_.output(), f32(at.logits, R, c.vocab_size));
 }
 
 }  // namespace tandem::engine

@@ -15,6 +15,10 @@
 // built on the host once per pass and uploaded in one copy; every layer reads it
 // there. Logits stay in the workspace until the next pass.
 //
+// Decode steps (every sequence one new token, all logits wanted) are replayed from a
+// graph per batch size where the backend captures graphs (CUDA): the plan upload stays
+// outside the graph, so each replay reads that step's tokens, positions and tables.
+//
 // Not thread-safe: one executor per engine thread. The weights, backend and storage
 // are borrowed and must outlive it.
 #ifndef TANDEM_COMMON_ENGINE_MODEL_EXECUTOR_H_
@@ -26,6 +30,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/engine/device_weights.h"
 #include "common/model/model_config.h"
@@ -53,6 +58,9 @@ struct ForwardBatch {
 struct ExecutorLimits {
   int32_t max_tokens = 2048;  // tokens per pass
   int32_t max_seqs = 64;      // sequences per pass
+  // Replay decode steps from graphs where the backend can capture them (CUDA graphs,
+  // one per batch size, captured at its first step); false: every pass eager.
+  bool graphs = true;
 };
 
 class ModelExecutor {
@@ -87,6 +95,9 @@ class ModelExecutor {
   ModelExecutor(const model::ModelConfig& config, const DeviceWeights& weights,
                 kernels::Backend* backend, kernels::KvStorage* kv);
   absl::Status Validate(const ForwardBatch& batch) const;
+  // Enqueues every op of the pass after the plan upload (eagerly or into a capture).
+  void EnqueuePass(const ForwardBatch& batch, const kernels::StepView& step,
+                   const kernels::Tensor& logit_rows, const LayerCallback& on_layer_kv);
   // Workspace for `tokens` tokens, `seqs` sequences and `table_entries` block ids.
   absl::Status Reserve(int64_t tokens, int64_t seqs, int64_t table_entries);
 
@@ -99,6 +110,8 @@ class ModelExecutor {
   std::unique_ptr<kernels::Buffer> workspace_;
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_table_ = 0;
   std::vector<int32_t> plan_;  // host staging of the step plan, uploaded once per pass
+  bool use_graphs_ = true;
+  absl::flat_hash_map<int64_t, std::unique_ptr<kernels::Graph>> graphs_;  // by batch size
 };
 
 }  // namespace tandem::engine

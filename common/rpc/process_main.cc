@@ -77,6 +77,9 @@ void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype) {
 
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
   AddDeviceFlags(app, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
+  app.add_flag("--enforce-eager", o->enforce_eager,
+               "Run every pass eagerly: no CUDA graphs for decode steps")
+      ->capture_default_str();
   app.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                  "Fraction of the GPU's memory this worker may use; sizes the KV pool from what "
                  "weights and activations leave (instead of --kv-cache-bytes; 0: off)")

@@ -74,6 +74,23 @@ class CudaEvent : public Event {
   const int gpu_;
 };
 
+class CudaGraph : public Graph {
+ public:
+  CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec, int gpu)
+      : graph_(graph), exec_(exec), gpu_(gpu) {}
+  ~CudaGraph() override {
+    cudaSetDevice(gpu_);
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  cudaGraphExec_t exec() const { return exec_; }
+
+ private:
+  const cudaGraph_t graph_;
+  const cudaGraphExec_t exec_;
+  const int gpu_;
+};
+
 bool Inside(const Buffer& b, int64_t offset, int64_t bytes) {
   return offset >= 0 && bytes >= 0 && offset + bytes <= b.bytes();
 }
@@ -374,6 +391,37 @@ absl::Status CudaBackend::Synchronize() {
     TANDEM_CUDA_OK(cudaMemcpy(s.d_error, s.h_error, sizeof(int32_t), cudaMemcpyHostToDevice));
   }
   return st;
+}
+
+bool CudaBackend::BeginCapture() {
+  if (!Proceed()) return false;
+  return cudaStreamBeginCapture(s_->stream, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> CudaBackend::EndCapture() {
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s_->stream, &graph);
+  absl::Status st = std::move(error_);  // an op that failed while recording
+  error_ = absl::OkStatus();
+  if (st.ok() && end != cudaSuccess) st = CudaError(end, "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  if (st.ok()) {
+    if (cudaError_t e = cudaGraphInstantiate(&exec, graph, 0); e != cudaSuccess) {
+      st = CudaError(e, "cudaGraphInstantiate");
+    }
+  }
+  if (!st.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();  // a capture failure is not the next pass's error
+    return st;
+  }
+  return std::unique_ptr<Graph>(new CudaGraph(graph, exec, options_.gpu));
+}
+
+void CudaBackend::Replay(const Graph& graph) {
+  if (!Proceed()) return;
+  Check(cudaGraphLaunch(static_cast<const CudaGraph&>(graph).exec(), s_->stream),
+        "cudaGraphLaunch");
 }
 
 bool CudaBackend::Proceed() {

@@ -78,6 +78,11 @@ class CudaBackend : public Backend {
   std::shared_ptr<Event> RecordEvent() override;
   absl::Status Synchronize() override;
 
+  // CUDA graphs: the stream is captured (relaxed mode) between the two calls.
+  bool BeginCapture() override;
+  absl::StatusOr<std::unique_ptr<Graph>> EndCapture() override;
+  void Replay(const Graph& graph) override;
+
   void Embedding(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void MatMul(const Tensor& x, const Tensor& w, const Tensor& out) override;
   void MatMul2(const Tensor& x, const Tensor& w0, const Tensor& out0, const Tensor& w1,
