@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/bench_prompts.h"
+#include "cli/bench_stats.h"
 #include "cli/engine_batch.h"
 #include "cli/exit_status.h"
 #include "cli/machine_limits.h"
@@ -54,6 +55,12 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* o) {
   cmd->add_option("--batch-prompt", o->batch_prompt)->capture_default_str();
   cmd->add_option("--batch-gen", o->batch_gen)->capture_default_str();
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes)->capture_default_str();
+  cmd->add_option("--pp-sweep", o->pp_sweep,
+                  "Prompt lengths for a prefill line fit (TTFT against tokens), e.g. "
+                  "128,512,2048,8192")
+      ->delimiter(',');
+  cmd->add_option("--peak-tflops", o->peak_tflops,
+                  "The device's peak (dense bf16) for the sweep's MFU, e.g. 989 for an H200");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_flag("--enforce-eager", o->enforce_eager, "No CUDA graphs for decode steps");
   rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
@@ -93,7 +100,11 @@ int RunBench(const BenchOptions& o) {
   eo.enforce_eager = o.enforce_eager;
   eo.kv_dtype = o.kv_dtype;
   eo.scheduler.max_running = std::max(64, o.batch);
-  eo.scheduler.max_batched_tokens = std::max(2048, o.batch * o.batch_prompt);
+  // Every prompt in one pass, unchunked (the prefill figures are single passes).
+  int32_t longest = std::max({2048, o.batch * o.batch_prompt, o.prompt_tokens});
+  for (int32_t n : o.pp_sweep) longest = std::max(longest, n);
+  eo.scheduler.max_batched_tokens = longest;
+  eo.scheduler.max_prefill_chunk = longest;
   auto eng = engine::Engine::Create(*weights, eo);
   if (!eng.ok()) return Fail(eng.status());
   engine::Engine& e = **eng;
@@ -121,6 +132,32 @@ int RunBench(const BenchOptions& o) {
   const double params = MatmulParams(*config);
   const double pp_gflops = Median(pp) * 2 * params / 1e9;
 
+  // The prefill line, as the source document measures it: TTFT of one request per
+  // length, a least-squares fit, the slope's FLOP/s against the peak.
+  nlohmann::json sweep = nlohmann::json::array();
+  nlohmann::json fit;
+  if (!o.pp_sweep.empty()) {
+    std::vector<double> xs, ys;
+    for (int32_t n : o.pp_sweep) {
+      std::vector<double> t;
+      for (int r = 0; r < o.repetitions; ++r) {
+        t.push_back(RunBatch(e, 1, n, 1, vocab, 5000 + 97 * r + n).first_token_s);
+      }
+      xs.push_back(n);
+      ys.push_back(Median(t));
+      sweep.push_back({{"tokens", n}, {"ttft_ms", Median(t) * 1e3}});
+    }
+    if (auto line = FitLine(xs, ys); line.ok()) {
+      const double tflops = 2 * params / line->slope / 1e12;
+      fit = {{"intercept_ms", line->intercept * 1e3},
+             {"slope_us_per_token", line->slope * 1e6},
+             {"tokens_per_s", 1 / line->slope},
+             {"tflops", tflops},
+             {"r2", line->r2}};
+      if (o.peak_tflops > 0) fit["mfu"] = tflops / o.peak_tflops;
+    }
+  }
+
   nlohmann::json j = {
       {"model", model_name},
       {"threads", threads},
@@ -146,6 +183,10 @@ int RunBench(const BenchOptions& o) {
       {"tg_bandwidth_bound_tokens_per_s", bw * 1e3 / weight_mb},
       {"pp_gemm_bound_tokens_per_s", gemm * 1e9 / (2 * params)},
   };
+  if (!sweep.empty()) {
+    j["pp_sweep"] = sweep;
+    j["pp_fit"] = fit;
+  }
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -162,6 +203,11 @@ int RunBench(const BenchOptions& o) {
                 o.batch_gen, s_pp, s_tg);
     std::printf("  peak RSS %.0f MiB with a %lld MiB KV pool\n", peak_rss_mib,
                 static_cast<long long>(o.kv_cache_bytes >> 20));
+    for (const auto& p : sweep) {
+      std::printf("  prefill %6d tokens: TTFT %.2f ms\n", p["tokens"].get<int>(),
+                  p["ttft_ms"].get<double>());
+    }
+    if (!fit.is_null()) std::printf("  prefill line: %s\n", fit.dump().c_str());
   }
   return 0;
 }

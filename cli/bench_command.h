@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "common/kv/kv_layout.h"
@@ -28,6 +29,10 @@ struct BenchOptions {
   int32_t batch_prompt = 128;
   int32_t batch_gen = 128;
   int64_t kv_cache_bytes = int64_t{256} << 20;
+  // Prefill sweep: one request per length (medians of `repetitions`), a least-squares
+  // line TTFT = intercept + slope · tokens, and MFU against `peak_tflops` when given.
+  std::vector<int32_t> pp_sweep;
+  double peak_tflops = 0;
   bool json = false;
 };
 

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "cli/attention_bench_command.h"
 #include "cli/batch_sweep_command.h"
 #include "cli/bench_command.h"
 #include "cli/cache_bench_command.h"
@@ -43,6 +44,8 @@ int main(int argc, char** argv) {
   CLI::App* batch_sweep_app = tandem::cli::AddBatchSweepCommand(bench_app, &batch_sweep);
   tandem::cli::ExplainOptions explain;
   CLI::App* explain_app = tandem::cli::AddExplainCommand(bench_app, &explain);
+  tandem::cli::AttentionBenchOptions attention_bench;
+  CLI::App* attention_app = tandem::cli::AddAttentionBenchCommand(bench_app, &attention_bench);
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("serve")) return tandem::cli::RunServe(serve);
   if (app.got_subcommand("client")) return tandem::cli::RunClient(client);
@@ -50,6 +53,7 @@ int main(int argc, char** argv) {
   if (prefill_sweep_app->parsed()) return tandem::cli::RunPrefillSweep(prefill_sweep);
   if (batch_sweep_app->parsed()) return tandem::cli::RunBatchSweep(batch_sweep);
   if (explain_app->parsed()) return tandem::cli::RunExplain(explain);
+  if (attention_app->parsed()) return tandem::cli::RunAttentionBench(attention_bench);
   if (prefix_app->parsed()) return tandem::cli::RunPrefixCacheBench(cache_bench);
   if (chunked_app->parsed()) return tandem::cli::RunChunkedPrefillBench(cache_bench);
   if (bench_app->got_subcommand("cluster")) return tandem::cli::RunClusterBench(cluster_bench);

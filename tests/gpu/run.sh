@@ -71,14 +71,25 @@ if [ "$have_gpu" = 1 ]; then
   else
     rows+=("ceilings                                     torch not importable: not measured")
   fi
+  # Decode at batch 1 and 64, prefill of 2,048 tokens, the prefill line over 128…8,192.
   timeout 300 "$BUNDLE/bin/tandem" bench engine --device cuda --synthetic llama3-8b \
     --repetitions 2 --prompt-tokens 2048 --gen-tokens 64 --batch 64 --batch-prompt 32 \
-    --batch-gen 32 --kv-cache-bytes $((16 << 30)) --json >"$LOGS/bench_llama3_8b.json" \
-    2>"$LOGS/bench_llama3_8b.log"
+    --batch-gen 32 --kv-cache-bytes $((16 << 30)) --pp-sweep 128,512,2048,8192 \
+    --peak-tflops 989 --json >"$LOGS/bench_llama3_8b.json" 2>"$LOGS/bench_llama3_8b.log"
   rc=$?
   rows+=("$(printf '%-44s rc %s  %s' "bench engine --synthetic llama3-8b" "$rc" \
-    "$(head -c 400 "$LOGS/bench_llama3_8b.json")")")
+    "$(head -c 600 "$LOGS/bench_llama3_8b.json")")")
   [ "$rc" = 0 ] || status=1
+  # Paged decode attention at batch 32, context 8,192 (GB/s of KV, against the copy
+  # ceiling) and prefill attention at 8k causal, head dim 128 (against torch's sdpa).
+  for args in "--batch 32 --context 8192" "--prefill 8192"; do
+    timeout 120 "$BUNDLE/bin/tandem" bench attention --device cuda $args --json \
+      >"$LOGS/bench_attention.log" 2>&1
+    rc=$?
+    rows+=("$(printf '%-44s rc %s  %s' "bench attention $args" "$rc" \
+      "$(tail -1 "$LOGS/bench_attention.log" | head -c 300)")")
+    [ "$rc" = 0 ] || status=1
+  done
 fi
 
 echo

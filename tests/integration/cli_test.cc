@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -171,6 +172,40 @@ TEST(CliErrors, BadInputsGiveClearMessagesAndExitCodeOne) {
       Tandem("tokenize --model " + DefaultModelPath() + " --text $(printf 'a\\377')");
   EXPECT_EQ(bad_utf8.exit_code, 1);
   EXPECT_THAT(bad_utf8.out, ::testing::HasSubstr("not valid UTF-8"));
+}
+
+// The GPU benchmarks' commands run on any backend: bench engine on a synthetic model
+// with a prefill sweep, bench attention in both cases; `--device cuda` on a machine
+// without one is a clear error, not a crash.
+TEST(CliBench, SyntheticModelsAndTheAttentionBenchRunOnTheCpu) {
+  RunResult e = Tandem(
+      "bench engine --synthetic tiny -t 2 -r 1 -p 16 -n 4 --batch 2 --batch-prompt 8 "
+      "--batch-gen 4 --pp-sweep 32,64,128 --json");
+  ASSERT_EQ(e.exit_code, 0) << e.out;
+  const auto j = nlohmann::json::parse(e.out.substr(e.out.find('{')));
+  EXPECT_EQ(j["model"], "synthetic:tiny");
+  EXPECT_EQ(j["pp_sweep"].size(), 3u);
+  EXPECT_GT(j["pp_fit"]["slope_us_per_token"].get<double>(), 0);
+  RunResult d = Tandem(
+      "bench attention -t 2 --batch 3 --context 100 --heads 4 --kv-heads 2 "
+      "--head-dim 64 -r 2 --json");
+  ASSERT_EQ(d.exit_code, 0) << d.out;
+  EXPECT_GT(nlohmann::json::parse(d.out)["kv_gb_per_s"].get<double>(), 0);
+  RunResult p = Tandem(
+      "bench attention -t 2 --prefill 70 --heads 4 --kv-heads 2 --head-dim 64 "
+      "-r 1 --json");
+  ASSERT_EQ(p.exit_code, 0) << p.out;
+  EXPECT_GT(nlohmann::json::parse(p.out)["tflops"].get<double>(), 0);
+  RunResult bad = Tandem("bench attention --heads 5 --kv-heads 2");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.out, ::testing::HasSubstr("multiple of kv-heads"));
+  RunResult gpu = Tandem("bench engine --synthetic tiny --device cuda -r 1");
+  EXPECT_EQ(gpu.exit_code, 1);
+  std::string lower = gpu.out;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  EXPECT_THAT(lower, ::testing::HasSubstr("cuda"));
+  RunResult both = Tandem("bench engine --synthetic tiny --model x.gguf");
+  EXPECT_NE(both.exit_code, 0);
 }
 
 // `tandem serve` on loopback: `tandem client --json` prints what `tandem generate
