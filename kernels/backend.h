@@ -191,6 +191,10 @@ class Backend {
   virtual void SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   // x += y, element-wise.
   virtual void Add(const Tensor& x, const Tensor& y) = 0;
+  // x += y, then out = RmsNorm(x, weight, eps): the residual add and the next norm in
+  // one pass over each row (the same results as Add then RmsNorm).
+  virtual void AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                          const Tensor& out) = 0;
   // x [rows][dim] += bias [1][dim] for every row.
   virtual void AddBias(const Tensor& x, const Tensor& bias) = 0;
   // dst [R][cols] = rows `rows` [1][R] of src.

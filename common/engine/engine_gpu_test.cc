@@ -106,35 +106,23 @@ TEST(EngineGpu, GreedyAgreesWithTheCpuEngine) {
   const auto prompts = Prompts(c.vocab_size);
   const auto cpu = Generate(*w, "cpu", prompts, sp);
   const auto gpu = Generate(*w, "cuda", prompts, sp);
-  int64_t agree = 0, positions = 0, same = 0, total = 0;
-  double worst_gap = 0;
+  GreedyAgreement g;
+  int64_t same = 0, total = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     same += SamePrefix(cpu[i], gpu[i]);
     total += static_cast<int64_t>(cpu[i].size());
     std::vector<int32_t> tokens = prompts[i];
     tokens.insert(tokens.end(), cpu[i].begin(), cpu[i].end());
-    const auto la = AllLogits(*w, "cpu", tokens), lb = AllLogits(*w, "cuda", tokens);
-    const int64_t vocab = c.vocab_size;
-    for (size_t pos = prompts[i].size() - 1; pos + 1 < tokens.size(); ++pos) {
-      const float* ra = la.data() + pos * vocab;
-      const float* rb = lb.data() + pos * vocab;
-      ++positions;
-      if (std::max_element(ra, ra + vocab) - ra == std::max_element(rb, rb + vocab) - rb) {
-        ++agree;
-        continue;
-      }
-      std::vector<float> row(ra, ra + vocab);
-      std::nth_element(row.begin(), row.begin() + 1, row.end(), std::greater<float>());
-      worst_gap = std::max<double>(worst_gap, row[0] - row[1]);
-    }
+    g.Add(AllLogits(*w, "cpu", tokens), AllLogits(*w, "cuda", tokens), c.vocab_size,
+          static_cast<int64_t>(prompts[i].size()) - 1, static_cast<int64_t>(tokens.size()) - 1);
   }
   std::printf(
       "cuda vs cpu: teacher-forced greedy agrees on %lld of %lld positions (largest CPU top-2 gap "
       "where not: %.3g); free-running %lld of %lld tokens before a first divergence\n",
-      static_cast<long long>(agree), static_cast<long long>(positions), worst_gap,
+      static_cast<long long>(g.agree), static_cast<long long>(g.positions), g.worst_gap,
       static_cast<long long>(same), static_cast<long long>(total));
-  EXPECT_GE(static_cast<double>(agree), 0.98 * static_cast<double>(positions));
-  EXPECT_LT(worst_gap, 1e-2);
+  EXPECT_GE(static_cast<double>(g.agree), 0.98 * static_cast<double>(g.positions));
+  EXPECT_LT(g.worst_gap, 1e-2);
 }
 
 TEST(EngineGpu, SeededSamplingFollowsTheCpu) {

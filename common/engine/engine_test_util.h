@@ -2,6 +2,8 @@
 #ifndef TANDEM_COMMON_ENGINE_ENGINE_TEST_UTIL_H_
 #define TANDEM_COMMON_ENGINE_ENGINE_TEST_UTIL_H_
 
+#include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "common/engine/engine.h"
@@ -15,6 +17,31 @@ inline std::vector<TokenEvent> StepOk(Engine& e) {
   for (const TokenEvent& ev : events) EXPECT_TRUE(ev.error.ok()) << ev.error;
   return events;
 }
+
+// Teacher-forced greedy agreement of two engines' logits for the same tokens: at each
+// position where the greedy choices differ, the top-two gap of `a` (the reference) —
+// a divergence is only acceptable at a near-tie of the reference.
+struct GreedyAgreement {
+  int64_t agree = 0, positions = 0;
+  double worst_gap = 0;  // the largest reference top-two gap where they differ
+
+  // Rows [from, to) of a and b, each [rows][vocab].
+  void Add(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab, int64_t from,
+           int64_t to) {
+    for (int64_t pos = from; pos < to; ++pos) {
+      const float* ra = a.data() + pos * vocab;
+      const float* rb = b.data() + pos * vocab;
+      ++positions;
+      if (std::max_element(ra, ra + vocab) - ra == std::max_element(rb, rb + vocab) - rb) {
+        ++agree;
+        continue;
+      }
+      std::vector<float> row(ra, ra + vocab);
+      std::nth_element(row.begin(), row.begin() + 1, row.end(), std::greater<float>());
+      worst_gap = std::max<double>(worst_gap, row[0] - row[1]);
+    }
+  }
+};
 
 }  // namespace tandem::engine
 

@@ -275,9 +275,10 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
   const float eps = static_cast<float>(c.rms_norm_eps);
   backend_->RopeTable(step.positions, w_.rope_freqs(), rope_, rope_table);
   backend_->Embedding(w_.token_embd(), step.tokens, x);
-  for (int32_t l = 0; l < static_cast<int32_t>(c.n_layers); ++l) {
+  const int32_t n_layers = static_cast<int32_t>(c.n_layers);
+  backend_->RmsNorm(x, w_.layers()[0].attn_norm, eps, h);
+  for (int32_t l = 0; l < n_layers; ++l) {
     const DeviceLayer& L = w_.layers()[l];
-    backend_->RmsNorm(x, L.attn_norm, eps, h);
     backend_->MatMul3(h, L.wq, q, L.wk, k, L.wv, v);
     if (!L.bq.empty()) backend_->AddBias(q, L.bq);
     if (!L.bk.empty()) backend_->AddBias(k, L.bk);
@@ -288,13 +289,16 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
     if (on_layer_kv) on_layer_kv(l, backend_->RecordEvent());
     backend_->Attention(q, step, attn_, l, *kv_, attn_out);
     backend_->MatMul(attn_out, L.wo, proj);
-    backend_->Add(x, proj);
+    backend_->AddRmsNorm(x, proj, L.ffn_norm, eps, h);  // residual, then the FFN's norm
 
-    backend_->RmsNorm(x, L.ffn_norm, eps, h);
     backend_->MatMul2(h, L.w_gate, gate, L.w_up, up);
     backend_->SwiGlu(gate, up, gate);
     backend_->MatMul(gate, L.w_down, proj);
-    backend_->Add(x, proj);
+    if (l + 1 < n_layers) {
+      backend_->AddRmsNorm(x, proj, w_.layers()[l + 1].attn_norm, eps, h);  // and the next norm
+    } else {
+      backend_->Add(x, proj);
+    }
   }
 
   // Final norm and logits only for the rows asked for.

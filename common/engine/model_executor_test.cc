@@ -199,8 +199,8 @@ TEST_F(GoldenTest, Bf16KvKeepsTheFloat32Continuations) {
   }
   const int64_t vocab = weights_->config().vocab_size;
   HostExecutor a(*weights_, kv::KvDtype::kF32), b(*weights_, kv::KvDtype::kBF16);
-  double worst = 0, worst_tie = 0;
-  int64_t agree = 0, positions = 0;
+  double worst = 0;
+  GreedyAgreement agreement;
   for (int i = 0; i < static_cast<int>(f32.size()); ++i) {
     const auto golden = TensorValues<int32_t>(*golden_, Key(i, "tokens"));
     const int64_t n_prompt = static_cast<int64_t>(*golden_->GetUint(Key(i, "n_prompt")));
@@ -209,29 +209,17 @@ TEST_F(GoldenTest, Bf16KvKeepsTheFloat32Continuations) {
     const auto la = AllLogits(a, tokens), lb = AllLogits(b, tokens);
     for (size_t k = 0; k < la.size(); ++k)
       worst = std::max<double>(worst, std::fabs(la[k] - lb[k]));
-    for (int64_t pos = n_prompt - 1; pos + 1 < static_cast<int64_t>(tokens.size()); ++pos) {
-      const float* ra = la.data() + pos * vocab;
-      const float* rb = lb.data() + pos * vocab;
-      const int64_t ia = std::max_element(ra, ra + vocab) - ra;
-      const int64_t ib = std::max_element(rb, rb + vocab) - rb;
-      ++positions;
-      if (ia == ib) {
-        ++agree;
-        continue;
-      }
-      std::vector<float> row(ra, ra + vocab);
-      std::nth_element(row.begin(), row.begin() + 1, row.end(), std::greater<float>());
-      worst_tie = std::max<double>(worst_tie, row[0] - row[1]);
-    }
+    agreement.Add(la, lb, vocab, n_prompt - 1, static_cast<int64_t>(tokens.size()) - 1);
   }
   std::printf(
       "bf16 KV: teacher-forced greedy agrees on %lld of %lld positions (largest f32 top-2 gap "
       "where not: %.3g); free-running %lld of %lld tokens before a first divergence; max "
       "|Δlogit| %.3g\n",
-      static_cast<long long>(agree), static_cast<long long>(positions), worst_tie,
-      static_cast<long long>(same_prefix), static_cast<long long>(total), worst);
-  EXPECT_GE(static_cast<double>(agree), 0.98 * static_cast<double>(positions));
-  EXPECT_LT(worst_tie, kBf16TieMargin);
+      static_cast<long long>(agreement.agree), static_cast<long long>(agreement.positions),
+      agreement.worst_gap, static_cast<long long>(same_prefix), static_cast<long long>(total),
+      worst);
+  EXPECT_GE(static_cast<double>(agreement.agree), 0.98 * static_cast<double>(agreement.positions));
+  EXPECT_LT(agreement.worst_gap, kBf16TieMargin);
   EXPECT_LT(worst, kBf16MaxLogitDelta);
   EXPECT_GT(worst, 0.0);  // the KV really was rounded
 }

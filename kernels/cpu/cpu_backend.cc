@@ -257,6 +257,20 @@ void CpuBackend::Add(const Tensor& x, const Tensor& y) {
   AddInPlace(Host(x), Host(y), x.elements());
 }
 
+void CpuBackend::AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                            const Tensor& out) {
+  if (!Proceed()) return;
+  const int64_t dim = x.cols;
+  float* xs = Host(x);
+  const float* ys = Host(y);
+  const float* w = Host(weight);
+  float* o = Host(out);
+  pool_->ParallelFor(x.rows, [&](int64_t b, int64_t e, int) {
+    AddInPlace(xs + b * dim, ys + b * dim, (e - b) * dim);
+    kernels::RmsNorm(xs + b * dim, w, e - b, dim, eps, o + b * dim);
+  });
+}
+
 void CpuBackend::AddBias(const Tensor& x, const Tensor& bias) {
   if (!Proceed()) return;
   float* xs = Host(x);

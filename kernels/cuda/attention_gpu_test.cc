@@ -82,12 +82,7 @@ double MaxError(const Fixture& f, int32_t layer, int32_t keys_per_split, int32_t
   b.CopyToHost(*io, q_bytes, q_bytes, got.data());
   absl::Status st = b.Synchronize();
   EXPECT_TRUE(st.ok()) << st;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::abs(double{got[i]} - want[i]);
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst;
+  return testing::MaxAbsError(got, want);
 }
 
 TEST(AttentionGpu, MatchesReferenceAtAwkwardSizes) {

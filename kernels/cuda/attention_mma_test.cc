@@ -260,12 +260,7 @@ double MaxError(const Fixture& f, int32_t layer, Round round) {
     for (int32_t h = 0; h < f.shape.n_heads; ++h)
       EmulateTile(f, layer, seq, row0, h, positions, round, &got);
   }
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::abs(double{got[i]} - want[i]);
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst;
+  return testing::MaxAbsError(got, want);
 }
 
 TEST(PrefillMmaEmulation, MatchesTheReference) {

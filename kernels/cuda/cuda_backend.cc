@@ -544,6 +544,13 @@ void CudaBackend::Add(const Tensor& x, const Tensor& y) {
   Check(LaunchAdd(Dev(x), Dev(y), x.elements(), s_->stream), "add");
 }
 
+void CudaBackend::AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                             const Tensor& out) {
+  if (!Proceed()) return;
+  Check(LaunchAddRmsNorm(Dev(x), Dev(y), Dev(weight), x.rows, x.cols, eps, Dev(out), s_->stream),
+        "add_rms_norm");
+}
+
 void CudaBackend::AddBias(const Tensor& x, const Tensor& bias) {
   if (!Proceed()) return;
   Check(LaunchAddBias(Dev(x), Dev(bias), x.rows, x.cols, s_->stream), "add_bias");

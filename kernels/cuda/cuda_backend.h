@@ -95,6 +95,8 @@ class CudaBackend : public Backend {
   void Rope(const Tensor& x, int32_t n_heads, const Tensor& table, const RopeParams& p) override;
   void SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void Add(const Tensor& x, const Tensor& y) override;
+  void AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
+                  const Tensor& out) override;
   void AddBias(const Tensor& x, const Tensor& bias) override;
   void GatherRows(const Tensor& src, const Tensor& rows, const Tensor& dst) override;
   void ArgMax(const Tensor& logits, const Tensor& ids) override;

@@ -190,6 +190,14 @@ TEST(CudaBackend, RowOpsMatchTheCpu) {
         p.gpu.b->SwiGlu(p.gpu.F32(x, rows, dim), p.gpu.F32(y, rows, dim), og);
         EXPECT_LT(MaxRelError(p.gpu.Get(og), p.cpu.Get(oc)), 1e-5);
       }
+      {  // AddRmsNorm: the residual (exactly) and the norm
+        const Tensor xc = p.cpu.F32(x, rows, dim), xg = p.gpu.F32(x, rows, dim);
+        const Tensor oc = p.cpu.Poisoned(rows, dim), og = p.gpu.Poisoned(rows, dim);
+        p.cpu.b->AddRmsNorm(xc, p.cpu.F32(y, rows, dim), p.cpu.F32(w, 1, dim), 1e-5f, oc);
+        p.gpu.b->AddRmsNorm(xg, p.gpu.F32(y, rows, dim), p.gpu.F32(w, 1, dim), 1e-5f, og);
+        EXPECT_EQ(p.gpu.Get(xg), p.cpu.Get(xc));
+        EXPECT_LT(MaxRelError(p.gpu.Get(og), p.cpu.Get(oc)), 1e-5);
+      }
       {  // Add, AddBias
         const Tensor xc = p.cpu.F32(x, rows, dim), xg = p.gpu.F32(x, rows, dim);
         p.cpu.b->Add(xc, p.cpu.F32(y, rows, dim));

@@ -83,6 +83,23 @@ __global__ void RmsNormKernel(const float* x, const float* w, int64_t dim, float
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xr[i] * scale * w[i];
 }
 
+__global__ void AddRmsNormKernel(float* x, const float* y, const float* w, int64_t dim, float eps,
+                                 float* out) {
+  __shared__ float partial[kThreads / 32];
+  float* xr = x + blockIdx.x * dim;
+  const float* yr = y + blockIdx.x * dim;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = xr[i] + yr[i];
+    xr[i] = v;
+    ss += v * v;
+  }
+  ss = BlockSum(ss, partial);
+  const float scale = rsqrtf(ss / static_cast<float>(dim) + eps);
+  float* o = out + blockIdx.x * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+}
+
 __global__ void RopeTableKernel(const int32_t* positions, int64_t n, const float* ff,
                                 int32_t rope_dim, float theta, float position_scale, float* table) {
   const int32_t half = rope_dim / 2;
@@ -228,6 +245,14 @@ int LaunchRmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim
                   float* out, void* stream) {
   if (rows == 0) return cudaSuccess;
   RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, weight, dim, eps, out);
+  return Last();
+}
+
+int LaunchAddRmsNorm(float* x, const float* y, const float* weight, int64_t rows, int64_t dim,
+                     float eps, float* out, void* stream) {
+  if (rows == 0) return cudaSuccess;
+  AddRmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, y, weight, dim, eps,
+                                                                            out);
   return Last();
 }
 

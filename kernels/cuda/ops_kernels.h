@@ -39,6 +39,10 @@ int LaunchEmbedding(const void* table, Elem type, int64_t rows, int64_t cols, co
 int LaunchRmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                   float* out, void* stream);
 
+// x [rows][dim] += y, then out = RmsNorm(x) as LaunchRmsNorm: one block per row.
+int LaunchAddRmsNorm(float* x, const float* y, const float* weight, int64_t rows, int64_t dim,
+                     float eps, float* out, void* stream);
+
 // table [n][rope_dim]: cos | sin of pos/position_scale × inv_freq(i) (÷ freq_factors[i]
 // when given), as BuildRopeTable (kernels/cpu/ops.h).
 int LaunchRopeTable(const int32_t* positions, int64_t n, const float* freq_factors,

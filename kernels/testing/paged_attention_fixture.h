@@ -65,6 +65,16 @@ struct Fixture {
   PagedBatch batch() const { return {q_indptr, kv_len, block_indptr, block_ids}; }
 };
 
+// max |got - want|; a NaN anywhere (an unwritten, poisoned output) is infinite.
+inline double MaxAbsError(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = got.size() == want.size() ? 0 : INFINITY;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    const double e = std::abs(double{got[i]} - want[i]);
+    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+  }
+  return worst;
+}
+
 }  // namespace tandem::kernels::testing
 
 #endif  // TANDEM_KERNELS_TESTING_PAGED_ATTENTION_FIXTURE_H_

@@ -69,6 +69,10 @@ class RecordingBackend : public CpuBackend {
     TANDEM_RECORD(CpuBackend::SwiGlu(g, u, out));
   }
   void Add(const Tensor& x, const Tensor& y) override { TANDEM_RECORD(CpuBackend::Add(x, y)); }
+  void AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& w, float eps,
+                  const Tensor& out) override {
+    TANDEM_RECORD(CpuBackend::AddRmsNorm(x, y, w, eps, out));
+  }
   void AddBias(const Tensor& x, const Tensor& b) override {
     TANDEM_RECORD(CpuBackend::AddBias(x, b));
   }
