@@ -136,6 +136,8 @@ class Backend {
   // Allocates the scratch of ScratchSize once (so no op allocates while serving);
   // a pass over it fails with ResourceExhausted. Nothing to do on the CPU.
   virtual absl::Status ReserveScratch(const ScratchSize&) { return absl::OkStatus(); }
+  // Bytes ReserveScratch(size) allocates (for sizing the KV pool beside it).
+  virtual int64_t ScratchBytes(const ScratchSize&) const { return 0; }
 
   // --- memory -------------------------------------------------------------------
   // A zero-filled buffer of `bytes`. ResourceExhausted when it does not fit.

@@ -28,7 +28,8 @@ absl::StatusOr<int64_t> KvBudget(const kernels::Backend& backend, const model::M
   }
   const int64_t allowed = static_cast<int64_t>(o.gpu_memory_utilization * m->total_bytes);
   const int64_t in_use = m->total_bytes - m->free_bytes;
-  const int64_t budget = allowed - in_use - ModelExecutor::DeviceBytes(c, limits, o.block_size);
+  const int64_t budget =
+      allowed - in_use - ModelExecutor::DeviceBytes(c, limits, o.block_size, backend);
   if (budget <= 0) {
     return absl::ResourceExhaustedError(
         StrCat("gpu_memory_utilization: ", o.gpu_memory_utilization, " of ", m->total_bytes >> 20,

@@ -80,10 +80,9 @@ kernels::ScratchSize Scratch(const model::ModelConfig& c, int64_t tokens) {
 }  // namespace
 
 int64_t ModelExecutor::DeviceBytes(const model::ModelConfig& c, const ExecutorLimits& limits,
-                                   int32_t block_size) {
-  const kernels::ScratchSize s = Scratch(c, limits.max_tokens);
+                                   int32_t block_size, const kernels::Backend& backend) {
   return Regions(c, limits.max_tokens, limits.max_seqs, TableEntries(c, limits, block_size)).end +
-         s.rows * s.max_cols * 2 + std::max<int64_t>(s.rows * s.attention_cols, 16 << 20) * 4;
+         backend.ScratchBytes(Scratch(c, limits.max_tokens));
 }
 
 absl::StatusOr<std::unique_ptr<ModelExecutor>> ModelExecutor::Create(
@@ -118,7 +117,8 @@ absl::Status ModelExecutor::Reserve(int64_t tokens, int64_t seqs, int64_t table_
   }
   const int64_t T = std::max(tokens, cap_tokens_), S = std::max(seqs, cap_seqs_),
                 B = std::max(table_entries, cap_table_);
-  graphs_.clear();                           // they point into the old workspace
+  graphs_.clear();  // they point into the old workspace
+  warm_.clear();
   workspace_.reset();                        // the old one first: never hold both
   cap_tokens_ = cap_seqs_ = cap_table_ = 0;  // until the new one exists
   ASSIGN_OR_RETURN(workspace_, backend_->Allocate(kernels::MemoryKind::kActivations,
@@ -229,13 +229,19 @@ absl::StatusOr<kernels::Tensor> ModelExecutor::Forward(const ForwardBatch& b,
   const kernels::Tensor logits = f32(at.logits, R, c.vocab_size);  // [R][vocab]
   if (graphable) {
     auto it = graphs_.find(S);
-    if (it == graphs_.end() && backend_->BeginCapture()) {
-      EnqueuePass(b, step, logit_rows, on_layer_kv);
-      absl::StatusOr<std::unique_ptr<kernels::Graph>> g = backend_->EndCapture();
-      if (g.ok()) {
-        it = graphs_.emplace(S, *std::move(g)).first;
+    // The first step of a batch size runs eagerly (modules load, plans are chosen, as
+    // outside any capture); the second is captured.
+    if (it == graphs_.end() && !warm_.insert(S).second) {
+      if (!backend_->BeginCapture()) {
+        use_graphs_ = false;  // the backend cannot record: eager from now on
       } else {
-        use_graphs_ = false;  // this backend cannot capture this pass: run eagerly from now on
+        EnqueuePass(b, step, logit_rows, on_layer_kv);
+        absl::StatusOr<std::unique_ptr<kernels::Graph>> g = backend_->EndCapture();
+        if (g.ok()) {
+          it = graphs_.emplace(S, *std::move(g)).first;
+        } else {
+          use_graphs_ = false;  // this pass cannot be captured: eager from now on
+        }
       }
     }
     if (it != graphs_.end()) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "common/engine/device_weights.h"
 #include "common/model/model_config.h"
@@ -71,10 +72,10 @@ class ModelExecutor {
                                                                kernels::KvStorage* kv,
                                                                const ExecutorLimits& limits);
 
-  // Device memory Create takes for `limits`: the workspace and, at most, the scratch
-  // it reserves on the backend (the bf16 GEMM operand, attention's split-K partials).
+  // Device memory Create takes for `limits` on `backend`: the workspace and the scratch
+  // it reserves there (Backend::ScratchBytes: the bf16 GEMM operand, split-K partials).
   static int64_t DeviceBytes(const model::ModelConfig& config, const ExecutorLimits& limits,
-                             int32_t block_size);
+                             int32_t block_size, const kernels::Backend& backend);
 
   // Returns logits [batch.logit_rows.size()][vocab] in backend memory, valid until the
   // next Forward. InvalidArgument for an inconsistent batch (token ids out of range,
@@ -112,6 +113,7 @@ class ModelExecutor {
   std::vector<int32_t> plan_;  // host staging of the step plan, uploaded once per pass
   bool use_graphs_ = true;
   absl::flat_hash_map<int64_t, std::unique_ptr<kernels::Graph>> graphs_;  // by batch size
+  absl::flat_hash_set<int64_t> warm_;  // batch sizes that ran once eagerly
 };
 
 }  // namespace tandem::engine

@@ -266,8 +266,8 @@ __global__ void __launch_bounds__(mma::kWarps * 32) PrefillKernel(AttentionLaunc
     }
   }
 
-  __shared__ __nv_bfloat16 ks_tile[mma::kKeys][kPad];  // [key][d]
-  __shared__ __nv_bfloat16 vs_tile[mma::kKeys][kPad];  // [key][d]
+  __shared__ __align__(16) __nv_bfloat16 ks_tile[mma::kKeys][kPad];  // [key][d]
+  __shared__ __align__(16) __nv_bfloat16 vs_tile[mma::kKeys][kPad];  // [key][d]
   float o[kOt][4];
 #pragma unroll
   for (int t = 0; t < kOt; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;

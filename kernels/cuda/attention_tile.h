@@ -2,7 +2,7 @@
 // device (DESIGN.md §6: keep each kernel's tile math in small __host__ __device__
 // functions so the tiled algorithm can be checked on the CPU).
 //
-//   Locate / KvGeometry  paged index arithmetic over the float32 cache layout of
+//   Locate / KvGeometry  paged index arithmetic over the cache layout of
 //                        kv::KvLayout (K [kv_heads][head_dim][block_size], V
 //                        [block_size][kv_heads][head_dim], per layer per block)
 //   OnlineSoftmax        FlashAttention's running max / running sum over key tiles
@@ -26,7 +26,8 @@
 
 namespace tandem::kernels::tile {
 
-// Float offsets into a paged float32 KV cache laid out as kv::KvLayout documents.
+// Element offsets (any element type) into a paged KV cache laid out as kv::KvLayout
+// documents.
 struct KvGeometry {
   int64_t block_elems = 0;   // floats per block (all layers, K and V)
   int64_t layer_stride = 0;  // floats from one layer's K part to the next layer's

@@ -16,7 +16,10 @@ namespace tandem::kernels::cuda {
 
 namespace {
 
+// The status of a failed call. Also clears the thread's last-error slot, so a failure
+// that is not a launch never resurfaces as the next launch's error.
 absl::Status CudaError(cudaError_t e, std::string_view what) {
+  cudaGetLastError();
   const std::string msg = StrCat("cuda backend: ", what, ": ", cudaGetErrorString(e));
   if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice) {
     return absl::UnavailableError(msg);
@@ -56,22 +59,36 @@ class CudaBuffer : public Buffer {
   const int gpu_;
 };
 
+std::string_view DeviceErrorText(int32_t code);
+
+// Wait: the pass's error when the event was recorded (an op already failed), else the
+// stream up to the event, then the device error word (a bad index a kernel saw) — so a
+// transport never ships the K/V of a failed pass as good.
 class CudaEvent : public Event {
  public:
-  CudaEvent(cudaEvent_t e, int gpu) : event_(e), gpu_(gpu) {}
+  CudaEvent(cudaEvent_t e, int gpu, absl::Status status, const int32_t* d_error)
+      : event_(e), gpu_(gpu), status_(std::move(status)), d_error_(d_error) {}
   ~CudaEvent() override {
+    if (event_ == nullptr) return;
     cudaSetDevice(gpu_);
     cudaEventDestroy(event_);
   }
   absl::Status Wait() override {
+    if (!status_.ok()) return status_;
     TANDEM_CUDA_OK(cudaSetDevice(gpu_));
     TANDEM_CUDA_OK(cudaEventSynchronize(event_));
+    int32_t code = 0;
+    TANDEM_CUDA_OK(cudaMemcpy(&code, d_error_, sizeof(code), cudaMemcpyDeviceToHost));
+    if (code != 0)
+      return absl::InvalidArgumentError(StrCat("cuda backend: ", DeviceErrorText(code)));
     return absl::OkStatus();
   }
 
  private:
   const cudaEvent_t event_;
   const int gpu_;
+  const absl::Status status_;
+  const int32_t* const d_error_;
 };
 
 class CudaGraph : public Graph {
@@ -165,6 +182,14 @@ struct CudaBackend::State {
     const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    // Outputs sit in the executor's workspace at 64-byte (not 256-byte) boundaries.
+    const uint32_t align = 64;
+    for (auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      if (st == CUBLAS_STATUS_SUCCESS) {
+        st = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+      }
+    }
     if (st == CUBLAS_STATUS_SUCCESS && no_reduction) {
       st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
                                                 &none, sizeof(none));
@@ -285,6 +310,18 @@ absl::StatusOr<DeviceMemory> CudaBackend::Memory() const {
   return DeviceMemory{static_cast<int64_t>(total), static_cast<int64_t>(free)};
 }
 
+int64_t CudaBackend::AttentionScratchFloats(const ScratchSize& size) const {
+  // One split per row at the full pass; short passes get more (up to max_splits). In
+  // batch-invariant mode every row gets max_splits (fixed split points).
+  return std::max<int64_t>(
+      size.rows * size.attention_cols * (options_.batch_invariant ? options_.max_splits : 1),
+      int64_t{16} << 20);
+}
+
+int64_t CudaBackend::ScratchBytes(const ScratchSize& size) const {
+  return size.rows * size.max_cols * 2 + AttentionScratchFloats(size) * 4;
+}
+
 absl::Status CudaBackend::ReserveScratch(const ScratchSize& size) {
   TANDEM_CUDA_OK(cudaSetDevice(options_.gpu));
   State& s = *s_;
@@ -297,11 +334,7 @@ absl::Status CudaBackend::ReserveScratch(const ScratchSize& size) {
     TANDEM_CUDA_OK(cudaMalloc(&s.x_bf16, static_cast<size_t>(x) * 2));
     s.x_bf16_elems = x;
   }
-  // One split per row at the full pass; short passes get more (up to max_splits). In
-  // batch-invariant mode every row gets max_splits (fixed split points).
-  const int64_t a = std::max<int64_t>(
-      size.rows * size.attention_cols * (options_.batch_invariant ? options_.max_splits : 1),
-      int64_t{16} << 20);
+  const int64_t a = AttentionScratchFloats(size);
   if (a > s.attn_ws_floats) {
     cudaFree(s.attn_ws);
     s.attn_ws = nullptr;
@@ -364,38 +397,60 @@ absl::Status CudaBackend::ReadNow(const Buffer& src, int64_t offset, int64_t byt
 }
 
 std::shared_ptr<Event> CudaBackend::RecordEvent() {
-  cudaSetDevice(options_.gpu);
   cudaEvent_t e = nullptr;
-  if (cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); err != cudaSuccess) {
-    Fail(CudaError(err, "cudaEventCreate"));
-    return std::make_shared<CudaEvent>(nullptr, options_.gpu);
+  if (Proceed()) {
+    if (cudaError_t err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+        err != cudaSuccess) {
+      Fail(CudaError(err, "cudaEventCreate"));
+      e = nullptr;
+    } else {
+      Check(cudaEventRecord(e, s_->stream), "cudaEventRecord");
+    }
   }
-  Check(cudaEventRecord(e, s_->stream), "cudaEventRecord");
-  return std::make_shared<CudaEvent>(e, options_.gpu);
+  absl::Status status = error_;
+  if (status.ok() && e == nullptr) status = absl::InternalError("cuda backend: no event");
+  return std::make_shared<CudaEvent>(e, options_.gpu, std::move(status), s_->d_error);
 }
 
 absl::Status CudaBackend::Synchronize() {
   State& s = *s_;
   absl::Status st = std::move(error_);
   error_ = absl::OkStatus();
-  TANDEM_CUDA_OK(cudaSetDevice(options_.gpu));
-  TANDEM_CUDA_OK(
-      cudaMemcpyAsync(s.h_error, s.d_error, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream));
-  if (cudaError_t e = cudaStreamSynchronize(s.stream); e != cudaSuccess && st.ok()) {
-    st = CudaError(e, "a kernel or copy of this pass");
+  auto first = [&](absl::Status e) {
+    if (st.ok()) st = std::move(e);
+  };
+  if (cudaError_t e = cudaSetDevice(options_.gpu); e != cudaSuccess) {
+    first(CudaError(e, "cudaSetDevice"));
+    return st;
   }
+  if (cudaError_t e =
+          cudaMemcpyAsync(s.h_error, s.d_error, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream);
+      e != cudaSuccess) {
+    first(CudaError(e, "reading the device error word"));
+  }
+  if (cudaError_t e = cudaStreamSynchronize(s.stream); e != cudaSuccess) {
+    first(CudaError(e, "a kernel or copy of this pass"));
+    return st;
+  }
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) first(CudaError(e, "a launch"));
   if (*s.h_error != kDeviceOk) {
-    if (st.ok())
-      st = absl::InvalidArgumentError(StrCat("cuda backend: ", DeviceErrorText(*s.h_error)));
+    first(absl::InvalidArgumentError(StrCat("cuda backend: ", DeviceErrorText(*s.h_error))));
     *s.h_error = kDeviceOk;
-    TANDEM_CUDA_OK(cudaMemcpy(s.d_error, s.h_error, sizeof(int32_t), cudaMemcpyHostToDevice));
+    if (cudaError_t e = cudaMemcpy(s.d_error, s.h_error, sizeof(int32_t), cudaMemcpyHostToDevice);
+        e != cudaSuccess) {
+      first(CudaError(e, "clearing the device error word"));
+    }
   }
   return st;
 }
 
 bool CudaBackend::BeginCapture() {
   if (!Proceed()) return false;
-  return cudaStreamBeginCapture(s_->stream, cudaStreamCaptureModeRelaxed) == cudaSuccess;
+  if (cudaStreamBeginCapture(s_->stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+    cudaGetLastError();  // not this pass's error: it runs eagerly instead
+    return false;
+  }
+  return true;
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> CudaBackend::EndCapture() {
@@ -485,6 +540,7 @@ void CudaBackend::Gemms(const Tensor& x,
         "cuda backend: a ", m, "x", k, " GEMM operand exceeds the scratch ReserveScratch sized")));
   }
   Check(LaunchToBf16(Dev(x), m * k, s.x_bf16, s.stream), "to bf16");
+  if (!error_.ok()) return;
   const float alpha = 1.0f, beta = 0.0f;
   for (const auto& [w, out] : wo) {
     auto plan = s.Plan(m, w->rows, k, options_.gemm_workspace_bytes, options_.batch_invariant);
@@ -585,8 +641,12 @@ void CudaBackend::Attention(const Tensor& q, const StepView& step, const Attenti
   if (!Proceed()) return;
   State& s = *s_;
   const kv::KvLayout& l = kv.layout();
-  if (shape.head_dim > 256) {
-    return Fail(absl::InvalidArgumentError("cuda backend: attention head_dim over 256"));
+  if (shape.head_dim > 256 || shape.head_dim != l.head_dim || shape.n_kv_heads != l.n_kv_heads ||
+      shape.n_kv_heads < 1 || shape.n_heads % shape.n_kv_heads != 0 ||
+      q.cols != int64_t{shape.n_heads} * shape.head_dim || out.rows != q.rows ||
+      out.cols != q.cols) {
+    return Fail(absl::InvalidArgumentError(
+        "cuda backend: attention shape does not match the KV layout or q (or head_dim > 256)"));
   }
   const int64_t per_split = q.rows * shape.n_heads * (int64_t{shape.head_dim} + 2);
   if (per_split > s.attn_ws_floats) {

@@ -69,6 +69,7 @@ class CudaBackend : public Backend {
   std::optional<model::GgmlType> WeightType() const override { return model::GgmlType::kBF16; }
   absl::StatusOr<DeviceMemory> Memory() const override;
   absl::Status ReserveScratch(const ScratchSize& size) override;
+  int64_t ScratchBytes(const ScratchSize& size) const override;
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(MemoryKind kind, int64_t bytes) override;
   absl::StatusOr<std::unique_ptr<Buffer>> BorrowHost(const void* host, int64_t bytes) override;
@@ -113,6 +114,7 @@ class CudaBackend : public Backend {
   void Fail(absl::Status error);
   // Records a failed launch or call (`err` a cudaError_t) as the sticky error.
   void Check(int err, const char* what);
+  int64_t AttentionScratchFloats(const ScratchSize& size) const;
   // x as bf16 in scratch, then out_i = x · w_iᵀ for each (w_i, out_i).
   void Gemms(const Tensor& x, std::initializer_list<std::pair<const Tensor*, const Tensor*>> wo);
 

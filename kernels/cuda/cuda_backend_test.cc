@@ -153,6 +153,31 @@ TEST(CudaBackend, MatMulMatchesTheCpuOnTheSameValues) {
   }
 }
 
+// --batch-invariant: a row's GEMM result is bit-identical whatever the number of rows
+// (the pinned algorithm must not split a dot product by problem size — stream-K
+// included), for the Llama-3-8B projection shapes.
+TEST(CudaBackend, BatchInvariantGemmRowsDoNotDependOnM) {
+  REQUIRE_GPU();
+  std::mt19937 rng(9);
+  On gpu{*CudaBackend::Create({.batch_invariant = true})};
+  ASSERT_TRUE(gpu.b->ReserveScratch({2048, 14336, 32 * 130}).ok());
+  for (auto [n, k] :
+       {std::pair<int64_t, int64_t>{4096, 4096}, {1024, 4096}, {14336, 4096}, {4096, 14336}}) {
+    const Tensor w = gpu.Put(Bf16Bits(Noise(n * k, rng, 0.02f)), model::GgmlType::kBF16, n, k);
+    const auto x = Noise(2048 * k, rng);
+    std::vector<float> first_row;
+    for (int64_t m : {1, 7, 64, 300, 2048}) {
+      const Tensor out = gpu.Poisoned(m, n);
+      gpu.b->MatMul(gpu.F32(std::vector<float>(x.begin(), x.begin() + m * k), m, k), w, out);
+      const auto got = gpu.Get(out);
+      const std::vector<float> row(got.begin(), got.begin() + n);
+      if (first_row.empty()) first_row = row;
+      EXPECT_EQ(row, first_row) << n << "x" << k << " at m " << m;
+    }
+    gpu.buffers.clear();  // keep memory flat across shapes (w included: made anew)
+  }
+}
+
 TEST(CudaBackend, MatMul3EqualsThreeMatMuls) {
   REQUIRE_GPU();
   std::mt19937 rng(4);

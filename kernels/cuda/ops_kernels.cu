@@ -107,7 +107,10 @@ __global__ void RopeTableKernel(const int32_t* positions, int64_t n, const float
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = e / half;
     const int32_t i = static_cast<int32_t>(e % half);
-    float inv = 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(rope_dim));
+    // powf's error on the device is a few ulp; the float result of a double pow is the
+    // correctly rounded one the CPU's powf gives.
+    const float ex = static_cast<float>(2 * i) / static_cast<float>(rope_dim);
+    float inv = 1.0f / static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(ex)));
     if (ff != nullptr) inv /= ff[i];
     const float angle = (static_cast<float>(positions[t]) / position_scale) * inv;
     // Reduced to [-π, π] in double first: sincosf's own reduction of large angles
