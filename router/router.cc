@@ -52,6 +52,15 @@ class RouterRequest {
     cancelled_ = true;
     if (active_ != nullptr) active_->TryCancel();
   }
+  // Cancel, unless the request was already cancelled or has ended (its last answer
+  // sent): false then, though its entry may not be erased yet.
+  bool CancelIfLive() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_ || ended_) return false;
+    cancelled_ = true;
+    if (active_ != nullptr) active_->TryCancel();
+    return true;
+  }
   bool cancelled() const {
     std::lock_guard<std::mutex> lock(mu_);
     return cancelled_;
@@ -152,8 +161,10 @@ bool Router::Abort(const std::string& request_id) {
     if (it == by_id_.end()) return false;
     r = it->second.lock();
   }
-  if (r == nullptr) return false;
-  Cancel(r);
+  // A request whose cancellation or last answer has gone out is over for the caller,
+  // even while its driver is still tidying up.
+  if (r == nullptr || !r->CancelIfLive()) return false;
+  queue_.Wake();
   return true;
 }
 
