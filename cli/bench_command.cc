@@ -125,9 +125,12 @@ int RunBench(const BenchOptions& o) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const double peak_rss_mib = ru.ru_maxrss / 1024.0;
-  const double weight_mb = weights->weight_bytes() / 1e6;
-  const double bw = ReadBandwidthGBs(threads);
-  const double gemm = GemmGflops(threads);
+  const double weight_mb = e.weight_bytes() / 1e6;
+  // This machine's ceilings are the host's: they bound the CPU engine only (a GPU's are
+  // measured by tests/gpu/ceilings.py in the same run).
+  const bool on_host = e.device() != "cuda";
+  const double bw = on_host ? ReadBandwidthGBs(threads) : 0;
+  const double gemm = on_host ? GemmGflops(threads) : 0;
   // Prefill FLOPs per token ≈ 2 × parameters in the matmuls (attention excluded).
   const double params = MatmulParams(*config);
   const double pp_gflops = Median(pp) * 2 * params / 1e9;
@@ -178,11 +181,13 @@ int RunBench(const BenchOptions& o) {
       {"kv_bytes_per_token", e.kv_layout().BytesPerToken()},
       {"peak_rss_mib", peak_rss_mib},
       {"weight_mb_read_per_token", weight_mb},
-      {"machine_read_gb_per_s", bw},
-      {"machine_gemm_gflops", gemm},
-      {"tg_bandwidth_bound_tokens_per_s", bw * 1e3 / weight_mb},
-      {"pp_gemm_bound_tokens_per_s", gemm * 1e9 / (2 * params)},
   };
+  if (on_host) {
+    j["machine_read_gb_per_s"] = bw;
+    j["machine_gemm_gflops"] = gemm;
+    j["tg_bandwidth_bound_tokens_per_s"] = bw * 1e3 / weight_mb;
+    j["pp_gemm_bound_tokens_per_s"] = gemm * 1e9 / (2 * params);
+  }
   if (!sweep.empty()) {
     j["pp_sweep"] = sweep;
     j["pp_fit"] = fit;
@@ -193,12 +198,19 @@ int RunBench(const BenchOptions& o) {
     std::printf("tandem bench engine: %s, %s, %d threads, %s kernels, %s KV\n", model_name.c_str(),
                 std::string(e.device()).c_str(), threads, kernels::MatMulIsa(),
                 std::string(kv::KvDtypeName(o.kv_dtype)).c_str());
-    std::printf(
-        "  pp%-5d %8.1f tokens/s  (%.0f GFLOP/s; GEMM bound %.0f tokens/s at %.0f GFLOP/s)\n",
-        o.prompt_tokens, Median(pp), pp_gflops, gemm * 1e9 / (2 * params), gemm);
-    std::printf(
-        "  tg%-5d %8.1f tokens/s  (bandwidth bound %.0f tokens/s: %.1f GB/s over %.0f MB)\n",
-        o.gen_tokens, Median(tg), bw * 1e3 / weight_mb, bw, weight_mb);
+    if (on_host) {
+      std::printf(
+          "  pp%-5d %8.1f tokens/s  (%.0f GFLOP/s; GEMM bound %.0f tokens/s at %.0f GFLOP/s)\n",
+          o.prompt_tokens, Median(pp), pp_gflops, gemm * 1e9 / (2 * params), gemm);
+      std::printf(
+          "  tg%-5d %8.1f tokens/s  (bandwidth bound %.0f tokens/s: %.1f GB/s over %.0f MB)\n",
+          o.gen_tokens, Median(tg), bw * 1e3 / weight_mb, bw, weight_mb);
+    } else {
+      std::printf("  pp%-5d %8.1f tokens/s  (%.0f GFLOP/s)\n", o.prompt_tokens, Median(pp),
+                  pp_gflops);
+      std::printf("  tg%-5d %8.1f tokens/s  (%.3f ms/token over %.0f MB of weights)\n",
+                  o.gen_tokens, Median(tg), 1e3 / Median(tg), weight_mb);
+    }
     std::printf("  B=%d, %d+%d: S_PP %.1f tokens/s, S_TG %.1f tokens/s\n", o.batch, o.batch_prompt,
                 o.batch_gen, s_pp, s_tg);
     std::printf("  peak RSS %.0f MiB with a %lld MiB KV pool\n", peak_rss_mib,

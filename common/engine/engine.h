@@ -166,6 +166,12 @@ class Engine {
   }
   const Sequence* Find(kv::SeqId id) const;
   EngineStats Stats() const;
+  // Bytes of weights a pass reads as the backend holds them: the copies on a device
+  // (bf16 on CUDA), the mapped file's tensors on the CPU.
+  int64_t weight_bytes() const {
+    return device_weights_->copied_bytes() > 0 ? device_weights_->copied_bytes()
+                                               : weights_->weight_bytes();
+  }
   // Writes one layer of blocks [first_block, first_block + num_blocks) of kReserved
   // sequence `id`'s block table from `payload` (num_blocks × KvLayout::LayerBytes()).
   // InvalidArgument (nothing written) for an unknown id, a range outside its table,
