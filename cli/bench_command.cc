@@ -73,7 +73,6 @@ int RunBench(const BenchOptions& o) {
   }
   absl::StatusOr<engine::LoadedModel> loaded;
   std::unique_ptr<engine::ModelWeights> synthetic;
-  const model::ModelConfig* config = nullptr;
   const engine::ModelWeights* weights = nullptr;
   if (!o.synthetic.empty()) {
     auto c = engine::SyntheticConfig(o.synthetic);
@@ -83,13 +82,12 @@ int RunBench(const BenchOptions& o) {
     if (!w.ok()) return Fail(w.status());
     synthetic = *std::move(w);
     weights = synthetic.get();
-    config = &weights->config();
   } else {
     loaded = engine::LoadModel(o.model);
     if (!loaded.ok()) return Fail(loaded.status());
-    config = &loaded->config;
     weights = loaded->weights.get();
   }
+  const model::ModelConfig* config = &weights->config();
   const std::string model_name = o.synthetic.empty() ? o.model : StrCat("synthetic:", o.synthetic);
   engine::EngineOptions eo;
   eo.num_threads = o.threads;

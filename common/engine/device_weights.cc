@@ -8,6 +8,7 @@
 #include "common/util/half.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace tandem::engine {
 
@@ -29,29 +30,19 @@ Source Vector(const float* v, int64_t n, Tensor* view) {
   return {v, model::GgmlType::kF32, v == nullptr ? 0 : 1, n, view, false};
 }
 
-// Rows of `s` decoded and rounded to bf16 into `out` [rows][cols], on every core.
-absl::Status ToBf16(const Source& s, std::vector<uint16_t>* out) {
+// Rows of `s` decoded and rounded to bf16 into `out` [rows][cols], on `pool`.
+absl::Status ToBf16(const Source& s, kernels::ThreadPool* pool, std::vector<uint16_t>* out) {
   const int64_t row_bytes = Tensor{nullptr, 0, s.type, 1, s.cols}.RowBytes();
   out->resize(static_cast<size_t>(s.rows * s.cols));
-  const int64_t n_threads =
-      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(1, s.rows));
-  std::vector<absl::Status> status(static_cast<size_t>(n_threads));
-  std::vector<std::thread> threads;
-  for (int64_t t = 0; t < n_threads; ++t) {
-    threads.emplace_back([&, t] {
-      std::vector<float> row(static_cast<size_t>(s.cols));
-      for (int64_t r = t; r < s.rows; r += n_threads) {
-        const auto* src = static_cast<const uint8_t*>(s.data) + r * row_bytes;
-        absl::Status st = model::Dequantize(s.type, {src, static_cast<size_t>(row_bytes)}, row);
-        if (!st.ok()) {
-          status[t] = st;
-          return;
-        }
-        for (int64_t c = 0; c < s.cols; ++c) (*out)[r * s.cols + c] = FloatToBf16(row[c]);
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
+  std::vector<absl::Status> status(static_cast<size_t>(pool->num_threads()));
+  pool->ParallelFor(s.rows, [&](int64_t begin, int64_t end, int thread) {
+    std::vector<float> row(static_cast<size_t>(s.cols));
+    for (int64_t r = begin; r < end && status[thread].ok(); ++r) {
+      const auto* src = static_cast<const uint8_t*>(s.data) + r * row_bytes;
+      status[thread] = model::Dequantize(s.type, {src, static_cast<size_t>(row_bytes)}, row);
+      for (int64_t c = 0; c < s.cols; ++c) (*out)[r * s.cols + c] = FloatToBf16(row[c]);
+    }
+  });
   for (const absl::Status& st : status) RETURN_IF_ERROR(st);
   return absl::OkStatus();
 }
@@ -124,12 +115,17 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Prepare(const Mode
     if (s.data != nullptr) *s.view = shape(s, buffer.get(), offset_of[s.data]);
   }
   std::vector<uint16_t> converted;  // one tensor at a time: copied before the next
+  std::unique_ptr<kernels::ThreadPool> pool;
   for (const Source* s : distinct) {
     if (type_of(*s) == s->type) {
       backend->CopyToDevice(s->data, *buffer, s->view->offset, s->view->bytes());
       continue;
     }
-    RETURN_IF_ERROR(ToBf16(*s, &converted));
+    if (pool == nullptr) {
+      pool = std::make_unique<kernels::ThreadPool>(
+          static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    }
+    RETURN_IF_ERROR(ToBf16(*s, pool.get(), &converted));
     backend->CopyToDevice(converted.data(), *buffer, s->view->offset, s->view->bytes());
     RETURN_IF_ERROR(backend->Synchronize());
   }

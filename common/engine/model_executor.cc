@@ -61,10 +61,6 @@ struct Regions {
   }
 };
 
-}  // namespace
-
-namespace {
-
 // Table entries of block ids the workspace holds for `limits` (every sequence at
 // full context).
 int64_t TableEntries(const model::ModelConfig& c, const ExecutorLimits& limits, int64_t bs) {
@@ -222,8 +218,8 @@ absl::StatusOr<kernels::Tensor> ModelExecutor::Forward(const ForwardBatch& b,
   backend_->CopyToDevice(plan_.data(), *ws, at.plan, static_cast<int64_t>(plan_.size()) * 4);
 
   // A decode step (one new token and its logits per sequence, no layer callback) is
-  // replayed from the graph captured the first time this batch size came; the plan
-  // just uploaded is what it reads.
+  // replayed from the graph captured at this batch size's second step; the plan just
+  // uploaded is what it reads.
   const bool graphable =
       use_graphs_ && !on_layer_kv && T == S && R == S && step.max_new_tokens == 1;
   const kernels::Tensor logits = f32(at.logits, R, c.vocab_size);  // [R][vocab]

@@ -60,7 +60,7 @@ struct ExecutorLimits {
   int32_t max_tokens = 2048;  // tokens per pass
   int32_t max_seqs = 64;      // sequences per pass
   // Replay decode steps from graphs where the backend can capture them (CUDA graphs,
-  // one per batch size, captured at its first step); false: every pass eager.
+  // one per batch size, captured at its second step); false: every pass eager.
   bool graphs = true;
 };
 

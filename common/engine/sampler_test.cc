@@ -198,7 +198,12 @@ TEST(Sampler, SampleRowsMixesDeviceArgMaxAndHostSampling) {
     const SampleResult want = Sampler::Sample({logits.data() + r * vocab, size_t(vocab)}, params[r],
                                               11 + r, 40, prompt, output);
     EXPECT_EQ((*got)[r].token, want.token) << r;
-    EXPECT_EQ((*got)[r].top.size(), want.top.size()) << r;
+    EXPECT_EQ((*got)[r].logprob, want.logprob) << r;
+    ASSERT_EQ((*got)[r].top.size(), want.top.size()) << r;
+    for (size_t i = 0; i < want.top.size(); ++i) {
+      EXPECT_EQ((*got)[r].top[i].token, want.top[i].token) << r;
+      EXPECT_EQ((*got)[r].top[i].logprob, want.top[i].logprob) << r;
+    }
   }
 }
 

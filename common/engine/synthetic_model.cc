@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "common/engine/model_weights.h"
 #include "common/util/half.h"
 #include "common/util/strings.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace tandem::engine {
 
@@ -32,20 +34,6 @@ float Uniform(uint64_t seed, uint64_t i) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   return static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-52 - 1.0);
-}
-
-// Runs body(row) for rows [0, n) on every core.
-template <class F>
-void ParallelRows(int64_t n, const F& body) {
-  const int64_t threads =
-      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(n, 1));
-  std::vector<std::thread> pool;
-  for (int64_t t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int64_t r = t; r < n; r += threads) body(r);
-    });
-  }
-  for (auto& th : pool) th.join();
 }
 
 }  // namespace
@@ -87,6 +75,13 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const model::
   }
   std::unique_ptr<ModelWeights> w(new ModelWeights());
   w->config_ = c;
+  kernels::ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // body(row) for rows [0, n) on every core.
+  auto parallel_rows = [&](int64_t n, const std::function<void(int64_t)>& body) {
+    pool.ParallelFor(n, [&](int64_t begin, int64_t end, int) {
+      for (int64_t r = begin; r < end; ++r) body(r);
+    });
+  };
   uint64_t tensor = 0;  // each tensor draws from its own stream
   auto matrix = [&](int64_t rows, int64_t cols) {
     const uint64_t s = seed ^ (0xD1B54A32D192ED03ull * ++tensor);
@@ -95,7 +90,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const model::
     WeightMatrix m{type, rows, cols, nullptr};
     if (type == model::GgmlType::kF32) {
       std::vector<float> v(static_cast<size_t>(rows * cols));
-      ParallelRows(rows, [&](int64_t r) {
+      parallel_rows(rows, [&](int64_t r) {
         for (int64_t i = 0; i < cols; ++i) {
           const float x = a * Uniform(s, static_cast<uint64_t>(r * cols + i));
           v[r * cols + i] = Bf16ToFloat(FloatToBf16(x));
@@ -108,7 +103,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const model::
       const int64_t blocks = cols / 32, row_bytes = blocks * 34;
       std::vector<uint8_t> v(static_cast<size_t>(rows * row_bytes));
       const uint16_t d = FloatToHalf(a / 127.0f);
-      ParallelRows(rows, [&](int64_t r) {
+      parallel_rows(rows, [&](int64_t r) {
         for (int64_t b = 0; b < blocks; ++b) {
           uint8_t* blk = v.data() + r * row_bytes + b * 34;
           blk[0] = static_cast<uint8_t>(d & 0xFF);

@@ -9,31 +9,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/util/strings.h"
 #include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/kv_storage.h"
 
 namespace tandem::kernels::cuda {
 
 namespace {
-
-// The status of a failed call. Also clears the thread's last-error slot, so a failure
-// that is not a launch never resurfaces as the next launch's error.
-absl::Status CudaError(cudaError_t e, std::string_view what) {
-  cudaGetLastError();
-  const std::string msg = StrCat("cuda backend: ", what, ": ", cudaGetErrorString(e));
-  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver || e == cudaErrorInvalidDevice) {
-    return absl::UnavailableError(msg);
-  }
-  if (e == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(msg);
-  return absl::InternalError(msg);
-}
-
-#define TANDEM_CUDA_OK(expr)                                        \
-  do {                                                              \
-    if (cudaError_t tandem_e_ = (expr); tandem_e_ != cudaSuccess) { \
-      return CudaError(tandem_e_, #expr);                           \
-    }                                                               \
-  } while (0)
 
 absl::Status BlasError(cublasStatus_t st, std::string_view what) {
   return absl::InternalError(StrCat("cuda backend: ", what, ": ", cublasLtGetStatusString(st)));
@@ -59,7 +41,18 @@ class CudaBuffer : public Buffer {
   const int gpu_;
 };
 
-std::string_view DeviceErrorText(int32_t code);
+std::string_view DeviceErrorText(int32_t code) {
+  switch (code) {
+    case kBadTokenId:
+      return "embedding: a token id outside the table";
+    case kBadRowIndex:
+      return "gather: a row index outside the source";
+    case kBadSlot:
+      return "write_kv: a slot outside the KV storage";
+    default:
+      return "a kernel reported an unknown error";
+  }
+}
 
 // Wait: the pass's error when the event was recorded (an op already failed), else the
 // stream up to the event, then the device error word (a bad index a kernel saw) — so a
@@ -117,6 +110,11 @@ T* Dev(const Tensor& t) {
   return reinterpret_cast<T*>(static_cast<uint8_t*>(t.buffer->address()) + t.offset);
 }
 
+tile::KvGeometry Geometry(const kv::KvLayout& l) {
+  return {l.BlockElements(), l.LayerStride(), l.PartStride(),
+          l.block_size,      l.n_kv_heads,    l.head_dim};
+}
+
 Elem ElemOf(kv::KvDtype d) {
   switch (d) {
     case kv::KvDtype::kBF16:
@@ -125,19 +123,6 @@ Elem ElemOf(kv::KvDtype d) {
       return Elem::kF16;
     default:
       return Elem::kF32;
-  }
-}
-
-std::string_view DeviceErrorText(int32_t code) {
-  switch (code) {
-    case kBadTokenId:
-      return "embedding: a token id outside the table";
-    case kBadRowIndex:
-      return "gather: a row index outside the source";
-    case kBadSlot:
-      return "write_kv: a slot outside the KV storage";
-    default:
-      return "a kernel reported an unknown error";
   }
 }
 
@@ -629,10 +614,9 @@ void CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const StepView& step
                           KvStorage* kv) {
   if (!Proceed()) return;
   const kv::KvLayout& l = kv->layout();
-  const KvCacheGeometry g{l.BlockElements(), l.LayerStride(), l.PartStride(),  l.block_size,
-                          l.n_kv_heads,      l.head_dim,      kv->num_blocks()};
-  Check(LaunchWriteKv(Dev(k), Dev(v), Dev<int32_t>(step.slot_mapping), k.rows, layer, g,
-                      ElemOf(l.dtype), kv->buffer().address(), s_->d_error, s_->stream),
+  Check(LaunchWriteKv(Dev(k), Dev(v), Dev<int32_t>(step.slot_mapping), k.rows, layer, Geometry(l),
+                      kv->num_blocks(), ElemOf(l.dtype), kv->buffer().address(), s_->d_error,
+                      s_->stream),
         "write_kv");
 }
 
@@ -657,8 +641,7 @@ void CudaBackend::Attention(const Tensor& q, const StepView& step, const Attenti
   a.q = Dev(q);
   a.cache = kv.buffer().address();
   a.cache_type = ElemOf(l.dtype);
-  a.geometry = {l.BlockElements(), l.LayerStride(), l.PartStride(),
-                l.block_size,      l.n_kv_heads,    l.head_dim};
+  a.geometry = Geometry(l);
   a.layer = layer;
   a.q_indptr = Dev<int32_t>(step.q_indptr);
   a.positions = Dev<int32_t>(step.positions);

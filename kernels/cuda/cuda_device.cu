@@ -5,25 +5,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/cuda_status.h"
 
 namespace tandem::kernels::cuda {
 
 namespace {
-
-absl::Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  std::string msg = absl::StrCat(what, ": ", cudaGetErrorString(err));
-  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) {
-    return absl::UnavailableError(msg);
-  }
-  return absl::InternalError(msg);
-}
-
-#define TANDEM_CUDA_RETURN_IF_ERROR(expr)                     \
-  do {                                                        \
-    absl::Status tandem_cuda_st_ = CudaStatus((expr), #expr); \
-    if (!tandem_cuda_st_.ok()) return tandem_cuda_st_;        \
-  } while (0)
 
 __global__ void AxpyKernel(int n, float a, const float* x, float* y) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -34,14 +20,14 @@ __global__ void AxpyKernel(int n, float a, const float* x, float* y) {
 
 absl::StatusOr<int> DeviceCount() {
   int n = 0;
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&n));
+  TANDEM_CUDA_OK(cudaGetDeviceCount(&n));
   if (n == 0) return absl::UnavailableError("no CUDA device");
   return n;
 }
 
 absl::StatusOr<std::string> DeviceName(int index) {
   cudaDeviceProp prop;
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, index));
+  TANDEM_CUDA_OK(cudaGetDeviceProperties(&prop, index));
   return absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ", ", prop.totalGlobalMem >> 30,
                       " GiB)");
 }
@@ -56,13 +42,13 @@ absl::Status SmokeTest(int n) {
   float* dy = nullptr;
   auto run = [&]() -> absl::Status {
     const size_t bytes = n * sizeof(float);
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMalloc(&dx, bytes));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMalloc(&dy, bytes));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(dx, x.data(), bytes, cudaMemcpyHostToDevice));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(dy, y.data(), bytes, cudaMemcpyHostToDevice));
+    TANDEM_CUDA_OK(cudaMalloc(&dx, bytes));
+    TANDEM_CUDA_OK(cudaMalloc(&dy, bytes));
+    TANDEM_CUDA_OK(cudaMemcpy(dx, x.data(), bytes, cudaMemcpyHostToDevice));
+    TANDEM_CUDA_OK(cudaMemcpy(dy, y.data(), bytes, cudaMemcpyHostToDevice));
     AxpyKernel<<<(n + 255) / 256, 256>>>(n, 2.0f, dx, dy);
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.data(), dy, bytes, cudaMemcpyDeviceToHost));
+    TANDEM_CUDA_OK(cudaGetLastError());
+    TANDEM_CUDA_OK(cudaMemcpy(out.data(), dy, bytes, cudaMemcpyDeviceToHost));
     return absl::OkStatus();
   };
   absl::Status st = run();

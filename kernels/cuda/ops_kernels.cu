@@ -178,8 +178,8 @@ __global__ void GatherRowsKernel(const uint32_t* src, int64_t src_rows, int64_t 
 }
 
 __global__ void WriteKvKernel(const float* k, const float* v, const int32_t* slots, int64_t n,
-                              int32_t layer, KvCacheGeometry g, Elem type, void* cache,
-                              int32_t* error) {
+                              int32_t layer, tile::KvGeometry g, int64_t num_blocks, Elem type,
+                              void* cache, int32_t* error) {
   const int64_t per_token = int64_t{g.n_kv_heads} * g.head_dim;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n * per_token;
        e += int64_t{gridDim.x} * blockDim.x) {
@@ -187,15 +187,13 @@ __global__ void WriteKvKernel(const float* k, const float* v, const int32_t* slo
     const int32_t hd = static_cast<int32_t>(e % per_token);
     const int32_t kvh = hd / g.head_dim, d = hd % g.head_dim;
     const int32_t slot = slots[t];
-    const int64_t block = slot / g.block_size, off = slot % g.block_size;
-    if (slot < 0 || block >= g.num_blocks) {
+    if (slot < 0 || slot / g.block_size >= num_blocks) {
       if (hd == 0) Report(error, kBadSlot);
       continue;
     }
-    const int64_t base = block * g.block_elems + layer * g.layer_stride;
-    // K [kv_heads][head_dim][block_size]; V [block_size][kv_heads][head_dim].
-    Store(cache, type, base + (int64_t{kvh} * g.head_dim + d) * g.block_size + off, k[e]);
-    Store(cache, type, base + g.part_stride + (off * g.n_kv_heads + kvh) * g.head_dim + d, v[e]);
+    const int32_t block = slot / g.block_size, off = slot % g.block_size;
+    Store(cache, type, g.K(block, layer, kvh, d, off), k[e]);
+    Store(cache, type, g.V(block, layer, kvh, d, off), v[e]);
   }
 }
 
@@ -305,10 +303,11 @@ int LaunchGatherRows(const void* src, int64_t src_rows, int64_t row_bytes, const
 }
 
 int LaunchWriteKv(const float* k, const float* v, const int32_t* slots, int64_t n, int32_t layer,
-                  const KvCacheGeometry& g, Elem type, void* cache, int32_t* error, void* stream) {
+                  const tile::KvGeometry& g, int64_t num_blocks, Elem type, void* cache,
+                  int32_t* error, void* stream) {
   if (n == 0) return cudaSuccess;
   WriteKvKernel<<<Grid(n * g.n_kv_heads * g.head_dim), kThreads, 0, S(stream)>>>(
-      k, v, slots, n, layer, g, type, cache, error);
+      k, v, slots, n, layer, g, num_blocks, type, cache, error);
   return Last();
 }
 

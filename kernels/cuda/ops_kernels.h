@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention_tile.h"
+
 namespace tandem::kernels::cuda {
 
 // Codes a kernel leaves in the backend's device error word (first one wins).
@@ -68,21 +70,12 @@ int LaunchAddBias(float* x, const float* bias, int64_t rows, int64_t dim, void* 
 int LaunchGatherRows(const void* src, int64_t src_rows, int64_t row_bytes, const int32_t* idx,
                      int64_t n, void* dst, int32_t* error, void* stream);
 
-// The paged KV cache's geometry, in elements (kv::KvLayout's kKTransposed order).
-struct KvCacheGeometry {
-  int64_t block_elems = 0;   // per block, all layers, K and V
-  int64_t layer_stride = 0;  // from one layer's K part to the next layer's
-  int64_t part_stride = 0;   // from a layer's K part to its V part
-  int32_t block_size = 0;
-  int32_t n_kv_heads = 0;
-  int32_t head_dim = 0;
-  int64_t num_blocks = 0;
-};
-
 // k, v [n][n_kv_heads][head_dim] f32 of `layer` into cache slots `slots` [n] (block ×
-// block_size + offset), converted to `type` with round-to-nearest-even.
+// block_size + offset, block < num_blocks) of the paged cache `g` describes (in
+// elements; attention_tile.h), converted to `type` with round-to-nearest-even.
 int LaunchWriteKv(const float* k, const float* v, const int32_t* slots, int64_t n, int32_t layer,
-                  const KvCacheGeometry& g, Elem type, void* cache, int32_t* error, void* stream);
+                  const tile::KvGeometry& g, int64_t num_blocks, Elem type, void* cache,
+                  int32_t* error, void* stream);
 
 // ids [rows] = the arg-max of each row of logits [rows][cols] (select.h's rule; an
 // all-NaN row gives 0); one thread block per row.
