@@ -26,11 +26,11 @@ inline absl::Status CudaError(cudaError_t e, const char* what) {
 }  // namespace tandem::kernels::cuda
 
 // Returns the CudaError of `expr` from the enclosing function when it fails.
-#define TANDEM_CUDA_OK(expr)                                              \
-  do {                                                                    \
-    if (cudaError_t tandem_e_ = (expr); tandem_e_ != cudaSuccess) {       \
-      return ::tandem::kernels::cuda::CudaError(tandem_e_, #expr);        \
-    }                                                                     \
+#define TANDEM_CUDA_OK(expr)                                        \
+  do {                                                              \
+    if (cudaError_t tandem_e_ = (expr); tandem_e_ != cudaSuccess) { \
+      return ::tandem::kernels::cuda::CudaError(tandem_e_, #expr);  \
+    }                                                               \
   } while (0)
 
 #endif  // TANDEM_KERNELS_CUDA_CUDA_STATUS_H_
