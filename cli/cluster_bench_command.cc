@@ -16,7 +16,7 @@
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/process_main.h"
 #include "common/rpc/rpc_server.h"
-#include "common/transport/host_kv_sender.h"
+#include "common/transport/stream_kv_sender.h"
 #include "common/util/strings.h"
 #include "kernels/backend_factory.h"
 #include "kernels/kv_storage.h"
@@ -166,7 +166,10 @@ int RunClusterBench(const ClusterBenchOptions& o) {
   if (!backend.ok()) return Fail(backend.status());
   auto cache = kernels::KvStorage::Create(backend->get(), layout, int64_t{64} << 20);
   if (!cache.ok()) return Fail(cache.status());
-  transport::HostKvSender sender(cache->get(), rpc::MakeFingerprint(layout, model->hash));
+  auto made = transport::StreamKvSender::Create(cache->get(),
+                                                rpc::MakeFingerprint(layout, model->hash), {});
+  if (!made.ok()) return Fail(made.status());
+  transport::StreamKvSender& sender = **made;
   auto decode = v1::DecodeWorker::NewStub(rpc::MakeChannel(decode_addr));
   std::vector<double> gbps, push_ms;
   int64_t push_bytes = 0;
@@ -182,8 +185,12 @@ int RunClusterBench(const ClusterBenchOptions& o) {
       return Fail(absl::UnavailableError("Reserve failed"));
     std::vector<int32_t> src(res.block_ids_size());
     for (int i = 0; i < res.block_ids_size(); ++i) src[i] = i;
-    auto t = sender.Begin(
-        {decode_addr, res.lease_id(), {res.block_ids().begin(), res.block_ids().end()}}, src);
+    auto t = sender.Begin({decode_addr,
+                           res.lease_id(),
+                           {res.block_ids().begin(), res.block_ids().end()},
+                           0,
+                           res.epoch()},
+                          src);
     if (!t.ok()) return Fail(t.status());
     std::promise<std::pair<absl::Status, transport::KvTransferStats>> done;
     const auto t0 = Clock::now();

@@ -5,6 +5,8 @@
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/status_convert.h"
 #include "common/rpc/stream_outbox.h"
+#include "common/transport/transport_proto.h"
+#include "common/util/status_macros.h"
 #include "common/util/strings.h"
 
 namespace tandem::decode {
@@ -89,6 +91,7 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* ctx, const v1::ReserveR
   if (!r.ok()) return rpc::ToGrpc(r.status());
   resp->set_lease_id(r->lease_id);
   resp->set_cached_blocks(r->cached_blocks);
+  resp->set_epoch(r->epoch);
   resp->mutable_block_ids()->Assign(r->block_ids.begin(), r->block_ids.end());
   *resp->mutable_fingerprint() = fingerprint_;
   return grpc::Status::OK;
@@ -128,8 +131,10 @@ grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-void KvReceiverService::SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint) {
+void KvReceiverService::SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint,
+                                  KvTransports transports) {
   fingerprint_ = std::move(fingerprint);
+  transports_ = std::move(transports);
   worker_.store(worker);
 }
 
@@ -138,15 +143,64 @@ grpc::Status KvReceiverService::Handshake(grpc::ServerContext* ctx, const v1::Ha
   if (grpc::Status st = api_key_.Check(*ctx); !st.ok()) return st;
   if (worker_.load() == nullptr) return kLoading;
   *resp->mutable_fingerprint() = fingerprint_;
-  resp->set_transport(v1::TRANSPORT_KIND_HOST);
+  *resp->mutable_device() = transport::ToProto(transports_.device);
   if (absl::Status st = rpc::CheckFingerprint(fingerprint_, req->fingerprint()); !st.ok()) {
     return rpc::ToGrpc(st);
   }
+  std::vector<transport::TransportKind> offered;
   for (int t : req->transports()) {
-    if (t == v1::TRANSPORT_KIND_HOST) return grpc::Status::OK;
+    if (auto k = transport::FromProto(t)) offered.push_back(*k);
   }
-  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                      "transports: this decode worker only speaks TRANSPORT_KIND_HOST");
+  if (req->transports().empty()) offered.push_back(transport::TransportKind::kHost);
+  auto chosen = transport::ChooseTransport(offered, transport::FromProto(req->device()),
+                                           transports_.accepted, transports_.device);
+  if (!chosen.ok()) return rpc::ToGrpc(chosen.status());
+  resp->set_transport(transport::ToProto(*chosen));
+  if (*chosen == transport::TransportKind::kHost) {
+    if (req->has_peer()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "peer: a rendezvous for the host transport");
+    }
+    return grpc::Status::OK;
+  }
+  if (transports_.peer == nullptr || !transports_.peer->Supports(*chosen)) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        StrCat("transports: ", transport::TransportName(*chosen),
+                               " accepted but not set up on this decode worker"));
+  }
+  resp->set_peer_max_payload_bytes(transports_.peer->max_payload_bytes());
+  if (req->has_peer()) {
+    const v1::PeerRendezvous& r = req->peer();
+    if (absl::Status st =
+            transports_.peer->Join(*chosen, r.sender_id(), r.generation(), r.comm_id());
+        !st.ok()) {
+      return rpc::ToGrpc(st);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+absl::Status KvReceiverService::PeerChunk(DecodeWorker* w, uint64_t lease,
+                                          const v1::KvBlocksChunk& chunk, bool begun) {
+  if (transports_.peer == nullptr) {
+    return absl::FailedPreconditionError("peer: this decode worker takes payloads in the chunks");
+  }
+  if (!chunk.payload().empty()) {
+    return absl::InvalidArgumentError("payload: must be empty when `peer` names the payload");
+  }
+  PeerPayload p{.seq = chunk.peer().seq(),
+                .lease_id = lease,
+                .layer = chunk.layer(),
+                .first_block = chunk.first_block(),
+                .num_blocks = chunk.num_blocks(),
+                .bytes = int64_t{chunk.num_blocks()} * w->layout().LayerBytes()};
+  // Checked against the reservation before any byte moves; a refused payload is still
+  // received (and dropped) so the communicator's pairing holds.
+  const absl::Status accepted = begun ? w->AcceptPeerKv(lease, p.layer, p.first_block, p.num_blocks)
+                                      : absl::FailedPreconditionError("the transfer was refused");
+  p.accepted = accepted.ok();
+  RETURN_IF_ERROR(transports_.peer->Submit(chunk.peer().sender_id(), chunk.peer().generation(), p));
+  return accepted;
 }
 
 grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext* ctx,
@@ -164,15 +218,29 @@ grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext* ctx,
   }
   const uint64_t lease = chunk.lease_id();
   std::vector<int32_t> block_ids(chunk.block_ids().begin(), chunk.block_ids().end());
-  if (absl::Status st = w->BeginKv(lease, block_ids); !st.ok()) return rpc::ToGrpc(st);
+  if (absl::Status st = w->BeginKv(lease, chunk.epoch(), block_ids); !st.ok()) {
+    // Its payload is still taken off the communicator (and dropped).
+    if (chunk.has_peer()) PeerChunk(w, lease, chunk, /*begun=*/false).IgnoreError();
+    return rpc::ToGrpc(st);
+  }
   int64_t bytes = 0;
+  absl::Status failed;
   do {
-    const int64_t size = static_cast<int64_t>(chunk.payload().size());
-    absl::Status st = w->WriteKv(lease, chunk.layer(), chunk.first_block(), chunk.num_blocks(),
-                                 std::move(*chunk.mutable_payload()));
-    if (!st.ok()) return rpc::ToGrpc(st);
+    const int64_t size = int64_t{chunk.num_blocks()} * w->layout().LayerBytes();
+    if (chunk.has_peer()) {
+      failed = PeerChunk(w, lease, chunk, /*begun=*/true);
+    } else {
+      failed = w->WriteKv(lease, chunk.layer(), chunk.first_block(), chunk.num_blocks(),
+                          std::move(*chunk.mutable_payload()));
+    }
+    if (!failed.ok()) break;
     bytes += size;
   } while (reader->Read(&chunk));
+  // No accepted peer payload outlives the call (EndKv waits for them too).
+  if (!failed.ok()) {
+    w->AwaitPeerKv(lease);
+    return rpc::ToGrpc(failed);
+  }
   if (absl::Status st = w->EndKv(lease); !st.ok()) return rpc::ToGrpc(st);
   resp->set_bytes_received(bytes);
   return grpc::Status::OK;

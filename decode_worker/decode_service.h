@@ -11,7 +11,9 @@
 #include <atomic>
 
 #include "common/rpc/api_key.h"
+#include "common/transport/transport_choice.h"
 #include "decode_worker/decode_worker.h"
+#include "decode_worker/peer_kv_receiver.h"
 #include "tandem/v1/kv_transfer.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -41,10 +43,20 @@ class DecodeService
   v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
 };
 
+// What the KV service takes: the handshake picks the transport (transport_choice.h)
+// from the sender's offer, both devices and `accepted`; a peer transport's payloads go
+// through `peer`.
+struct KvTransports {
+  transport::KvDevice device;
+  std::vector<transport::TransportKind> accepted = {transport::TransportKind::kHost};
+  PeerKvReceiver* peer = nullptr;  // must outlive the service's calls; null: host only
+};
+
 class KvReceiverService : public v1::KvTransfer::Service {
  public:
   explicit KvReceiverService(rpc::ApiKey api_key = {}) : api_key_(std::move(api_key)) {}
-  void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint);
+  void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint,
+                 KvTransports transports = {});
 
   grpc::Status Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
                          v1::HandshakeResponse* resp) override;
@@ -52,9 +64,16 @@ class KvReceiverService : public v1::KvTransfer::Service {
                             v1::PushKvBlocksResponse* resp) override;
 
  private:
+  // One chunk whose payload travels on the peer communicator: checked against the
+  // lease (unless the transfer was refused already: `begun` false) and queued for
+  // receiving; a refused one is received and dropped, so the pairing holds.
+  absl::Status PeerChunk(DecodeWorker* w, uint64_t lease, const v1::KvBlocksChunk& chunk,
+                         bool begun);
+
   const rpc::ApiKey api_key_;
   std::atomic<DecodeWorker*> worker_{nullptr};
   v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
+  KvTransports transports_;              // likewise
 };
 
 }  // namespace tandem::decode

@@ -1,5 +1,7 @@
 #include "decode_worker/decode_worker.h"
 
+#include <random>
+
 #include "common/util/check.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
@@ -17,6 +19,8 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
   w->options_ = options;
   ASSIGN_OR_RETURN(w->engine_, engine::Engine::Create(weights, options.engine));
   w->layout_ = w->engine_->kv_layout();
+  std::random_device rd;
+  while (w->epoch_ == 0) w->epoch_ = (uint64_t{rd()} << 32) ^ rd();
   w->stats_.engine = w->engine_->Stats();
   w->thread_ =
       std::make_unique<engine::EngineThread>([p = w.get()] { return p->Iterate(); }, kIdleWait);
@@ -44,7 +48,7 @@ absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
       result = id.status();
       return;
     }
-    Reservation r{*id, engine_->BlockTable(*id), cached};
+    Reservation r{*id, epoch_, engine_->BlockTable(*id), cached};
     std::lock_guard<std::mutex> lock(mu_);
     Lease& l = leases_[*id];
     l.blocks = r.block_ids;
@@ -78,10 +82,22 @@ absl::StatusOr<DecodeWorker::Lease*> DecodeWorker::WritableLease(uint64_t lease_
   return &it->second;
 }
 
-absl::Status DecodeWorker::BeginKv(uint64_t lease_id, std::span<const int32_t> block_ids) {
+absl::Status DecodeWorker::BeginKv(uint64_t lease_id, uint64_t epoch,
+                                   std::span<const int32_t> block_ids) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (epoch != epoch_) {
+    ++stats_.kv_failures;
+    return absl::FailedPreconditionError(
+        StrCat("epoch: ", epoch, " is not this decode worker's (", epoch_,
+               "): the reservation was made in an earlier process; KV refused"));
+  }
   ASSIGN_OR_RETURN(Lease * lease, WritableLease(lease_id));
   Lease& l = *lease;
+  if (l.peer_in_flight > 0) {
+    ++stats_.kv_failures;
+    return absl::FailedPreconditionError(
+        StrCat("lease ", lease_id, ": another transfer into it is still in flight"));
+  }
   if (block_ids.size() < static_cast<size_t>(l.cached_blocks) || block_ids.empty() ||
       block_ids.size() > l.blocks.size() ||
       !std::equal(block_ids.begin(), block_ids.end(), l.blocks.begin())) {
@@ -89,18 +105,16 @@ absl::Status DecodeWorker::BeginKv(uint64_t lease_id, std::span<const int32_t> b
     return absl::InvalidArgumentError(
         StrCat("block_ids: not the blocks reserved under lease ", lease_id));
   }
+  // A new push (the router may retry a prefill into the same reservation) starts clean.
   l.expected_blocks = static_cast<int32_t>(block_ids.size());
   l.layer_received.assign(layout_.n_layers, 0);
+  l.write_error = absl::OkStatus();
   l.complete = false;
   return absl::OkStatus();
 }
 
-absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t first_block,
-                                   int32_t num_blocks, std::string payload) {
-  std::unique_lock<std::mutex> lock(mu_);
-  // Backpressure: the engine thread applies writes between steps; a sender waits
-  // while that much is still queued.
-  kv_drained_.wait(lock, [&] { return pending_kv_bytes_ < kMaxPendingKvBytes; });
+absl::Status DecodeWorker::CountKv(uint64_t lease_id, int32_t layer, int32_t first_block,
+                                   int32_t num_blocks, int64_t bytes, bool received) {
   ASSIGN_OR_RETURN(Lease * lease, WritableLease(lease_id));
   Lease& l = *lease;
   const int64_t slice_bytes = layout_.LayerBytes();
@@ -116,9 +130,9 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
                                             int64_t{first_block} + num_blocks, ") outside blocks [",
                                             l.cached_blocks, ", ", l.expected_blocks,
                                             ") of the transfer (the rest are cached here)"));
-  } else if (static_cast<int64_t>(payload.size()) != num_blocks * slice_bytes) {
+  } else if (bytes != num_blocks * slice_bytes) {
     bad = absl::InvalidArgumentError(
-        StrCat("payload: ", payload.size(), " bytes, expected ", num_blocks * slice_bytes));
+        StrCat("payload: ", bytes, " bytes, expected ", num_blocks * slice_bytes));
   }
   if (!bad.ok()) {
     ++stats_.kv_failures;
@@ -126,8 +140,26 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
   }
   l.layer_received[layer] += num_blocks;
   l.expires = Clock::now() + l.duration;
-  stats_.kv_bytes_received += static_cast<int64_t>(payload.size());
+  if (received) stats_.kv_bytes_received += bytes;
+  return absl::OkStatus();
+}
+
+void DecodeWorker::RecordWriteError(uint64_t lease_id, const absl::Status& st) {
+  auto it = leases_.find(lease_id);
+  if (!st.ok() && it != leases_.end() && it->second.write_error.ok()) {
+    ++stats_.kv_failures;
+    it->second.write_error = st;
+  }
+}
+
+absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t first_block,
+                                   int32_t num_blocks, std::string payload) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Backpressure: the engine thread applies writes between steps; a sender waits
+  // while that much is still queued.
+  kv_drained_.wait(lock, [&] { return pending_kv_bytes_ < kMaxPendingKvBytes; });
   const int64_t size = static_cast<int64_t>(payload.size());
+  RETURN_IF_ERROR(CountKv(lease_id, layer, first_block, num_blocks, size, /*received=*/true));
   pending_kv_bytes_ += size;
   // The lease's block ids are the reservation's table in order, as BeginKv checked.
   // Leases are removed only on the engine thread, so one found here stays while the
@@ -147,18 +179,81 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
         {
           std::lock_guard<std::mutex> l(mu_);
           pending_kv_bytes_ -= size;
-          auto it = leases_.find(lease_id);
-          if (!st.ok() && it != leases_.end() && it->second.write_error.ok()) {
-            ++stats_.kv_failures;
-            it->second.write_error = st;
-          }
+          RecordWriteError(lease_id, st);
         }
         kv_drained_.notify_all();
       });
   return absl::OkStatus();
 }
 
+absl::Status DecodeWorker::AcceptPeerKv(uint64_t lease_id, int32_t layer, int32_t first_block,
+                                        int32_t num_blocks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(CountKv(lease_id, layer, first_block, num_blocks,
+                          num_blocks * layout_.LayerBytes(), /*received=*/false));
+  ++leases_[lease_id].peer_in_flight;
+  return absl::OkStatus();
+}
+
+void DecodeWorker::PeerKvArrived(uint64_t lease_id, int32_t layer, int32_t first_block,
+                                 int32_t num_blocks,
+                                 std::shared_ptr<const kernels::Buffer> staging) {
+  // Posted before the count goes down, so StartDecode (posted after EndKv saw the count
+  // at zero) runs after this write.
+  thread_->Post([this, lease_id, layer, first_block, num_blocks, staging = std::move(staging)] {
+    bool live;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      live = leases_.contains(lease_id);  // else expired or released: nothing to write
+    }
+    const absl::Status st =
+        live ? engine_->WriteReservedKv(lease_id, layer, first_block, num_blocks, *staging, 0)
+             : absl::OkStatus();
+    std::lock_guard<std::mutex> l(mu_);
+    RecordWriteError(lease_id, st);
+  });
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.kv_bytes_received += num_blocks * layout_.LayerBytes();
+  if (auto it = leases_.find(lease_id); it != leases_.end()) --it->second.peer_in_flight;
+  kv_drained_.notify_all();
+}
+
+void DecodeWorker::PeerKvFailed(uint64_t lease_id, const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RecordWriteError(lease_id, status);
+  if (auto it = leases_.find(lease_id); it != leases_.end()) --it->second.peer_in_flight;
+  kv_drained_.notify_all();
+}
+
+absl::StatusOr<transport::StagingPool*> DecodeWorker::MakeStaging(int32_t count, int64_t bytes) {
+  absl::StatusOr<transport::StagingPool*> result;
+  thread_->Run([&] {
+    if (staging_ != nullptr) {
+      result = absl::FailedPreconditionError("decode worker: staging made already");
+      return;
+    }
+    auto pool = transport::StagingPool::Create(engine_->kv_storage(), count, bytes);
+    if (!pool.ok()) {
+      result = pool.status();
+      return;
+    }
+    staging_ = *std::move(pool);
+    result = staging_.get();
+  });
+  return result;
+}
+
+void DecodeWorker::AwaitPeerKv(uint64_t lease_id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Each peer payload arrives or fails within the transport's deadline.
+  kv_drained_.wait(lock, [&] {
+    auto it = leases_.find(lease_id);
+    return it == leases_.end() || it->second.peer_in_flight == 0;
+  });
+}
+
 absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
+  AwaitPeerKv(lease_id);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {

@@ -17,6 +17,15 @@
 // StartDecode runs on the engine thread after those writes (commands run in order)
 // and refuses a lease whose write failed.
 //
+// On a peer transport (NCCL, CUDA IPC) a chunk names its payload instead of carrying
+// it: AcceptPeerKv checks and counts it like WriteKv before any byte moves, the
+// transport (peer_kv_receiver.h) receives it into a staging buffer and hands it over
+// with PeerKvArrived (the engine thread scatters it into the blocks) or reports
+// PeerKvFailed; EndKv waits until every accepted payload has done one or the other.
+//
+// Every reservation carries the worker's epoch (random per process): lease ids
+// restart with the process, so KV naming another epoch is refused before any write.
+//
 // A forward pass that fails ends the requests of that step (their sinks get the
 // error); the worker keeps serving.
 #ifndef TANDEM_DECODE_WORKER_DECODE_WORKER_H_
@@ -36,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_thread.h"
+#include "common/transport/staging_pool.h"
 
 namespace tandem::decode {
 
@@ -46,6 +56,7 @@ struct DecodeWorkerOptions {
 
 struct Reservation {
   uint64_t lease_id = 0;
+  uint64_t epoch = 0;  // DecodeWorker::epoch()
   std::vector<int32_t> block_ids;
   int32_t cached_blocks = 0;  // leading blocks already holding the prompt's K/V
 };
@@ -86,11 +97,31 @@ class DecodeWorker {
 
   // One KV push: BeginKv with the destination block ids (the reservation's, in order,
   // possibly fewer), WriteKv per (layer, run of blocks), EndKv to check completeness.
-  absl::Status BeginKv(uint64_t lease_id, std::span<const int32_t> block_ids);
+  absl::Status BeginKv(uint64_t lease_id, uint64_t epoch, std::span<const int32_t> block_ids);
   // `payload`: num_blocks × (K then V of `layer` for one block), in the layout's dtype.
   absl::Status WriteKv(uint64_t lease_id, int32_t layer, int32_t first_block, int32_t num_blocks,
                        std::string payload);
+  // After the last chunk: waits for the lease's peer payloads to arrive or fail, then
+  // checks that every block of every layer came. DataLoss when some did not.
   absl::Status EndKv(uint64_t lease_id);
+  // Waits for the lease's accepted peer payloads to arrive or fail (EndKv's first half,
+  // for a push that stops early).
+  void AwaitPeerKv(uint64_t lease_id);
+
+  // Peer transports. AcceptPeerKv: WriteKv's checks and counting for a payload of
+  // num_blocks × LayerBytes() that will arrive on the transport; once OK, exactly one of
+  // PeerKvArrived (the bytes are in `staging`, returned to its pool after the write)
+  // or PeerKvFailed must follow.
+  absl::Status AcceptPeerKv(uint64_t lease_id, int32_t layer, int32_t first_block,
+                            int32_t num_blocks);
+  void PeerKvArrived(uint64_t lease_id, int32_t layer, int32_t first_block, int32_t num_blocks,
+                     std::shared_ptr<const kernels::Buffer> staging);
+  void PeerKvFailed(uint64_t lease_id, const absl::Status& status);
+  // Staging buffers of this worker's backend for a peer transport's receiver, made on
+  // the engine thread once and owned by the worker (they outlive the payloads the
+  // engine thread still holds). FailedPrecondition when made already.
+  absl::StatusOr<transport::StagingPool*> MakeStaging(int32_t count, int64_t bytes);
+  uint64_t epoch() const { return epoch_; }
 
   // Admits a reservation whose KV has fully arrived; returns once the engine thread
   // has taken it (next step boundary). The sink then gets every token after `first_token`.
@@ -111,6 +142,7 @@ class DecodeWorker {
     int32_t expected_blocks = -1;           // set by BeginKv
     std::vector<int32_t> layer_received;    // [n_layers] blocks received per layer
     absl::Status write_error;               // a handed-over write the engine refused
+    int32_t peer_in_flight = 0;             // accepted peer payloads not yet arrived or failed
     bool complete = false;
   };
   DecodeWorker() = default;
@@ -119,10 +151,20 @@ class DecodeWorker {
   void ExpireLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The lease KV may be written to; FailedPrecondition (counted) otherwise.
   absl::StatusOr<Lease*> WritableLease(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks one chunk's (layer, run of blocks, payload bytes) against the lease, then
+  // counts its blocks for EndKv (and its bytes as received when they are: `received`);
+  // InvalidArgument (counted) otherwise.
+  absl::Status CountKv(uint64_t lease_id, int32_t layer, int32_t first_block, int32_t num_blocks,
+                       int64_t bytes, bool received) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A handed-over write failed: the lease remembers why (StartDecode refuses it).
+  void RecordWriteError(uint64_t lease_id, const absl::Status& st)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<transport::StagingPool> staging_;  // MakeStaging's; engine thread
   kv::KvLayout layout_;
   DecodeWorkerOptions options_;
+  uint64_t epoch_ = 0;
 
   // Received KV handed to the engine thread and not yet written, at most about this much.
   static constexpr int64_t kMaxPendingKvBytes = int64_t{64} << 20;
@@ -130,7 +172,7 @@ class DecodeWorker {
   mutable std::mutex mu_;
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
   int64_t pending_kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  std::condition_variable kv_drained_;  // pending_kv_bytes_ went down
+  std::condition_variable kv_drained_;  // pending_kv_bytes_ or a peer_in_flight went down
   DecodeWorkerStats stats_ ABSL_GUARDED_BY(mu_);
   // Engine thread only.
   absl::flat_hash_map<kv::SeqId, std::shared_ptr<TokenSink>> sinks_;

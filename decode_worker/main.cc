@@ -5,6 +5,7 @@
 #include "common/engine/loaded_model.h"
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/process_main.h"
+#include "common/transport/transport_flags.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "decode_worker/decode_service.h"
@@ -19,6 +20,13 @@ int main(int argc, char** argv) {
   options.engine.prefix_caching = true;
   rpc::AddServerFlags(app, &flags);
   rpc::AddEngineFlags(app, &options.engine);
+  transport::TransportFlags transport_flags;
+  transport::AddTransportFlags(app, &transport_flags);
+  int32_t staging_buffers = 4;
+  app.add_option("--kv-staging-buffers", staging_buffers,
+                 "Peer-transport payloads received and not yet written into the cache")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   auto fail = [](const absl::Status& st) {
     std::fprintf(stderr, "tandem-decode-worker: %s\n", st.ToString().c_str());
@@ -39,19 +47,36 @@ int main(int argc, char** argv) {
                                        *http != nullptr ? (*http)->port() : 0);
       !st.ok())
     return fail(st);
+  auto transports =
+      transport::MakeWorkerTransports(transport_flags, options.engine.device, options.engine.gpu);
+  if (!transports.ok()) return fail(transports.status());
   auto model = engine::LoadModel(flags.model);
   if (!model.ok()) return fail(model.status());
   auto worker = decode::DecodeWorker::Create(*model->weights, options);
   if (!worker.ok()) return fail(worker.status());
   decode::DecodeWorker* w = worker->get();
+  // The peer transports' end (declared after the worker: destroyed before it).
+  std::unique_ptr<decode::PeerKvReceiver> peer;
+  if (transports->nccl != nullptr || transports->cuda_ipc != nullptr) {
+    auto staging = w->MakeStaging(staging_buffers, transports->staging_bytes);
+    if (!staging.ok()) return fail(staging.status());
+    peer = std::make_unique<decode::PeerKvReceiver>(
+        w, *staging,
+        decode::PeerKvReceiverOptions{.nccl = transports->nccl.get(),
+                                      .cuda_ipc = transports->cuda_ipc.get(),
+                                      .timeout = transports->timeout});
+  }
   const v1::KvLayoutFingerprint fingerprint = rpc::MakeFingerprint(w->layout(), model->hash);
   decode_service.SetWorker(w, fingerprint);
-  kv_service.SetWorker(w, fingerprint);
+  kv_service.SetWorker(
+      w, fingerprint,
+      {.device = transports->device, .accepted = transports->kinds, .peer = peer.get()});
   const decode::DecodeWorkerStats initial = w->Stats();
   metrics.SetCacheConfig(initial.engine.blocks.block_size, initial.engine.blocks.num_blocks);
-  metrics.SetRefresh([w](metrics::Metrics& m) {
+  metrics.SetRefresh([w, p = peer.get()](metrics::Metrics& m) {
     const decode::DecodeWorkerStats s = w->Stats();
-    rpc::ExportEngineStats(s.engine, s.kv_bytes_received, s.kv_failures, &m);
+    rpc::ExportEngineStats(s.engine, s.kv_bytes_received, s.kv_failures,
+                           p != nullptr ? p->stats().rebuilt : 0, &m);
   });
   (*server)->SetReady(true);
   if (*http != nullptr) (*http)->SetReady(true);
@@ -61,6 +86,7 @@ int main(int argc, char** argv) {
   rpc::ServeUntilSignal("tandem-decode-worker", server->get(), flags,
                         {.server = http->get(), .idle = nullptr, .cancel_all = nullptr});
   metrics.SetRefresh(nullptr);
+  peer.reset();
   worker->reset();
   return 0;
 }

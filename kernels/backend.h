@@ -16,7 +16,7 @@
 // whatever type the backend prepared (GGUF quantized types on the CPU). Every op is
 // batch-invariant on the CPU: a row's result depends only on that row's inputs.
 //
-// Threads. One engine thread calls everything, except ReadNow (any thread) and
+// Threads. One engine thread calls everything, except ReadNow, CopyNow and
 // Event::Wait (any thread).
 #ifndef TANDEM_KERNELS_BACKEND_H_
 #define TANDEM_KERNELS_BACKEND_H_
@@ -87,6 +87,34 @@ inline void SlotMapping(std::span<const int32_t> q_indptr, std::span<const int32
   }
 }
 
+// `rows` rows of `width` bytes: row r from src at src_offset + r × src_pitch to dst at
+// dst_offset + r × dst_pitch.
+struct Copy2D {
+  const Buffer* src = nullptr;
+  int64_t src_offset = 0;
+  int64_t src_pitch = 0;
+  const Buffer* dst = nullptr;
+  int64_t dst_offset = 0;
+  int64_t dst_pitch = 0;
+  int64_t width = 0;
+  int64_t rows = 0;
+};
+
+// OutOfRange unless every row of `c` lies inside both buffers (and the sizes are sane).
+inline absl::Status CheckCopy2D(const Copy2D& c) {
+  auto inside = [&](const Buffer* b, int64_t offset, int64_t pitch) {
+    if (b == nullptr || offset < 0 || pitch < c.width) return false;
+    if (c.rows == 0) return true;
+    const int64_t last = offset + (c.rows - 1) * pitch;  // rows and pitch bounded below
+    return pitch <= b->bytes() && last >= offset && last <= b->bytes() - c.width;
+  };
+  if (c.width < 0 || c.rows < 0 || !inside(c.src, c.src_offset, c.src_pitch) ||
+      !inside(c.dst, c.dst_offset, c.dst_pitch)) {
+    return absl::OutOfRangeError("CopyNow: a row outside its buffer");
+  }
+  return absl::OkStatus();
+}
+
 // A point in the backend's stream. Wait blocks until every op enqueued before it has
 // finished; thread-safe.
 class Event {
@@ -153,6 +181,11 @@ class Backend {
   // reading finished KV blocks; on a device, through a stream of its own).
   virtual absl::Status ReadNow(const Buffer& src, int64_t offset, int64_t bytes,
                                void* dst) const = 0;
+  // A synchronous strided copy between two of this backend's buffers, from any
+  // thread, of bytes no op in flight touches (a transport gathering finished KV blocks
+  // into a staging buffer, or scattering received ones into reserved blocks; on a
+  // device, through ReadNow's stream). OutOfRange when a row leaves either buffer.
+  virtual absl::Status CopyNow(const Copy2D& copy) const = 0;
   virtual std::shared_ptr<Event> RecordEvent() = 0;
   // Waits for the stream; returns (and clears) the sticky error.
   virtual absl::Status Synchronize() = 0;

@@ -153,5 +153,49 @@ TEST(KvStorage, LayersRoundTripAndBadIdsAreRefused) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Gather packs a layer of any block list into staging exactly as ReadLayer packs it
+// into host memory (runs of consecutive ids and single blocks alike); Scatter is its
+// inverse; a short staging buffer or a bad id is refused before anything moves.
+TEST(KvStorage, GatherAndScatterMatchReadAndWrite) {
+  for (const char* device : {"cpu", "cpu-fence"}) {
+    auto b = Make(device);
+    const kv::KvLayout layout{3, 2, 16, 4, kv::KvDtype::kBF16};
+    auto kv = KvStorage::Create(b.get(), layout, 12 * layout.BlockBytes());
+    ASSERT_TRUE(kv.ok());
+    const int64_t n = layout.LayerBytes();
+    std::vector<uint8_t> in(12 * n + 16);  // layer l is written from byte 5l
+    for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(i * 7 + 3);
+    std::vector<int32_t> all(12);
+    std::iota(all.begin(), all.end(), 0);
+    for (int32_t layer = 0; layer < 3; ++layer) {
+      ASSERT_TRUE((*kv)->WriteLayer(all, layer, in.data() + layer * 5).ok());
+    }
+    const std::vector<int32_t> blocks = {7, 8, 9, 2, 4, 5};  // two runs and a single block
+    auto staging = b->Allocate(MemoryKind::kStaging, 6 * n + 64);
+    ASSERT_TRUE(staging.ok());
+    ASSERT_TRUE((*kv)->GatherLayer(blocks, 1, **staging, 64).ok());
+    std::vector<uint8_t> gathered(6 * n), expected(6 * n);
+    ASSERT_TRUE(b->ReadNow(**staging, 64, 6 * n, gathered.data()).ok());
+    ASSERT_TRUE((*kv)->ReadLayer(blocks, 1, expected.data()).ok());
+    EXPECT_EQ(gathered, expected);
+
+    const std::vector<int32_t> targets = {0, 1, 11, 3, 10, 6};
+    ASSERT_TRUE((*kv)->ScatterLayer(targets, 2, **staging, 64).ok());
+    std::vector<uint8_t> scattered(6 * n);
+    ASSERT_TRUE((*kv)->ReadLayer(targets, 2, scattered.data()).ok());
+    EXPECT_EQ(scattered, expected);
+    std::vector<uint8_t> untouched(n), before(n);
+    ASSERT_TRUE((*kv)->ReadLayer({{2}}, 2, untouched.data()).ok());  // not a target
+    std::memcpy(before.data(), in.data() + 10 + 2 * n, n);
+    EXPECT_EQ(untouched, before);
+
+    EXPECT_EQ((*kv)->GatherLayer(blocks, 1, **staging, 65).code(), absl::StatusCode::kOutOfRange);
+    EXPECT_EQ((*kv)->ScatterLayer({{12}}, 0, **staging, 0).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ((*kv)->GatherLayer(blocks, 3, **staging, 0).code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+}
+
 }  // namespace
 }  // namespace tandem::kernels

@@ -55,4 +55,39 @@ absl::Status KvStorage::WriteLayer(std::span<const int32_t> blocks, int32_t laye
   return backend_->Synchronize();
 }
 
+absl::Status KvStorage::GatherLayer(std::span<const int32_t> blocks, int32_t layer,
+                                    const Buffer& staging, int64_t offset) const {
+  RETURN_IF_ERROR(Check(blocks, layer));
+  return MoveRuns(blocks, layer, staging, offset, /*to_staging=*/true);
+}
+
+absl::Status KvStorage::ScatterLayer(std::span<const int32_t> blocks, int32_t layer,
+                                     const Buffer& staging, int64_t offset) {
+  RETURN_IF_ERROR(Check(blocks, layer));
+  return MoveRuns(blocks, layer, staging, offset, /*to_staging=*/false);
+}
+
+absl::Status KvStorage::MoveRuns(std::span<const int32_t> blocks, int32_t layer,
+                                 const Buffer& staging, int64_t offset, bool to_staging) const {
+  const int64_t n = layout_.LayerBytes();
+  for (size_t i = 0; i < blocks.size();) {
+    size_t j = i + 1;
+    while (j < blocks.size() && blocks[j] == blocks[j - 1] + 1) ++j;
+    // Blocks i..j-1 are consecutive: one layer of each is `n` bytes every BlockBytes().
+    Copy2D c{.width = n, .rows = static_cast<int64_t>(j - i)};
+    const int64_t cache_offset = LayerOffset(blocks[i], layer);
+    const int64_t staging_offset = offset + static_cast<int64_t>(i) * n;
+    if (to_staging) {
+      c.src = buffer_.get(), c.src_offset = cache_offset, c.src_pitch = layout_.BlockBytes();
+      c.dst = &staging, c.dst_offset = staging_offset, c.dst_pitch = n;
+    } else {
+      c.src = &staging, c.src_offset = staging_offset, c.src_pitch = n;
+      c.dst = buffer_.get(), c.dst_offset = cache_offset, c.dst_pitch = layout_.BlockBytes();
+    }
+    RETURN_IF_ERROR(backend_->CopyNow(c));
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace tandem::kernels

@@ -8,6 +8,9 @@
 //     engine thread);
 //   - ReadLayer: any thread (a transport sending a prefill worker's finished blocks),
 //     for blocks no op in flight writes;
+//   - GatherLayer / ScatterLayer: device to device, between the cache and a staging
+//     buffer of the same backend (a peer transport: NCCL, CUDA IPC); Gather from any
+//     thread like ReadLayer, Scatter on the engine thread between steps like WriteLayer;
 //   - Extent: a device address and length per block, for transports that move bytes
 //     between devices (NCCL, CUDA IPC).
 // Sized by a byte budget; it does not know which sequence uses which block
@@ -45,6 +48,23 @@ class KvStorage {
   // InvalidArgument for a block id or layer out of range.
   absl::Status ReadLayer(std::span<const int32_t> blocks, int32_t layer, uint8_t* out) const;
   absl::Status WriteLayer(std::span<const int32_t> blocks, int32_t layer, const uint8_t* in);
+  // The same packing in `staging` (a buffer of this storage's backend) from byte
+  // `offset`: each run of consecutive block ids moves as one strided copy
+  // (Backend::CopyNow). InvalidArgument as above; OutOfRange when `staging` is short.
+  absl::Status GatherLayer(std::span<const int32_t> blocks, int32_t layer, const Buffer& staging,
+                           int64_t offset) const;
+  absl::Status ScatterLayer(std::span<const int32_t> blocks, int32_t layer, const Buffer& staging,
+                            int64_t offset);
+
+  // A staging buffer of this storage's backend for GatherLayer / ScatterLayer. Before
+  // serving (or on the engine thread): allocation runs on the backend's stream.
+  absl::StatusOr<std::unique_ptr<Buffer>> AllocateStaging(int64_t bytes) const {
+    return backend_->Allocate(MemoryKind::kStaging, bytes);
+  }
+  // The first `bytes` of a staging buffer into host memory (any thread, like ReadLayer).
+  absl::Status ReadStaging(const Buffer& staging, int64_t bytes, uint8_t* out) const {
+    return backend_->ReadNow(staging, 0, bytes, out);
+  }
 
   struct Extent {
     const Buffer* buffer;
@@ -60,6 +80,9 @@ class KvStorage {
             std::unique_ptr<Buffer> buffer)
       : backend_(backend), layout_(layout), num_blocks_(num_blocks), buffer_(std::move(buffer)) {}
   absl::Status Check(std::span<const int32_t> blocks, int32_t layer) const;
+  // GatherLayer (to_staging) or ScatterLayer, after Check.
+  absl::Status MoveRuns(std::span<const int32_t> blocks, int32_t layer, const Buffer& staging,
+                        int64_t offset, bool to_staging) const;
 
   Backend* const backend_;
   const kv::KvLayout layout_;

@@ -5,7 +5,8 @@
 #include "common/engine/loaded_model.h"
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/process_main.h"
-#include "common/transport/host_kv_sender.h"
+#include "common/transport/stream_kv_sender.h"
+#include "common/transport/transport_flags.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "prefill_worker/prefill_service.h"
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
   options.prefix_caching = true;
   rpc::AddServerFlags(app, &flags);
   rpc::AddEngineFlags(app, &options);
+  transport::TransportFlags transport_flags;
+  transport::AddTransportFlags(app, &transport_flags);
   CLI11_PARSE(app, argc, argv);
   auto fail = [](const absl::Status& st) {
     std::fprintf(stderr, "tandem-prefill-worker: %s\n", st.ToString().c_str());
@@ -39,23 +42,37 @@ int main(int argc, char** argv) {
                                        *http != nullptr ? (*http)->port() : 0);
       !st.ok())
     return fail(st);
+  auto transports = transport::MakeWorkerTransports(transport_flags, options.device, options.gpu);
+  if (!transports.ok()) return fail(transports.status());
   auto model = engine::LoadModel(flags.model);
   if (!model.ok()) return fail(model.status());
   auto worker = prefill::PrefillWorker::Create(
       *model->weights, options,
-      [&](const kernels::KvStorage& kv) {
-        return std::make_unique<transport::HostKvSender>(
-            &kv, rpc::MakeFingerprint(kv.layout(), model->hash), flags.api_key);
+      [&](const kernels::KvStorage& kv) -> absl::StatusOr<std::unique_ptr<transport::KvSender>> {
+        return transport::StreamKvSender::Create(&kv,
+                                                 rpc::MakeFingerprint(kv.layout(), model->hash),
+                                                 {.api_key = flags.api_key,
+                                                  .device = transports->device,
+                                                  .offered = transports->kinds,
+                                                  .nccl = transports->nccl.get(),
+                                                  .cuda_ipc = transports->cuda_ipc.get(),
+                                                  .timeout = transports->timeout,
+                                                  .staging_bytes = transports->staging_bytes});
       },
       [&metrics](const transport::KvTransferStats& stats, const absl::Status& status) {
-        if (status.ok()) metrics.KvTransferDone(stats.ms / 1e3);
+        const std::string_view transport = transport::TransportName(stats.transport);
+        if (status.ok()) {
+          metrics.KvTransferDone(transport, stats.ms / 1e3, stats.bytes);
+        } else {
+          metrics.KvTransferFailed(transport, absl::StatusCodeToString(status.code()));
+        }
       });
   if (!worker.ok()) return fail(worker.status());
   prefill::PrefillWorker* w = worker->get();
   metrics.SetCacheConfig(w->Stats().engine.blocks.block_size, w->Stats().engine.blocks.num_blocks);
   metrics.SetRefresh([w](metrics::Metrics& m) {
     const prefill::PrefillWorkerStats s = w->Stats();
-    rpc::ExportEngineStats(s.engine, s.kv_bytes_sent, s.kv_failures, &m);
+    rpc::ExportEngineStats(s.engine, s.kv_bytes_sent, s.kv_failures, s.kv_comm_rebuilds, &m);
   });
   service.SetWorker(w, rpc::MakeFingerprint(w->layout(), model->hash));
   (*server)->SetReady(true);

@@ -23,8 +23,11 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::Prefill
   if (absl::Status st = rpc::CheckFingerprint(fingerprint_, d.fingerprint()); !st.ok()) {
     return rpc::ToGrpc(st);
   }
-  transport::KvDestination dst{
-      d.address(), d.lease_id(), {d.block_ids().begin(), d.block_ids().end()}, d.cached_blocks()};
+  transport::KvDestination dst{d.address(),
+                               d.lease_id(),
+                               {d.block_ids().begin(), d.block_ids().end()},
+                               d.cached_blocks(),
+                               d.epoch()};
   std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
   auto r = w->Prefill(std::move(prompt), rpc::FromProto(req->params()), dst, req->cache_salt());
   if (!r.ok()) return rpc::ToGrpc(r.status());

@@ -83,7 +83,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
   std::unique_ptr<PrefillWorker> w(new PrefillWorker());
   w->on_transfer_ = std::move(on_transfer);
   ASSIGN_OR_RETURN(w->engine_, engine::Engine::Create(weights, options));
-  w->sender_ = make_sender(w->engine_->kv_storage());
+  ASSIGN_OR_RETURN(w->sender_, make_sender(w->engine_->kv_storage()));
   w->observer_ = std::make_unique<Observer>(w.get());
   w->stats_.engine = w->engine_->Stats();
   w->thread_ =
@@ -190,8 +190,11 @@ void PrefillWorker::Done(kv::SeqId id, absl::Status status, transport::KvTransfe
 }
 
 PrefillWorkerStats PrefillWorker::Stats() const {
+  const int64_t rebuilds = sender_->Stats().comm_rebuilds;
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  PrefillWorkerStats s = stats_;
+  s.kv_comm_rebuilds = rebuilds;
+  return s;
 }
 
 }  // namespace tandem::prefill

@@ -43,13 +43,14 @@ struct PrefillWorkerStats {
   int64_t queued_prompt_tokens = 0;  // accepted and not yet computed
   int64_t kv_bytes_sent = 0;
   int64_t kv_failures = 0;
+  int64_t kv_comm_rebuilds = 0;
 };
 
 class PrefillWorker {
  public:
   // `make_sender` builds the transport over the engine's KV storage (which outlives it).
-  using SenderFactory =
-      std::function<std::unique_ptr<transport::KvSender>(const kernels::KvStorage& kv)>;
+  using SenderFactory = std::function<absl::StatusOr<std::unique_ptr<transport::KvSender>>(
+      const kernels::KvStorage& kv)>;
   // Called on the engine thread when a KV transfer ends (for metrics); must be quick.
   using TransferObserver =
       std::function<void(const transport::KvTransferStats& stats, const absl::Status& status)>;

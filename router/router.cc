@@ -297,6 +297,7 @@ void Router::Drive(std::shared_ptr<RouterRequest> r, Worker* decode,
   *dst->mutable_block_ids() = reservation.block_ids();
   *dst->mutable_fingerprint() = reservation.fingerprint();
   dst->set_cached_blocks(reservation.cached_blocks());
+  dst->set_epoch(reservation.epoch());
   v1::PrefillResponse presp;
   absl::Status st = absl::UnavailableError("prefill: no healthy prefill worker");
   std::vector<Worker*> tried;

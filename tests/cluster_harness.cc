@@ -18,7 +18,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kStartTimeout = std::chrono::seconds(60);
 
-std::string Bin(const std::string& name) { return StrCat(TANDEM_BIN_DIR, "/", name); }
+std::string Bin(const std::string& name) {
+  const char* dir = std::getenv("TANDEM_BIN_DIR");
+  return StrCat(dir != nullptr && *dir != '\0' ? dir : TANDEM_BIN_DIR, "/", name);
+}
 }  // namespace
 
 std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string* error) {
@@ -29,7 +32,9 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string
     return nullptr;
   }
   c->dir_ = tmpl;
-  const std::string model = DefaultModelPath();
+  const std::string model = config.model.empty() ? DefaultModelPath() : config.model;
+  const std::string device =
+      config.device.empty() ? ::tandem::testing::TestDevice() : config.device;
   auto start_worker = [&](const std::string& role, int i,
                           int64_t kv_bytes) -> std::unique_ptr<Proc> {
     auto p = std::make_unique<Proc>();
@@ -44,7 +49,7 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string
                                      "--kv-cache-bytes",
                                      std::to_string(kv_bytes),
                                      "--device",
-                                     ::tandem::testing::TestDevice()};
+                                     device};
     const auto& extra = role == "prefill" ? config.prefill_flags : config.decode_flags;
     args.insert(args.end(), extra.begin(), extra.end());
     p->process.Start(args, StrCat(c->dir_, "/", role, i, ".log"));

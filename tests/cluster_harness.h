@@ -1,6 +1,7 @@
 // Cluster: a router with P prefill and D decode workers on loopback, started and
 // stopped by a test, with the handles tests need — stubs, per-worker stats, kill -9,
-// and the leak oracle (every worker's KV blocks back to their starting count).
+// and the leak oracle (every worker's KV blocks back to their starting count). The
+// binaries come from the build's bin/ (or $TANDEM_BIN_DIR: the GPU bundle's).
 #ifndef TANDEM_TESTS_CLUSTER_HARNESS_H_
 #define TANDEM_TESTS_CLUSTER_HARNESS_H_
 
@@ -23,6 +24,8 @@ struct ClusterConfig {
   int threads = 1;
   int64_t decode_kv_bytes = int64_t{128} << 20;
   int64_t prefill_kv_bytes = int64_t{128} << 20;
+  std::string model;                       // empty: DefaultModelPath()
+  std::string device;                      // the workers' --device; empty: TestDevice()
   std::vector<std::string> router_flags;   // extra flags for tandem-router
   std::vector<std::string> prefill_flags;  // ... for every prefill worker
   std::vector<std::string> decode_flags;   // ... for every decode worker

@@ -183,8 +183,9 @@ absl::Status Engine::AdmitPrefilled(kv::SeqId id, std::vector<int32_t> prompt, i
   return absl::OkStatus();
 }
 
-absl::Status Engine::WriteReservedKv(kv::SeqId id, int32_t layer, int32_t first_block,
-                                     int32_t num_blocks, std::span<const uint8_t> payload) {
+absl::StatusOr<std::span<const int32_t>> Engine::ReservedBlocks(kv::SeqId id, int32_t first_block,
+                                                                int32_t num_blocks,
+                                                                int64_t payload_bytes) const {
   auto it = sequences_.find(id);
   if (it == sequences_.end() || it->second->state != SequenceState::kReserved) {
     return absl::InvalidArgumentError(StrCat("reservation ", id, ": unknown or already used"));
@@ -197,12 +198,28 @@ absl::Status Engine::WriteReservedKv(kv::SeqId id, int32_t layer, int32_t first_
         "blocks [", first_block, ", ", int64_t{first_block} + num_blocks,
         ") outside the writable blocks [", shared, ", ", table.size(), ") of reservation ", id));
   }
-  if (static_cast<int64_t>(payload.size()) != num_blocks * kv_->layout().LayerBytes()) {
-    return absl::InvalidArgumentError(StrCat("payload: ", payload.size(), " bytes, expected ",
+  if (payload_bytes != num_blocks * kv_->layout().LayerBytes()) {
+    return absl::InvalidArgumentError(StrCat("payload: ", payload_bytes, " bytes, expected ",
                                              num_blocks * kv_->layout().LayerBytes()));
   }
-  return kv_->WriteLayer({table.data() + first_block, static_cast<size_t>(num_blocks)}, layer,
-                         payload.data());
+  return std::span<const int32_t>(table.data() + first_block, static_cast<size_t>(num_blocks));
+}
+
+absl::Status Engine::WriteReservedKv(kv::SeqId id, int32_t layer, int32_t first_block,
+                                     int32_t num_blocks, std::span<const uint8_t> payload) {
+  ASSIGN_OR_RETURN(
+      std::span<const int32_t> blocks,
+      ReservedBlocks(id, first_block, num_blocks, static_cast<int64_t>(payload.size())));
+  return kv_->WriteLayer(blocks, layer, payload.data());
+}
+
+absl::Status Engine::WriteReservedKv(kv::SeqId id, int32_t layer, int32_t first_block,
+                                     int32_t num_blocks, const kernels::Buffer& staging,
+                                     int64_t offset) {
+  ASSIGN_OR_RETURN(
+      std::span<const int32_t> blocks,
+      ReservedBlocks(id, first_block, num_blocks, num_blocks * kv_->layout().LayerBytes()));
+  return kv_->ScatterLayer(blocks, layer, staging, offset);
 }
 
 bool Engine::Release(kv::SeqId id) {

@@ -178,6 +178,10 @@ class Engine {
   // or blocks shared from the prefix cache.
   absl::Status WriteReservedKv(kv::SeqId id, int32_t layer, int32_t first_block, int32_t num_blocks,
                                std::span<const uint8_t> payload);
+  // The same from `staging` (a buffer of this engine's backend, from byte `offset`),
+  // device to device (a peer transport's received payload).
+  absl::Status WriteReservedKv(kv::SeqId id, int32_t layer, int32_t first_block, int32_t num_blocks,
+                               const kernels::Buffer& staging, int64_t offset);
   // The KV bytes, for transports reading finished blocks (kv_storage.h).
   const kernels::KvStorage& kv_storage() const { return *kv_; }
   const kv::KvLayout& kv_layout() const { return kv_->layout(); }
@@ -186,6 +190,10 @@ class Engine {
   std::string_view device() const { return backend_->name(); }
 
  private:
+  // The reserved blocks WriteReservedKv may write, after its checks.
+  absl::StatusOr<std::span<const int32_t>> ReservedBlocks(kv::SeqId id, int32_t first_block,
+                                                          int32_t num_blocks,
+                                                          int64_t payload_bytes) const;
   Engine() = default;
   absl::Status ValidateRequest(std::span<const int32_t> prompt, const SamplingParams& p) const;
   // Whether `seq`, whose last output token was just appended, is done.

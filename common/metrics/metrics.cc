@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 
 #include "absl/container/flat_hash_map.h"
 #include "common/util/strings.h"
@@ -30,6 +31,10 @@ const prometheus::Histogram::BucketBoundaries kRequestBuckets = {
 // KV transfers: from a fraction of a millisecond (a few blocks over NVLink) to seconds.
 const prometheus::Histogram::BucketBoundaries kKvTransferBuckets = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0};
+// A transfer's bytes: 64 KiB (a block of a small model) to 4 GiB (a long Llama-3-70B prompt).
+const prometheus::Histogram::BucketBoundaries kKvSizeBuckets = {
+    65536.0,    262144.0,    1048576.0,    4194304.0,   16777216.0,
+    67108864.0, 268435456.0, 1073741824.0, 4294967296.0};
 
 }  // namespace
 
@@ -58,10 +63,35 @@ absl::Status CheckPrefix(std::string_view prefix) {
   return absl::OkStatus();
 }
 
-struct Metrics::ErrorFamily {
+// A counter family whose samples are made on first use, by label values.
+struct Metrics::LabeledCounters {
   prometheus::Family<prometheus::Counter>* family = nullptr;
   std::mutex mu;
-  absl::flat_hash_map<std::string, prometheus::Counter*> by_code;
+  absl::flat_hash_map<std::string, prometheus::Counter*> by_labels;
+
+  void Increment(const std::map<std::string, std::string>& labels) {
+    std::string key;
+    for (const auto& [k, v] : labels) key += k + "=" + v + ";";
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, inserted] = by_labels.try_emplace(key, nullptr);
+    if (inserted) it->second = &family->Add(labels);
+    it->second->Increment();
+  }
+};
+
+// A histogram family with one sample per transport, made on first use.
+struct Metrics::TransportHistograms {
+  prometheus::Family<prometheus::Histogram>* family = nullptr;
+  prometheus::Histogram::BucketBoundaries buckets;
+  std::mutex mu;
+  absl::flat_hash_map<std::string, prometheus::Histogram*> by_transport;
+
+  void Observe(std::string_view transport, double value) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto [it, inserted] = by_transport.try_emplace(std::string(transport), nullptr);
+    if (inserted) it->second = &family->Add({{"transport", std::string(transport)}}, buckets);
+    it->second->Observe(value);
+  }
 };
 
 struct Metrics::CacheConfigFamily {
@@ -99,7 +129,7 @@ Metrics::Metrics(const MetricsOptions& options)
                              "Requests that finished, by finish reason.");
     success_stop_ = &success.Add({{"finished_reason", "stop"}});
     success_length_ = &success.Add({{"finished_reason", "length"}});
-    errors_ = std::make_unique<ErrorFamily>();
+    errors_ = std::make_unique<LabeledCounters>();
     errors_->family = &Register(prometheus::BuildCounter(), "request_errors_total",
                                 "Requests that ended with an error, by gRPC status code.");
     ttft_ = histogram("time_to_first_token_seconds",
@@ -131,11 +161,24 @@ Metrics::Metrics(const MetricsOptions& options)
                                                 ? "KV bytes pushed to decode workers."
                                                 : "KV bytes received from prefill workers.");
   kv_failures_ = AddCounter("kv_transfer_failures_total", "KV transfers that failed.");
+  kv_rebuilds_ = AddCounter(
+      "kv_transfer_comm_rebuilds_total",
+      "Peer communicators (NCCL, CUDA IPC) built again after one broke (a stalled or failed "
+      "transfer).");
   if (options_.role == Role::kPrefill) {
-    kv_latency_ = histogram(
-        "kv_transfer_latency_seconds",
-        "KV transfer time left after the forward pass (end of compute to acknowledgement).",
-        kKvTransferBuckets);
+    kv_latency_ = std::make_unique<TransportHistograms>();
+    kv_latency_->family = &Register(
+        prometheus::BuildHistogram(), "kv_transfer_latency_seconds",
+        "KV transfer time left after the forward pass (end of compute to acknowledgement), by "
+        "transport.");
+    kv_latency_->buckets = kKvTransferBuckets;
+    kv_size_ = std::make_unique<TransportHistograms>();
+    kv_size_->family = &Register(prometheus::BuildHistogram(), "kv_transfer_size_bytes",
+                                 "Bytes of one KV transfer, by transport.");
+    kv_size_->buckets = kKvSizeBuckets;
+    kv_errors_ = std::make_unique<LabeledCounters>();
+    kv_errors_->family = &Register(prometheus::BuildCounter(), "kv_transfer_errors_total",
+                                   "Failed KV transfers, by transport and gRPC status code.");
   }
 }
 
@@ -172,11 +215,7 @@ void Metrics::RequestFinished(const RequestRecord& r) {
 }
 
 void Metrics::RequestFailed(std::string_view code) {
-  if (errors_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(errors_->mu);
-  auto [it, inserted] = errors_->by_code.try_emplace(std::string(code), nullptr);
-  if (inserted) it->second = &errors_->family->Add({{"code", std::string(code)}});
-  it->second->Increment();
+  if (errors_ != nullptr) errors_->Increment({{"code", std::string(code)}});
 }
 
 void Metrics::TokensArrived(double seconds, int32_t tokens) {
@@ -212,10 +251,19 @@ void Metrics::SyncTotals(const WorkerTotals& t) {
   sync(preemptions_, t.preemptions, synced_.preemptions);
   sync(kv_bytes_, t.kv_transfer_bytes, synced_.kv_transfer_bytes);
   sync(kv_failures_, t.kv_transfer_failures, synced_.kv_transfer_failures);
+  sync(kv_rebuilds_, t.kv_comm_rebuilds, synced_.kv_comm_rebuilds);
 }
 
-void Metrics::KvTransferDone(double seconds) {
-  if (kv_latency_ != nullptr) kv_latency_->Observe(seconds);
+void Metrics::KvTransferDone(std::string_view transport, double seconds, int64_t bytes) {
+  if (kv_latency_ == nullptr) return;
+  kv_latency_->Observe(transport, seconds);
+  kv_size_->Observe(transport, static_cast<double>(bytes));
+}
+
+void Metrics::KvTransferFailed(std::string_view transport, std::string_view code) {
+  if (kv_errors_ != nullptr) {
+    kv_errors_->Increment({{"transport", std::string(transport)}, {"code", std::string(code)}});
+  }
 }
 
 std::string Metrics::Scrape() {

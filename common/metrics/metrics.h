@@ -5,7 +5,7 @@
 // request histograms use vLLM's buckets. Every sample carries two constant labels:
 // `model_name` and `role` (router, prefill or decode), so label cardinality stays
 // fixed — the only other labels are `finished_reason` (stop, length), `code` (a
-// gRPC status name) and `cache_config_info`'s two.
+// gRPC status name), `transport` (host, nccl, cuda-ipc) and `cache_config_info`'s two.
 //
 // Each role registers only what it measures:
 //   router  — requests running (past the queue) / waiting (admission queue), prompt and
@@ -13,7 +13,9 @@
 //             TTFT, inter-token, E2E, queue, prefill and decode histograms;
 //   workers — their engine's running / waiting sequences, KV usage, cache config,
 //             prefix-cache queries and hits (tokens), preemptions, KV-transfer bytes
-//             and failures; the prefill worker also the KV-transfer latency histogram.
+//             and failures, rebuilt peer communicators; the prefill worker also,
+//             by transport, the KV-transfer latency and size histograms and the
+//             failed transfers by code.
 // Gauges and worker counters are refreshed from the process's own stats when scraped
 // (SetRefresh), so a scrape costs one stats snapshot plus serialisation.
 //
@@ -67,6 +69,7 @@ struct WorkerTotals {
   int64_t preemptions = 0;
   int64_t kv_transfer_bytes = 0;
   int64_t kv_transfer_failures = 0;
+  int64_t kv_comm_rebuilds = 0;  // peer communicators (NCCL, CUDA IPC) built again
 };
 
 // A worker's instantaneous state; exported as gauges.
@@ -100,7 +103,9 @@ class Metrics {
   void SetCacheConfig(int32_t block_size, int32_t num_blocks);
   void SetWorkerGauges(const WorkerGauges& g);
   void SyncTotals(const WorkerTotals& t);
-  void KvTransferDone(double seconds);
+  // Prefill: one KV transfer over `transport` ("host", "nccl", "cuda-ipc") ended.
+  void KvTransferDone(std::string_view transport, double seconds, int64_t bytes);
+  void KvTransferFailed(std::string_view transport, std::string_view grpc_code_name);
 
   // The text exposition format (version 0.0.4).
   std::string Scrape();
@@ -129,8 +134,8 @@ class Metrics {
   prometheus::Histogram* queue_ = nullptr;
   prometheus::Histogram* prefill_ = nullptr;
   prometheus::Histogram* decode_ = nullptr;
-  struct ErrorFamily;
-  std::unique_ptr<ErrorFamily> errors_;
+  struct LabeledCounters;
+  std::unique_ptr<LabeledCounters> errors_;
   // workers
   prometheus::Gauge* kv_usage_ = nullptr;
   struct CacheConfigFamily;
@@ -140,7 +145,10 @@ class Metrics {
   prometheus::Counter* preemptions_ = nullptr;
   prometheus::Counter* kv_bytes_ = nullptr;
   prometheus::Counter* kv_failures_ = nullptr;
-  prometheus::Histogram* kv_latency_ = nullptr;  // prefill
+  prometheus::Counter* kv_rebuilds_ = nullptr;
+  struct TransportHistograms;
+  std::unique_ptr<TransportHistograms> kv_latency_, kv_size_;  // prefill
+  std::unique_ptr<LabeledCounters> kv_errors_;                 // prefill
   std::mutex totals_mu_;
   WorkerTotals synced_ ABSL_GUARDED_BY(totals_mu_);
 };

@@ -83,9 +83,12 @@ TEST(Metrics, WorkerTotalsBecomeMonotonicCountersAndGaugesRefreshOnScrape) {
                      .prefix_hits = 16,
                      .preemptions = 1,
                      .kv_transfer_bytes = 4096,
-                     .kv_transfer_failures = 0});
+                     .kv_transfer_failures = 0,
+                     .kv_comm_rebuilds = 2});
   });
-  m.KvTransferDone(0.003);
+  m.KvTransferDone("nccl", 0.003, 4096);
+  m.KvTransferDone("host", 0.2, 1 << 20);
+  m.KvTransferFailed("nccl", "DEADLINE_EXCEEDED");
   Samples(m.Scrape());
   auto s = Samples(m.Scrape());  // refreshed twice: totals 64 and 16, not summed again
   const std::string l = R"(model_name="smol",role="prefill")";
@@ -97,8 +100,17 @@ TEST(Metrics, WorkerTotalsBecomeMonotonicCountersAndGaugesRefreshOnScrape) {
   EXPECT_EQ(s["vllm:kv_cache_usage_perc{" + l + "}"], 0.25);
   EXPECT_EQ(s["vllm:num_requests_running{" + l + "}"], 2);
   EXPECT_EQ(s["vllm:cache_config_info{" + l + R"(,block_size="16",num_gpu_blocks="100"})"], 1);
-  EXPECT_EQ(s["vllm:kv_transfer_latency_seconds_count{" + l + "}"], 1);
-  EXPECT_EQ(s["vllm:kv_transfer_latency_seconds_bucket{" + l + R"(,le="0.005"})"], 1);
+  EXPECT_EQ(s["vllm:kv_transfer_comm_rebuilds_total{" + l + "}"], 2);
+  EXPECT_EQ(s["vllm:kv_transfer_latency_seconds_count{" + l + R"(,transport="nccl"})"], 1);
+  EXPECT_EQ(s["vllm:kv_transfer_latency_seconds_bucket{" + l + R"(,transport="nccl",le="0.005"})"],
+            1);
+  EXPECT_EQ(s["vllm:kv_transfer_latency_seconds_bucket{" + l + R"(,transport="host",le="0.1"})"],
+            0);
+  EXPECT_EQ(s["vllm:kv_transfer_size_bytes_sum{" + l + R"(,transport="host"})"], 1 << 20);
+  EXPECT_EQ(s["vllm:kv_transfer_size_bytes_bucket{" + l + R"(,transport="nccl",le="65536"})"], 1);
+  EXPECT_EQ(
+      s["vllm:kv_transfer_errors_total{" + l + R"(,code="DEADLINE_EXCEEDED",transport="nccl"})"],
+      1);
   // A total that goes backwards (a restarted counter source) never decrements.
   m.SetRefresh([](Metrics& self) { self.SyncTotals({.prefix_queries = 1}); });
   s = Samples(m.Scrape());

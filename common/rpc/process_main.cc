@@ -155,7 +155,8 @@ absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpServer(
 }
 
 void ExportEngineStats(const engine::EngineStats& s, int64_t kv_transfer_bytes,
-                       int64_t kv_transfer_failures, metrics::Metrics* m) {
+                       int64_t kv_transfer_failures, int64_t kv_comm_rebuilds,
+                       metrics::Metrics* m) {
   metrics::WorkerGauges g;
   g.running = s.running;
   g.waiting = s.waiting;
@@ -169,6 +170,7 @@ void ExportEngineStats(const engine::EngineStats& s, int64_t kv_transfer_bytes,
   t.preemptions = s.preemptions;
   t.kv_transfer_bytes = kv_transfer_bytes;
   t.kv_transfer_failures = kv_transfer_failures;
+  t.kv_comm_rebuilds = kv_comm_rebuilds;
   m->SyncTotals(t);
 }
 

@@ -64,9 +64,10 @@ absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpServer(
     const std::function<void(http::HttpServer*)>& mount = nullptr);
 
 // A worker engine's state as metrics: gauges (running, waiting, KV usage) and totals
-// (prefix cache, preemptions, KV transfer bytes and failures).
+// (prefix cache, preemptions, KV transfer bytes and failures, rebuilt peer
+// communicators).
 void ExportEngineStats(const engine::EngineStats& stats, int64_t kv_transfer_bytes,
-                       int64_t kv_transfer_failures, metrics::Metrics* metrics);
+                       int64_t kv_transfer_failures, int64_t kv_comm_rebuilds, metrics::Metrics* m);
 
 // How the HTTP side drains (the router's streams): `idle` says whether requests are
 // still open; `cancel_all` ends those left when the drain timeout is up.

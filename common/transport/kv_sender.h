@@ -6,8 +6,9 @@
 // are in the storage (SendLayer never blocks the engine thread), and closed with
 // Finish, which reports once the receiver has acknowledged every block — or why it
 // did not. A failed transfer fails its request: there is no "successful" stream built
-// on missing KV. Implementations: host (gRPC stream, host_kv_sender.h); NCCL and CUDA
-// IPC come with the GPU backend.
+// on missing KV. Implementations: host (gRPC stream, host_kv_sender.h) and the peer
+// transports, NCCL and CUDA IPC (peer_kv_sender.h), which fall back to the host one
+// where the handshake pairs two workers over it.
 //
 // Thread-safe: Begin from any thread; one transfer's calls from one thread.
 #ifndef TANDEM_COMMON_TRANSPORT_KV_SENDER_H_
@@ -21,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/transport/transport_choice.h"
 #include "kernels/backend.h"
 
 namespace tandem::transport {
@@ -31,6 +33,7 @@ struct KvDestination {
   uint64_t lease_id = 0;           // its reservation
   std::vector<int32_t> block_ids;  // reserved ids, in sequence order
   int32_t cached_blocks = 0;       // leading blocks the receiver already holds: not sent
+  uint64_t epoch = 0;              // the receiver's incarnation (ReserveResponse.epoch)
 };
 
 struct KvTransferStats {
@@ -38,6 +41,11 @@ struct KvTransferStats {
   // Finish called (the forward pass is over) → acknowledgement: the part of the
   // transfer that compute did not hide.
   double ms = 0;
+  TransportKind transport = TransportKind::kHost;
+};
+
+struct KvSenderStats {
+  int64_t comm_rebuilds = 0;  // peer communicators built again after one broke
 };
 
 class KvTransfer {
@@ -63,6 +71,7 @@ class KvSender {
   // and dst.block_ids have the same length.
   virtual absl::StatusOr<std::unique_ptr<KvTransfer>> Begin(const KvDestination& dst,
                                                             std::vector<int32_t> src_blocks) = 0;
+  virtual KvSenderStats Stats() const { return {}; }
 };
 
 }  // namespace tandem::transport

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/model/dequantize.h"
+#include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -147,6 +148,15 @@ absl::Status CpuBackend::ReadNow(const Buffer& src, int64_t offset, int64_t byte
     return absl::OutOfRangeError("ReadNow: range outside the buffer");
   }
   std::memcpy(dst, HostOf(src) + offset, static_cast<size_t>(bytes));
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopyNow(const Copy2D& c) const {
+  RETURN_IF_ERROR(CheckCopy2D(c));
+  for (int64_t r = 0; r < c.rows; ++r) {
+    std::memmove(HostOf(*c.dst) + c.dst_offset + r * c.dst_pitch,
+                 HostOf(*c.src) + c.src_offset + r * c.src_pitch, static_cast<size_t>(c.width));
+  }
   return absl::OkStatus();
 }
 

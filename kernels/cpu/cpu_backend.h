@@ -10,7 +10,7 @@
 // mapping — so any host dereference outside this backend crashes. BorrowHost is
 // refused there (weights are copied in, as a device backend would).
 //
-// Thread safety: one engine thread; ReadNow and Event::Wait from any thread.
+// Thread safety: one engine thread; ReadNow, CopyNow and Event::Wait from any thread.
 #ifndef TANDEM_KERNELS_CPU_CPU_BACKEND_H_
 #define TANDEM_KERNELS_CPU_CPU_BACKEND_H_
 
@@ -50,6 +50,7 @@ class CpuBackend : public Backend {
   void CopyToDevice(const void* src, const Buffer& dst, int64_t offset, int64_t bytes) override;
   void CopyToHost(const Buffer& src, int64_t offset, int64_t bytes, void* dst) override;
   absl::Status ReadNow(const Buffer& src, int64_t offset, int64_t bytes, void* dst) const override;
+  absl::Status CopyNow(const Copy2D& copy) const override;
   std::shared_ptr<Event> RecordEvent() override;
   absl::Status Synchronize() override;
 

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_status.h"
@@ -377,6 +378,19 @@ absl::Status CudaBackend::ReadNow(const Buffer& src, int64_t offset, int64_t byt
   TANDEM_CUDA_OK(cudaMemcpyAsync(dst, static_cast<const uint8_t*>(src.address()) + offset,
                                  static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
                                  s_->read_stream));
+  TANDEM_CUDA_OK(cudaStreamSynchronize(s_->read_stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyNow(const Copy2D& c) const {
+  RETURN_IF_ERROR(CheckCopy2D(c));
+  if (c.rows == 0 || c.width == 0) return absl::OkStatus();
+  TANDEM_CUDA_OK(cudaSetDevice(options_.gpu));
+  TANDEM_CUDA_OK(cudaMemcpy2DAsync(
+      static_cast<uint8_t*>(c.dst->address()) + c.dst_offset, static_cast<size_t>(c.dst_pitch),
+      static_cast<const uint8_t*>(c.src->address()) + c.src_offset,
+      static_cast<size_t>(c.src_pitch), static_cast<size_t>(c.width), static_cast<size_t>(c.rows),
+      cudaMemcpyDeviceToDevice, s_->read_stream));
   TANDEM_CUDA_OK(cudaStreamSynchronize(s_->read_stream));
   return absl::OkStatus();
 }

@@ -7,8 +7,8 @@
 // — is allocated by ReserveScratch when the executor sizes its workspace; no op
 // allocates.
 //
-// Ordering. One non-blocking stream runs every op and copy in call order; ReadNow
-// (any thread) copies on a second stream. CopyToDevice / CopyToHost are
+// Ordering. One non-blocking stream runs every op and copy in call order; ReadNow and
+// CopyNow (any thread) copy on a second stream. CopyToDevice / CopyToHost are
 // cudaMemcpyAsync: the host bytes must stay valid until Synchronize.
 //
 // Arithmetic. GEMMs are cuBLASLt bf16 × bf16 with float32 accumulation and a float32
@@ -28,7 +28,7 @@
 // sees (token ids, gather rows, KV slots) are reported through a device error word
 // at Synchronize as InvalidArgument — the kernels never read or write out of bounds.
 //
-// Threads: one engine thread; ReadNow, Memory and Event::Wait from any thread. Each
+// Threads: one engine thread; ReadNow, CopyNow, Memory and Event::Wait from any thread. Each
 // entry point makes the backend's GPU current on the calling thread.
 #ifndef TANDEM_KERNELS_CUDA_CUDA_BACKEND_H_
 #define TANDEM_KERNELS_CUDA_CUDA_BACKEND_H_
@@ -76,6 +76,7 @@ class CudaBackend : public Backend {
   void CopyToDevice(const void* src, const Buffer& dst, int64_t offset, int64_t bytes) override;
   void CopyToHost(const Buffer& src, int64_t offset, int64_t bytes, void* dst) override;
   absl::Status ReadNow(const Buffer& src, int64_t offset, int64_t bytes, void* dst) const override;
+  absl::Status CopyNow(const Copy2D& copy) const override;
   std::shared_ptr<Event> RecordEvent() override;
   absl::Status Synchronize() override;
 

@@ -1,5 +1,6 @@
 // A failed CUDA runtime call as an absl::Status, for every host file of the CUDA
-// backend (cuda_device.cu, cuda_backend.cc): Unavailable when there is no driver or
+// backend (cuda_device.cu, cuda_backend.cc) and the GPU KV transports
+// (common/transport/gpu_transports_cuda.cc): Unavailable when there is no driver or
 // device, ResourceExhausted for an allocation, Internal otherwise. Making the status
 // also clears the thread's last-error slot, so a failure that is not a launch never
 // resurfaces as the next launch's error.

@@ -355,6 +355,10 @@ class OverlayChecks:
                     self.assertGreater(int(flags["--kv-cache-bytes"]), 0)
                     # GPU workers compute on the GPU and size the KV pool from its memory.
                     self.assertEqual(flags.get("--device"), "cuda" if self.gpu else "cpu")
+                    self.assertIn(flags.get("--kv-transport"), ("auto", "nccl", "cuda-ipc", "host"))
+                    if self.gpu:
+                        # NCCL between pods needs the pod network's interface named.
+                        self.assertIn("NCCL_SOCKET_IFNAME", env)
                     util = float(flags["--gpu-memory-utilization"])
                     if self.gpu:
                         self.assertTrue(0 < util <= 1, util)

@@ -8,7 +8,7 @@
 #
 #   tests/gpu/bundle.sh                    build (build/), pack into gpu-bundle/
 #   tests/gpu/bundle.sh --no-build         pack what build/ already holds
-#   tests/gpu/bundle.sh --check            pack, then check: at most 48 MiB; every
+#   tests/gpu/bundle.sh --check            pack, then check: at most 48 MiB packed; every
 #                                          library outside the allowed system set
 #                                          resolves inside the bundle; each binary
 #                                          starts with the bundle's library path (the
@@ -28,11 +28,12 @@ for a in "$@"; do
     *) echo "bundle.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
-# GPU tests (label gpu), the CPU emulation of the GPU tile math, the backend seam, and
-# the CLI (engine runs and `tandem bench engine`).
+# GPU tests (label gpu: kernels, backend, engine, the NCCL and CUDA IPC communicators),
+# the CPU emulation of the GPU tile math, the backend seam, and the CLI (engine runs and
+# `tandem bench engine`), with the router and workers cluster_gpu_test starts.
 TESTS=(cuda_device_test cuda_backend_test attention_gpu_test engine_gpu_test attention_tile_test
-       backend_test)
-BINS=(tandem)
+       backend_test gpu_transports_test cluster_gpu_test)
+BINS=(tandem tandem-router tandem-prefill-worker tandem-decode-worker)
 # Provided by the GPU machine itself.
 SYSTEM='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libstdc\+\+\.so|libgcc_s\.so|libcuda\.so|libcudart\.so|libcublas|libcublasLt|libnccl|libnvidia)'
 
@@ -59,10 +60,16 @@ for p in "${paths[@]}"; do
 done
 printf '%s\n' "${TESTS[@]}" >"$OUT/tests.txt"
 git rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null || true
-size=$(du -sb "$OUT" | cut -f1)
-echo "bundle.sh: $OUT: $(ls "$OUT/bin" | wc -l) binaries, $(ls "$OUT/lib" | wc -l) libraries, $((size / 1024 / 1024)) MiB"
+# What travels is bin/ and lib/ packed with xz (a third of their size); tests/gpu/run.sh
+# unpacks them on the GPU machine.
+tar -C "$OUT" -cf - bin lib | xz -T0 -6 >"$OUT/packed.tar.xz"
+size=$(du -sb --exclude=bin --exclude=lib "$OUT" | cut -f1)
+echo "bundle.sh: $OUT: $(ls "$OUT/bin" | wc -l) binaries, $(ls "$OUT/lib" | wc -l) libraries, $((size / 1024 / 1024)) MiB packed"
 
-[ "$check" = 1 ] || exit 0
+if [ "$check" != 1 ]; then
+  rm -rf "$OUT/bin" "$OUT/lib"
+  exit 0
+fi
 fail=0
 if [ "$size" -gt "$LIMIT" ]; then
   echo "FAIL: $size bytes > 48 MiB"
@@ -96,4 +103,5 @@ fi
 if [ "$fail" = 0 ]; then
   echo "bundle.sh: check passed (every binary starts on the bundle's libraries)"
 fi
+rm -rf "$OUT/bin" "$OUT/lib"
 exit "$fail"

@@ -16,9 +16,26 @@ if [ ! -f "$BUNDLE/tests.txt" ]; then
   echo "tests/gpu/run.sh: no $BUNDLE/ here: run tests/gpu/bundle.sh on the build machine and carry it" >&2
   exit 2
 fi
+# bundle.sh packs bin/ and lib/; unpack them next to the logs' machine-local copy.
+if [ ! -d "$BUNDLE/bin" ] && [ -f "$BUNDLE/packed.tar.xz" ]; then
+  unpacked=$(mktemp -d /tmp/tandem-gpu-bundle.XXXXXX)
+  if command -v xz >/dev/null; then
+    xz -dc "$BUNDLE/packed.tar.xz" | tar -C "$unpacked" -xf -
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$BUNDLE/packed.tar.xz" "$unpacked"
+  fi || { echo "run.sh: cannot unpack $BUNDLE/packed.tar.xz" >&2; exit 2; }
+  cp "$BUNDLE/tests.txt" "$unpacked/"
+  cp "$BUNDLE/commit.txt" "$unpacked/" 2>/dev/null || true
+  BUNDLE=$unpacked
+fi
 lib=$(cd "$BUNDLE/lib" && pwd)
-export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NCCL ships in the toolkit's lib/ on some installs, lib64/ on others.
+export LD_LIBRARY_PATH="$lib:/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$PATH:/usr/local/cuda/bin"
+# cluster_gpu_test starts the bundle's router and workers.
+TANDEM_BIN_DIR=$(cd "$BUNDLE/bin" && pwd)
+export TANDEM_BIN_DIR
 have_gpu=0
 nvidia-smi -L >/dev/null 2>&1 && have_gpu=1
 echo "bundle of commit $(cat "$BUNDLE/commit.txt" 2>/dev/null || echo '?')"
@@ -92,6 +109,12 @@ if [ "$have_gpu" = 1 ]; then
     [ "$rc" = 0 ] || status=1
   done
 fi
+
+# The KV transports' figures, printed by their tests.
+for t in gpu_transports_test cluster_gpu_test; do
+  [ -f "$LOGS/$t.log" ] || continue
+  while read -r line; do rows+=("  $line"); done < <(grep -E '^(NCCL|CUDA IPC)' "$LOGS/$t.log")
+done
 
 echo
 echo "== tandem GPU check =="

@@ -424,6 +424,7 @@ TEST_F(ClusterTest, ExpiredReservationsFreeTheirBlocksAndRefuseLateKv) {
     auto writer = cluster_->kv_stub(0)->PushKvBlocks(&ctx, &resp);
     v1::KvBlocksChunk chunk;
     chunk.set_lease_id(reservation.lease_id());
+    chunk.set_epoch(reservation.epoch());
     *chunk.mutable_fingerprint() = fp;
     chunk.mutable_block_ids()->Assign(blocks.begin(), blocks.end());
     chunk.set_layer(0);
@@ -440,6 +441,36 @@ TEST_F(ClusterTest, ExpiredReservationsFreeTheirBlocksAndRefuseLateKv) {
                  : (wrong[0] + 1) % before.num_blocks();
   EXPECT_EQ(push(wrong, reservation.fingerprint()).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+  // A push naming another process's epoch (a reservation from before a restart) is
+  // refused before any write.
+  {
+    grpc::ClientContext ctx;
+    v1::PushKvBlocksResponse resp;
+    auto writer = cluster_->kv_stub(0)->PushKvBlocks(&ctx, &resp);
+    v1::KvBlocksChunk chunk;
+    chunk.set_lease_id(reservation.lease_id());
+    chunk.set_epoch(reservation.epoch() + 1);
+    *chunk.mutable_fingerprint() = reservation.fingerprint();
+    chunk.mutable_block_ids()->Assign(theirs.begin(), theirs.end());
+    writer->Write(chunk);
+    writer->WritesDone();
+    const grpc::Status st = writer->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(st.error_message(), HasSubstr("epoch"));
+  }
+  // A CPU decode worker has no peer transport: a sender that only speaks NCCL is told.
+  {
+    v1::HandshakeRequest h;
+    *h.mutable_fingerprint() = reservation.fingerprint();
+    h.add_transports(v1::TRANSPORT_KIND_NCCL);
+    h.mutable_device()->set_backend("cuda");
+    v1::HandshakeResponse hr;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    const grpc::Status hs = cluster_->kv_stub(0)->Handshake(&ctx, h, &hr);
+    EXPECT_EQ(hs.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(hs.error_message(), HasSubstr("none in common"));
+  }
   // Every field of the layout fingerprint is checked, at the handshake and on the push.
   const std::vector<std::pair<std::string, std::function<void(v1::KvLayoutFingerprint*)>>> changes =
       {

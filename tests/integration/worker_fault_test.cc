@@ -29,7 +29,7 @@ class LoopbackSender : public transport::KvSender {
   absl::Status Connect(const std::string&) override { return absl::OkStatus(); }
   absl::StatusOr<std::unique_ptr<transport::KvTransfer>> Begin(const transport::KvDestination& dst,
                                                                std::vector<int32_t> src) override {
-    absl::Status st = decode_->BeginKv(dst.lease_id, dst.block_ids);
+    absl::Status st = decode_->BeginKv(dst.lease_id, dst.epoch, dst.block_ids);
     return std::unique_ptr<transport::KvTransfer>(new Transfer(this, dst, std::move(src), st));
   }
 
@@ -56,7 +56,7 @@ class LoopbackSender : public transport::KvSender {
     }
     void Finish(std::function<void(absl::Status, transport::KvTransferStats)> done) override {
       if (status_.ok()) status_ = s_->decode_->EndKv(dst_.lease_id);
-      done(status_, {bytes_, 0});
+      done(status_, {.bytes = bytes_});
     }
 
    private:
@@ -157,7 +157,7 @@ class WorkerFaultTest : public ::testing::Test {
                                            kernels::CpuBackend* fault_decode = nullptr) {
     auto r = decode_->Reserve(static_cast<int64_t>(prompt.size()) + 1, std::chrono::seconds(30));
     if (!r.ok()) return r.status();
-    auto first = prefill_->Prefill(prompt, p, {"loopback", r->lease_id, r->block_ids, 0});
+    auto first = prefill_->Prefill(prompt, p, {"loopback", r->lease_id, r->block_ids, 0, r->epoch});
     if (!first.ok()) {
       decode_->Release(r->lease_id);
       return first.status();
