@@ -141,9 +141,11 @@ void KvReceiverService::SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint 
 grpc::Status KvReceiverService::Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
                                           v1::HandshakeResponse* resp) {
   if (grpc::Status st = api_key_.Check(*ctx); !st.ok()) return st;
-  if (worker_.load() == nullptr) return kLoading;
+  DecodeWorker* w = worker_.load();
+  if (w == nullptr) return kLoading;
   *resp->mutable_fingerprint() = fingerprint_;
   *resp->mutable_device() = transport::ToProto(transports_.device);
+  resp->set_epoch(w->epoch());
   if (absl::Status st = rpc::CheckFingerprint(fingerprint_, req->fingerprint()); !st.ok()) {
     return rpc::ToGrpc(st);
   }

@@ -23,6 +23,7 @@ struct PeerKvReceiver::Link {
   uint64_t next_seq = 0;
   std::optional<Clock::time_point> gap_since;  // pending holds later seqs but not next_seq
   absl::Status broken;
+  Clock::time_point last_used = Clock::now();  // the last Join or Submit
   bool stop = false;
   std::condition_variable cv;
   std::thread thread;
@@ -75,16 +76,31 @@ absl::Status PeerKvReceiver::Join(transport::TransportKind kind, uint64_t sender
                  it->second->generation, " of sender ", sender_id));
     }
     if (it == links_.end() && links_.size() >= kMaxSenders) {
-      // Room for a new sender: forget the broken communicators first.
+      // Room for a new sender: forget the broken communicators, else the idle one used
+      // least recently (a prefill worker that went away leaves its link idle for good).
+      auto forget = [&](decltype(links_)::iterator l) {
+        l->second->stop = true;
+        l->second->cv.notify_all();
+        pruned.push_back(std::move(l->second));
+        links_.erase(l);
+      };
       for (auto l = links_.begin(); l != links_.end();) {
         auto next = std::next(l);
-        if (!l->second->broken.ok()) {
-          l->second->stop = true;
-          l->second->cv.notify_all();
-          pruned.push_back(std::move(l->second));
-          links_.erase(l);
-        }
+        if (!l->second->broken.ok()) forget(l);
         l = next;
+      }
+      if (links_.size() >= kMaxSenders) {
+        auto oldest = links_.end();
+        for (auto l = links_.begin(); l != links_.end(); ++l) {
+          if (l->second->pending.empty() &&
+              (oldest == links_.end() || l->second->last_used < oldest->second->last_used)) {
+            oldest = l;
+          }
+        }
+        if (oldest != links_.end()) {
+          Break(oldest->second.get(), absl::AbortedError("peer: idle communicator evicted"));
+          forget(oldest);
+        }
       }
       if (links_.size() >= kMaxSenders) {
         admitted = absl::ResourceExhaustedError(StrCat(
@@ -157,6 +173,7 @@ absl::Status PeerKvReceiver::Submit(uint64_t sender_id, uint64_t generation, con
     return refuse(bad);
   }
   link->pending.emplace(p.seq, p);
+  link->last_used = Clock::now();
   if (p.seq != link->next_seq && !link->gap_since) link->gap_since = Clock::now();
   link->cv.notify_all();
   return absl::OkStatus();

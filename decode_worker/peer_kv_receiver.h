@@ -65,7 +65,8 @@ class PeerKvReceiver {
 
   // Joins the communicator `comm_id` of `sender_id`, replacing (aborting) an older
   // generation's. FailedPrecondition for a generation not above the current one;
-  // ResourceExhausted when kMaxSenders senders hold live communicators.
+  // ResourceExhausted when kMaxSenders senders hold busy communicators (idle ones
+  // are evicted, least recently used first).
   static constexpr size_t kMaxSenders = 256;
   absl::Status Join(transport::TransportKind kind, uint64_t sender_id, uint64_t generation,
                     std::string_view comm_id);

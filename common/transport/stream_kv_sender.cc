@@ -219,12 +219,19 @@ void StreamKvSender::Run(Peer* peer) {
   if (peer->comm != nullptr) peer->comm->Abort(absl::CancelledError("KV sender stopping"));
 }
 
-void StreamKvSender::Header(Transfer* t, v1::KvBlocksChunk* chunk) const {
-  if (t->header_sent_) return;
-  chunk->set_lease_id(t->dst_.lease_id);
-  chunk->set_epoch(t->dst_.epoch);
-  *chunk->mutable_fingerprint() = fingerprint_;
-  chunk->mutable_block_ids()->Assign(t->dst_.block_ids.begin(), t->dst_.block_ids.end());
+v1::KvBlocksChunk StreamKvSender::Chunk(const Transfer* t, int32_t layer, int32_t first,
+                                        int32_t count) const {
+  v1::KvBlocksChunk chunk;
+  if (!t->header_sent_) {
+    chunk.set_lease_id(t->dst_.lease_id);
+    chunk.set_epoch(t->dst_.epoch);
+    *chunk.mutable_fingerprint() = fingerprint_;
+    chunk.mutable_block_ids()->Assign(t->dst_.block_ids.begin(), t->dst_.block_ids.end());
+  }
+  chunk.set_layer(layer);
+  chunk.set_first_block(first);
+  chunk.set_num_blocks(count);
+  return chunk;
 }
 
 bool StreamKvSender::Write(Transfer* t, const v1::KvBlocksChunk& chunk) {
@@ -248,11 +255,7 @@ void StreamKvSender::WriteLayer(Transfer* t, const Task& task) {
   const int32_t n = std::min(task.first + task.count, static_cast<int32_t>(t->src_.size()));
   for (int32_t first = task.first; first < n; first += per_chunk) {
     const int32_t count = std::min(per_chunk, n - first);
-    v1::KvBlocksChunk chunk;
-    Header(t, &chunk);
-    chunk.set_layer(task.layer);
-    chunk.set_first_block(first);
-    chunk.set_num_blocks(count);
+    v1::KvBlocksChunk chunk = Chunk(t, task.layer, first, count);
     std::string* payload = chunk.mutable_payload();
     payload->resize(static_cast<size_t>(count * slice_bytes));
     uint8_t* out = reinterpret_cast<uint8_t*>(payload->data());
@@ -277,6 +280,9 @@ void StreamKvSender::WriteLayer(Transfer* t, const Task& task) {
 
 void StreamKvSender::SendLayer(Transfer* t, const Task& task) {
   Peer* p = t->peer_;
+  if (p->comm != nullptr && p->epoch != t->dst_.epoch) {
+    BreakComm(p, absl::AbortedError("the decode worker restarted (a new epoch)"));
+  }
   if (p->comm == nullptr) {
     if (absl::Status st = Rendezvous(p); !st.ok()) {
       t->error_ = st;
@@ -301,11 +307,7 @@ void StreamKvSender::SendLayer(Transfer* t, const Task& task) {
       t->error_ = st;
       return;
     }
-    v1::KvBlocksChunk chunk;
-    Header(t, &chunk);
-    chunk.set_layer(task.layer);
-    chunk.set_first_block(first);
-    chunk.set_num_blocks(count);
+    v1::KvBlocksChunk chunk = Chunk(t, task.layer, first, count);
     v1::PeerPayload* peer = chunk.mutable_peer();
     peer->set_sender_id(sender_id_);
     peer->set_generation(p->generation);
@@ -348,6 +350,7 @@ absl::Status StreamKvSender::Rendezvous(Peer* p) {
   }
   p->comm = std::move(created.comm);
   p->seq = 0;
+  p->epoch = resp.epoch();
   if (++p->generation > 1) {
     std::lock_guard<std::mutex> lock(peers_mu_);
     ++rebuilds_;

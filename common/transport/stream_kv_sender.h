@@ -8,7 +8,8 @@
 // decode worker picks the transport from what we offer (transport_choice.h), and for a
 // peer transport we create a communicator and hand its id over in a second handshake.
 // A peer's communicator is built lazily by its thread and again after it breaks (a
-// send past its deadline, an error): the broken one is aborted, the transfer on it
+// send past its deadline, an error) or when a reservation names a new epoch of the
+// decode worker (it restarted): the old one is aborted, a transfer on a broken one
 // fails, the next transfer rendezvouses anew (a higher generation).
 //
 // One sender thread per decode worker serializes that peer's transfers in the order
@@ -89,10 +90,13 @@ class StreamKvSender : public KvSender {
     TransportKind kind = TransportKind::kHost;
     PeerCommFactory* factory = nullptr;  // peer transports
     int64_t max_payload = 0;             // peer transports: bytes per chunk
-    // The sender thread's: the communicator, its generation and next payload's seq.
+    // The sender thread's: the communicator, its generation, next payload's seq, and
+    // the receiver's epoch when it joined (a transfer naming another epoch is for a
+    // restarted receiver, which knows no communicator of ours).
     std::unique_ptr<PeerComm> comm;
     uint64_t generation = 0;
     uint64_t seq = 0;
+    uint64_t epoch = 0;
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Task> tasks ABSL_GUARDED_BY(mu);
@@ -109,8 +113,9 @@ class StreamKvSender : public KvSender {
   // A new communicator with the peer (its thread).
   absl::Status Rendezvous(Peer* peer);
   void BreakComm(Peer* peer, const absl::Status& why);
-  // The header fields of a transfer's first chunk.
-  void Header(Transfer* t, v1::KvBlocksChunk* chunk) const;
+  // A chunk of `count` blocks of `layer` from index `first`; the transfer's first chunk
+  // also carries the header (lease, epoch, fingerprint, block ids).
+  v1::KvBlocksChunk Chunk(const Transfer* t, int32_t layer, int32_t first, int32_t count) const;
   bool Write(Transfer* t, const v1::KvBlocksChunk& chunk);
   void Complete(Transfer* t);
 

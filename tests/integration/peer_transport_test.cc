@@ -10,9 +10,10 @@
 // named, is detected; a stalled transfer fails its request within its deadline, frees
 // the blocks on both sides, and the next transfer rebuilds the communicator; a partial
 // transfer is never acknowledged; an expired, released or other-epoch reservation is
-// refused with nothing written (and the communicator survives); a mismatched layout is
-// refused naming the field. After every test the leak oracle holds: every block of
-// both workers free, no lease, every staging buffer back.
+// refused with nothing written (and the communicator survives); a destination of
+// another epoch makes the sender rendezvous again and fails with nothing written; a
+// mismatched layout is refused naming the field. After every test the leak oracle holds: every
+// block of both workers free, no lease, every staging buffer back.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -34,6 +35,7 @@
 #include "kernels/backend_factory.h"
 #include "prefill_worker/prefill_worker.h"
 #include "tests/test_paths.h"
+#include "tests/worker_test_util.h"
 
 namespace tandem {
 namespace {
@@ -43,35 +45,6 @@ using Clock = std::chrono::steady_clock;
 using transport::TransportKind;
 
 constexpr auto kTimeout = std::chrono::milliseconds(1500);  // each peer Send / Recv
-
-class Collect : public decode::TokenSink {
- public:
-  void OnToken(const engine::TokenEvent& ev) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (ev.token >= 0) tokens_.push_back(ev.token);
-    done_ = ev.finished;
-    cv_.notify_all();
-  }
-  void OnError(const absl::Status& st) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    error_ = st;
-    done_ = true;
-    cv_.notify_all();
-  }
-  absl::StatusOr<std::vector<int32_t>> Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(120), [&] { return done_; }));
-    if (!error_.ok()) return error_;
-    return tokens_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int32_t> tokens_;
-  absl::Status error_;
-  bool done_ = false;
-};
 
 class PeerTransportTest : public ::testing::Test {
  protected:
@@ -149,14 +122,6 @@ class PeerTransportTest : public ::testing::Test {
     decode_.reset();
   }
 
-  static engine::SamplingParams Greedy(int32_t max_tokens) {
-    engine::SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
-  }
-
   // Reserve → prefill over the peer transport → decode; on a failed prefill the
   // reservation is released as the router releases it.
   absl::StatusOr<std::vector<int32_t>> Run(const std::vector<int32_t>& prompt,
@@ -168,7 +133,7 @@ class PeerTransportTest : public ::testing::Test {
       decode_->Release(r->lease_id);
       return first.status();
     }
-    auto sink = std::make_shared<Collect>();
+    auto sink = std::make_shared<::tandem::testing::CollectingSink>();
     if (absl::Status st = decode_->StartDecode(r->lease_id, prompt, first->first.token, p, sink);
         !st.ok()) {
       decode_->Release(r->lease_id);
@@ -183,13 +148,7 @@ class PeerTransportTest : public ::testing::Test {
 
   static std::vector<int32_t> Reference(const std::vector<int32_t>& prompt,
                                         const engine::SamplingParams& p) {
-    auto e = *engine::Engine::Create(*model_->weights, Options());
-    (void)*e->AddRequest(prompt, p);
-    std::vector<int32_t> out;
-    while (e->HasWork())
-      for (const auto& ev : e->Step())
-        if (ev.token >= 0) out.push_back(ev.token);
-    return out;
+    return ::tandem::testing::SingleEngineTokens(*model_->weights, Options(), prompt, p);
   }
 
   static std::vector<int32_t> Tokens(const std::string& text) {
@@ -277,9 +236,9 @@ TEST_F(PeerTransportTest, AnswersLikeOneEngineOverThePeerTransport) {
   }
   longp.resize(330);
   for (const auto& prompt : {shortp, longp}) {
-    auto got = Run(prompt, Greedy(6));
+    auto got = Run(prompt, ::tandem::testing::Greedy(6));
     ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_EQ(*got, Reference(prompt, Greedy(6)));
+    EXPECT_EQ(*got, Reference(prompt, ::tandem::testing::Greedy(6)));
   }
   EXPECT_EQ(sender_->TransportOf(address_), TransportKind::kNccl);
   // One communicator, built once, and on it per prompt and layer one payload per 8
@@ -314,12 +273,13 @@ TEST_F(PeerTransportTest, ManyConcurrentRequestsPairInDescriptorOrder) {
   }
   std::vector<std::future<absl::StatusOr<std::vector<int32_t>>>> runs;
   for (const auto& p : prompts) {
-    runs.push_back(std::async(std::launch::async, [this, &p] { return Run(p, Greedy(4)); }));
+    runs.push_back(std::async(std::launch::async,
+                              [this, &p] { return Run(p, ::tandem::testing::Greedy(4)); }));
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto got = runs[i].get();
     ASSERT_TRUE(got.ok()) << "request " << i << ": " << got.status();
-    EXPECT_EQ(*got, Reference(prompts[i], Greedy(4))) << "request " << i;
+    EXPECT_EQ(*got, Reference(prompts[i], ::tandem::testing::Greedy(4))) << "request " << i;
   }
   EXPECT_EQ(network_.communicators(), 1);
   EXPECT_EQ(receiver_->stats().broken, 0);
@@ -367,10 +327,10 @@ TEST_F(PeerTransportTest, APayloadNamedTwiceOrNeverIsDetected) {
 // the blocks; the next request rebuilds the communicator and answers correctly.
 TEST_F(PeerTransportTest, AStalledTransferFailsWithinItsDeadlineAndTheNextRebuilds) {
   const std::vector<int32_t> prompt = Tokens("A stalled link is");
-  ASSERT_TRUE(Run(prompt, Greedy(2)).ok());  // the communicator is up
+  ASSERT_TRUE(Run(prompt, ::tandem::testing::Greedy(2)).ok());  // the communicator is up
   network_.Stall(true);
   const auto t0 = Clock::now();
-  auto failed = Run(prompt, Greedy(2));
+  auto failed = Run(prompt, ::tandem::testing::Greedy(2));
   const auto took = Clock::now() - t0;
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kDeadlineExceeded) << failed.status();
@@ -378,9 +338,9 @@ TEST_F(PeerTransportTest, AStalledTransferFailsWithinItsDeadlineAndTheNextRebuil
   EXPECT_GE(took, kTimeout);
   EXPECT_EQ(prefill_->Stats().kv_failures, 1);
   network_.Stall(false);
-  auto next = Run(prompt, Greedy(4));
+  auto next = Run(prompt, ::tandem::testing::Greedy(4));
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(*next, Reference(prompt, Greedy(4)));
+  EXPECT_EQ(*next, Reference(prompt, ::tandem::testing::Greedy(4)));
   EXPECT_EQ(prefill_->Stats().kv_comm_rebuilds, 1);
   EXPECT_EQ(network_.communicators(), 2);
 }
@@ -399,8 +359,9 @@ TEST_F(PeerTransportTest, APartialTransferIsNeverAcknowledged) {
   grpc::Status st = writer->Finish();
   EXPECT_EQ(st.error_code(), grpc::StatusCode::DATA_LOSS) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr("layer 1 got 0 of 3 blocks"));
-  auto sink = std::make_shared<Collect>();
-  absl::Status start = decode_->StartDecode(r->lease_id, Tokens("x"), 1, Greedy(2), sink);
+  auto sink = std::make_shared<::tandem::testing::CollectingSink>();
+  absl::Status start =
+      decode_->StartDecode(r->lease_id, Tokens("x"), 1, ::tandem::testing::Greedy(2), sink);
   EXPECT_EQ(start.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(start.message(), HasSubstr("not fully arrived"));
   EXPECT_EQ(receiver_->stats().broken, 0);  // the pairing held
@@ -465,6 +426,28 @@ TEST_F(PeerTransportTest, AnExpiredReletOrForeignReservationIsRefusedWithNoWrite
   EXPECT_EQ(receiver_->stats().broken, 0);
   EXPECT_TRUE(decode_->Release(relet->lease_id));
   EXPECT_FALSE(decode_->Release(expired->lease_id));
+}
+
+// A destination naming another epoch (a reservation from before the decode worker
+// restarted): the sender rendezvouses again before sending, the push is refused with
+// nothing written, and the next request, with the live epoch, answers correctly.
+TEST_F(PeerTransportTest, AReservationOfAnotherEpochFailsItsRequestAndTheNextSucceeds) {
+  const std::vector<int32_t> prompt = Tokens("An old reservation");
+  ASSERT_TRUE(Run(prompt, ::tandem::testing::Greedy(2)).ok());
+  auto r = decode_->Reserve(static_cast<int64_t>(prompt.size()) + 1, std::chrono::seconds(30));
+  ASSERT_TRUE(r.ok());
+  const int64_t received = decode_->Stats().kv_bytes_received;
+  auto stale = prefill_->Prefill(prompt, ::tandem::testing::Greedy(2),
+                                 {address_, r->lease_id, r->block_ids, 0, r->epoch + 1});
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  EXPECT_THAT(stale.status().message(), HasSubstr("epoch"));
+  EXPECT_EQ(decode_->Stats().kv_bytes_received, received);
+  EXPECT_GE(network_.communicators(), 2);  // it rendezvoused before sending
+  EXPECT_TRUE(decode_->Release(r->lease_id));
+  auto next = Run(prompt, ::tandem::testing::Greedy(4));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(*next, Reference(prompt, ::tandem::testing::Greedy(4)));
 }
 
 TEST_F(PeerTransportTest, AMismatchedLayoutIsRefusedNamingTheField) {

@@ -15,6 +15,7 @@
 #include "kernels/testing/faultable_backend.h"
 #include "prefill_worker/prefill_worker.h"
 #include "tests/test_paths.h"
+#include "tests/worker_test_util.h"
 
 namespace tandem {
 namespace {
@@ -70,36 +71,6 @@ class LoopbackSender : public transport::KvSender {
   decode::DecodeWorker* decode_;
 };
 
-class Collect : public decode::TokenSink {
- public:
-  void OnToken(const engine::TokenEvent& ev) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (ev.token >= 0) tokens_.push_back(ev.token);
-    done_ = ev.finished;
-    cv_.notify_all();
-  }
-  void OnError(const absl::Status& st) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    error_ = st;
-    done_ = true;
-    cv_.notify_all();
-  }
-  // The tokens, or the error that ended the stream.
-  absl::StatusOr<std::vector<int32_t>> Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    EXPECT_TRUE(cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done_; }));
-    if (!error_.ok()) return error_;
-    return tokens_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<int32_t> tokens_;
-  absl::Status error_;
-  bool done_ = false;
-};
-
 class WorkerFaultTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -143,14 +114,6 @@ class WorkerFaultTest : public ::testing::Test {
     prefill_.reset();
   }
 
-  static engine::SamplingParams Greedy(int32_t max_tokens) {
-    engine::SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
-  }
-
   // Reserve → prefill → decode; the whole answer or the first error.
   absl::StatusOr<std::vector<int32_t>> Run(const std::vector<int32_t>& prompt,
                                            const engine::SamplingParams& p,
@@ -163,7 +126,7 @@ class WorkerFaultTest : public ::testing::Test {
       return first.status();
     }
     if (fault_decode != nullptr) fault_decode->InjectFault(absl::InternalError("injected fault"));
-    auto sink = std::make_shared<Collect>();
+    auto sink = std::make_shared<::tandem::testing::CollectingSink>();
     if (absl::Status st = decode_->StartDecode(r->lease_id, prompt, first->first.token, p, sink);
         !st.ok()) {
       return st;
@@ -180,13 +143,7 @@ class WorkerFaultTest : public ::testing::Test {
                                         const engine::SamplingParams& p) {
     engine::EngineOptions o;
     o.num_threads = 1;
-    auto e = *engine::Engine::Create(*model_->weights, o);
-    (void)*e->AddRequest(prompt, p);
-    std::vector<int32_t> out;
-    while (e->HasWork())
-      for (const auto& ev : e->Step())
-        if (ev.token >= 0) out.push_back(ev.token);
-    return out;
+    return ::tandem::testing::SingleEngineTokens(*model_->weights, o, prompt, p);
   }
 
   static engine::LoadedModel* model_;
@@ -199,21 +156,21 @@ engine::LoadedModel* WorkerFaultTest::model_ = nullptr;
 
 TEST_F(WorkerFaultTest, LoopbackPairAnswersLikeOneEngine) {
   const std::vector<int32_t> prompt = *model_->tokenizer->Encode("The capital of France is");
-  auto got = Run(prompt, Greedy(8));
+  auto got = Run(prompt, ::tandem::testing::Greedy(8));
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(*got, Reference(prompt, Greedy(8)));
+  EXPECT_EQ(*got, Reference(prompt, ::tandem::testing::Greedy(8)));
 }
 
 TEST_F(WorkerFaultTest, FailedPrefillPassFailsTheRequestAndTheWorkerGoesOn) {
   const std::vector<int32_t> prompt = *model_->tokenizer->Encode("Once upon a time");
   prefill_backend_->InjectFault(absl::InternalError("injected fault"));
-  auto failed = Run(prompt, Greedy(6));
+  auto failed = Run(prompt, ::tandem::testing::Greedy(6));
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
   EXPECT_THAT(std::string(failed.status().message()), HasSubstr("injected"));
   EXPECT_EQ(prefill_->Stats().engine.failed_steps, 1);
-  auto next = Run(prompt, Greedy(6));
+  auto next = Run(prompt, ::tandem::testing::Greedy(6));
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(*next, Reference(prompt, Greedy(6)));
+  EXPECT_EQ(*next, Reference(prompt, ::tandem::testing::Greedy(6)));
 }
 
 // The fault strikes in the middle of the pass: the first layers' K/V have already
@@ -224,21 +181,21 @@ TEST_F(WorkerFaultTest, PrefillPassFailingHalfWayFailsTheRequestAndTheWorkerGoes
   // 19 of the model's 30, after layers 0..18 have been sent.
   prefill_backend_->InjectFault(absl::InternalError("injected fault"), 2 + 19 * 13);
   const int64_t received_before = decode_->Stats().kv_bytes_received;
-  auto failed = Run(prompt, Greedy(6));
+  auto failed = Run(prompt, ::tandem::testing::Greedy(6));
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
   EXPECT_GT(decode_->Stats().kv_bytes_received, received_before);  // some layers went out
-  auto next = Run(prompt, Greedy(6));
+  auto next = Run(prompt, ::tandem::testing::Greedy(6));
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(*next, Reference(prompt, Greedy(6)));
+  EXPECT_EQ(*next, Reference(prompt, ::tandem::testing::Greedy(6)));
 }
 
 TEST_F(WorkerFaultTest, FailedDecodePassFailsTheStreamAndTheWorkerGoesOn) {
   const std::vector<int32_t> prompt = *model_->tokenizer->Encode("def fib(n):");
-  auto failed = Run(prompt, Greedy(6), decode_backend_);
+  auto failed = Run(prompt, ::tandem::testing::Greedy(6), decode_backend_);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal);
-  auto next = Run(prompt, Greedy(6));
+  auto next = Run(prompt, ::tandem::testing::Greedy(6));
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(*next, Reference(prompt, Greedy(6)));
+  EXPECT_EQ(*next, Reference(prompt, ::tandem::testing::Greedy(6)));
   // Read after the next request: the stats are published at the end of an engine turn.
   EXPECT_EQ(decode_->Stats().engine.failed_steps, 1);
 }
