@@ -122,28 +122,11 @@ class PeerTransportTest : public ::testing::Test {
     decode_.reset();
   }
 
-  // Reserve → prefill over the peer transport → decode; on a failed prefill the
-  // reservation is released as the router releases it.
+  // One request over the peer transport (a failure's reservation released, as the
+  // router releases it).
   absl::StatusOr<std::vector<int32_t>> Run(const std::vector<int32_t>& prompt,
                                            const engine::SamplingParams& p) {
-    auto r = decode_->Reserve(static_cast<int64_t>(prompt.size()) + 1, std::chrono::seconds(60));
-    if (!r.ok()) return r.status();
-    auto first = prefill_->Prefill(prompt, p, {address_, r->lease_id, r->block_ids, 0, r->epoch});
-    if (!first.ok()) {
-      decode_->Release(r->lease_id);
-      return first.status();
-    }
-    auto sink = std::make_shared<::tandem::testing::CollectingSink>();
-    if (absl::Status st = decode_->StartDecode(r->lease_id, prompt, first->first.token, p, sink);
-        !st.ok()) {
-      decode_->Release(r->lease_id);
-      return st;
-    }
-    auto rest = sink->Wait();
-    if (!rest.ok()) return rest.status();
-    std::vector<int32_t> all = {first->first.token};
-    all.insert(all.end(), rest->begin(), rest->end());
-    return all;
+    return ::tandem::testing::RunPair(*decode_, *prefill_, address_, prompt, p);
   }
 
   static std::vector<int32_t> Reference(const std::vector<int32_t>& prompt,

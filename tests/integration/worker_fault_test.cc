@@ -118,24 +118,9 @@ class WorkerFaultTest : public ::testing::Test {
   absl::StatusOr<std::vector<int32_t>> Run(const std::vector<int32_t>& prompt,
                                            const engine::SamplingParams& p,
                                            kernels::CpuBackend* fault_decode = nullptr) {
-    auto r = decode_->Reserve(static_cast<int64_t>(prompt.size()) + 1, std::chrono::seconds(30));
-    if (!r.ok()) return r.status();
-    auto first = prefill_->Prefill(prompt, p, {"loopback", r->lease_id, r->block_ids, 0, r->epoch});
-    if (!first.ok()) {
-      decode_->Release(r->lease_id);
-      return first.status();
-    }
-    if (fault_decode != nullptr) fault_decode->InjectFault(absl::InternalError("injected fault"));
-    auto sink = std::make_shared<::tandem::testing::CollectingSink>();
-    if (absl::Status st = decode_->StartDecode(r->lease_id, prompt, first->first.token, p, sink);
-        !st.ok()) {
-      return st;
-    }
-    auto rest = sink->Wait();
-    if (!rest.ok()) return rest.status();
-    std::vector<int32_t> all = {first->first.token};
-    all.insert(all.end(), rest->begin(), rest->end());
-    return all;
+    return ::tandem::testing::RunPair(*decode_, *prefill_, "loopback", prompt, p, [&] {
+      if (fault_decode != nullptr) fault_decode->InjectFault(absl::InternalError("injected fault"));
+    });
   }
 
   // The single-process engine's answer.
