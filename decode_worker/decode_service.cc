@@ -215,19 +215,21 @@ grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext* ctx,
   if (!reader->Read(&chunk)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "PushKvBlocks: empty stream");
   }
-  if (absl::Status st = rpc::CheckFingerprint(fingerprint_, chunk.fingerprint()); !st.ok()) {
-    return rpc::ToGrpc(st);
-  }
   const uint64_t lease = chunk.lease_id();
-  std::vector<int32_t> block_ids(chunk.block_ids().begin(), chunk.block_ids().end());
-  if (absl::Status st = w->BeginKv(lease, chunk.epoch(), block_ids); !st.ok()) {
-    // Its payload is still taken off the communicator (and dropped).
-    if (chunk.has_peer()) PeerChunk(w, lease, chunk, /*begun=*/false).IgnoreError();
-    return rpc::ToGrpc(st);
+  absl::Status failed = rpc::CheckFingerprint(fingerprint_, chunk.fingerprint());
+  if (failed.ok()) {
+    std::vector<int32_t> block_ids(chunk.block_ids().begin(), chunk.block_ids().end());
+    failed = w->BeginKv(lease, chunk.epoch(), block_ids);
   }
   int64_t bytes = 0;
-  absl::Status failed;
   do {
+    if (!failed.ok()) {
+      // The stream is read to its end: the sender has queued every layer, and each
+      // peer payload it names is still taken off the communicator (and dropped), so
+      // its Sends pair and the communicator goes on serving other transfers.
+      if (chunk.has_peer()) PeerChunk(w, lease, chunk, /*begun=*/false).IgnoreError();
+      continue;
+    }
     const int64_t size = int64_t{chunk.num_blocks()} * w->layout().LayerBytes();
     if (chunk.has_peer()) {
       failed = PeerChunk(w, lease, chunk, /*begun=*/true);
@@ -235,8 +237,7 @@ grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext* ctx,
       failed = w->WriteKv(lease, chunk.layer(), chunk.first_block(), chunk.num_blocks(),
                           std::move(*chunk.mutable_payload()));
     }
-    if (!failed.ok()) break;
-    bytes += size;
+    if (failed.ok()) bytes += size;
   } while (reader->Read(&chunk));
   // No accepted peer payload outlives the call (EndKv waits for them too).
   if (!failed.ok()) {

@@ -245,6 +245,10 @@ absl::StatusOr<transport::StagingPool*> DecodeWorker::MakeStaging(int32_t count,
 
 void DecodeWorker::AwaitPeerKv(uint64_t lease_id) {
   std::unique_lock<std::mutex> lock(mu_);
+  WaitPeerKv(lease_id, lock);
+}
+
+void DecodeWorker::WaitPeerKv(uint64_t lease_id, std::unique_lock<std::mutex>& lock) {
   // Each peer payload arrives or fails within the transport's deadline.
   kv_drained_.wait(lock, [&] {
     auto it = leases_.find(lease_id);
@@ -253,8 +257,9 @@ void DecodeWorker::AwaitPeerKv(uint64_t lease_id) {
 }
 
 absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
-  AwaitPeerKv(lease_id);
-  std::lock_guard<std::mutex> lock(mu_);
+  // Waited for and checked under one hold of the lock: no payload accepted in between.
+  std::unique_lock<std::mutex> lock(mu_);
+  WaitPeerKv(lease_id, lock);
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     ++stats_.kv_failures;

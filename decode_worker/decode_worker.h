@@ -156,6 +156,9 @@ class DecodeWorker {
   // InvalidArgument (counted) otherwise.
   absl::Status CountKv(uint64_t lease_id, int32_t layer, int32_t first_block, int32_t num_blocks,
                        int64_t bytes, bool received) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (releasing `lock` meanwhile) until the lease has no peer payload in flight.
+  void WaitPeerKv(uint64_t lease_id, std::unique_lock<std::mutex>& lock)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A handed-over write failed: the lease remembers why (StartDecode refuses it).
   void RecordWriteError(uint64_t lease_id, const absl::Status& st)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

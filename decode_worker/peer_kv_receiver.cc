@@ -1,5 +1,6 @@
 #include "decode_worker/peer_kv_receiver.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <optional>
 #include <thread>
@@ -24,7 +25,9 @@ struct PeerKvReceiver::Link {
   std::optional<Clock::time_point> gap_since;  // pending holds later seqs but not next_seq
   absl::Status broken;
   Clock::time_point last_used = Clock::now();  // the last Join or Submit
+  bool receiving = false;                      // a payload is out of `pending`, in Recv
   bool stop = false;
+  std::atomic<bool> cancelled{false};  // broken or stopping: calls off a staging wait
   std::condition_variable cv;
   std::thread thread;
 };
@@ -40,6 +43,7 @@ PeerKvReceiver::~PeerKvReceiver() {
     for (auto& [id, link] : links_) {
       Break(link.get(), absl::CancelledError("decode worker stopping"));
       link->stop = true;
+      link->cancelled = true;
       links.push_back(std::move(link));
     }
     links_.clear();
@@ -80,6 +84,7 @@ absl::Status PeerKvReceiver::Join(transport::TransportKind kind, uint64_t sender
       // least recently (a prefill worker that went away leaves its link idle for good).
       auto forget = [&](decltype(links_)::iterator l) {
         l->second->stop = true;
+        l->second->cancelled = true;
         l->second->cv.notify_all();
         pruned.push_back(std::move(l->second));
         links_.erase(l);
@@ -92,7 +97,7 @@ absl::Status PeerKvReceiver::Join(transport::TransportKind kind, uint64_t sender
       if (links_.size() >= kMaxSenders) {
         auto oldest = links_.end();
         for (auto l = links_.begin(); l != links_.end(); ++l) {
-          if (l->second->pending.empty() &&
+          if (l->second->pending.empty() && !l->second->receiving &&
               (oldest == links_.end() || l->second->last_used < oldest->second->last_used)) {
             oldest = l;
           }
@@ -132,6 +137,7 @@ absl::Status PeerKvReceiver::Join(transport::TransportKind kind, uint64_t sender
       Break(slot.get(),
             absl::AbortedError(StrCat("peer: communicator replaced by generation ", generation)));
       slot->stop = true;
+      slot->cancelled = true;
       old = std::move(slot);
       ++stats_.rebuilt;
     }
@@ -203,6 +209,7 @@ void PeerKvReceiver::Run(Link* link) {
       }
       auto node = link->pending.extract(link->next_seq++);
       p = node.mapped();
+      link->receiving = true;
       link->gap_since.reset();
       if (!link->pending.empty() && !link->pending.contains(link->next_seq)) {
         link->gap_since = Clock::now();
@@ -210,11 +217,15 @@ void PeerKvReceiver::Run(Link* link) {
     }
     const auto deadline = Clock::now() + options_.timeout;
     absl::Status st;
-    auto slot = staging_->Acquire(deadline);
+    auto slot = staging_->Acquire(deadline, &link->cancelled);
     if (slot.ok()) {
       st = link->comm->Recv(**slot, 0, p.bytes, deadline);
     } else {
       st = slot.status();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      link->receiving = false;
     }
     if (!st.ok()) {
       const absl::Status why(
@@ -233,6 +244,7 @@ void PeerKvReceiver::Run(Link* link) {
 }
 
 void PeerKvReceiver::Break(Link* link, const absl::Status& why) {
+  link->cancelled = true;
   if (link->broken.ok()) {
     link->broken = why;
     ++stats_.broken;

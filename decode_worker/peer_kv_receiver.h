@@ -67,7 +67,8 @@ class PeerKvReceiver {
   // generation's. FailedPrecondition for a generation not above the current one;
   // ResourceExhausted when kMaxSenders senders hold busy communicators (idle ones
   // are evicted, least recently used first).
-  static constexpr size_t kMaxSenders = 256;
+  // (Each NCCL communicator holds device buffers and proxy threads: keep this small.)
+  static constexpr size_t kMaxSenders = 64;
   absl::Status Join(transport::TransportKind kind, uint64_t sender_id, uint64_t generation,
                     std::string_view comm_id);
   // Queues `p` on the sender's communicator of `generation`. On an error the payload

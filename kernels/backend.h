@@ -105,8 +105,12 @@ inline absl::Status CheckCopy2D(const Copy2D& c) {
   auto inside = [&](const Buffer* b, int64_t offset, int64_t pitch) {
     if (b == nullptr || offset < 0 || pitch < c.width) return false;
     if (c.rows == 0) return true;
-    const int64_t last = offset + (c.rows - 1) * pitch;  // rows and pitch bounded below
-    return pitch <= b->bytes() && last >= offset && last <= b->bytes() - c.width;
+    int64_t span = 0, last = 0;  // the last row's start, without overflow
+    if (__builtin_mul_overflow(c.rows - 1, pitch, &span) ||
+        __builtin_add_overflow(offset, span, &last)) {
+      return false;
+    }
+    return last <= b->bytes() - c.width;
   };
   if (c.width < 0 || c.rows < 0 || !inside(c.src, c.src_offset, c.src_pitch) ||
       !inside(c.dst, c.dst_offset, c.dst_pitch)) {

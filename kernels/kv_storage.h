@@ -58,8 +58,13 @@ class KvStorage {
 
   // A staging buffer of this storage's backend for GatherLayer / ScatterLayer. Before
   // serving (or on the engine thread): allocation runs on the backend's stream.
+  // Returns once the buffer's zero fill has finished (other streams use it next).
   absl::StatusOr<std::unique_ptr<Buffer>> AllocateStaging(int64_t bytes) const {
-    return backend_->Allocate(MemoryKind::kStaging, bytes);
+    absl::StatusOr<std::unique_ptr<Buffer>> b = backend_->Allocate(MemoryKind::kStaging, bytes);
+    if (b.ok()) {
+      if (absl::Status st = backend_->Synchronize(); !st.ok()) return st;
+    }
+    return b;
   }
   // The first `bytes` of a staging buffer into host memory (any thread, like ReadLayer).
   absl::Status ReadStaging(const Buffer& staging, int64_t bytes, uint8_t* out) const {

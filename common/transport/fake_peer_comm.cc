@@ -19,11 +19,17 @@ struct FakePeerNetwork::Link {
   };
   std::deque<Pending*> sends ABSL_GUARDED_BY(mu);  // posted, not yet received
   std::vector<int64_t> pairings ABSL_GUARDED_BY(mu);
-  absl::Status broken ABSL_GUARDED_BY(mu);
+  // As with NCCL, a deadline or an Abort breaks only the end that hits it (the other
+  // finds out at its own deadline); a mismatched pairing breaks both.
+  absl::Status broken[2] ABSL_GUARDED_BY(mu);
+  absl::Status mismatch ABSL_GUARDED_BY(mu);
   bool joined ABSL_GUARDED_BY(mu) = false;
 
-  void Break(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (broken.ok()) broken = why;
+  absl::Status Error(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return !broken[rank].ok() ? broken[rank] : mismatch;
+  }
+  void Break(int rank, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (broken[rank].ok()) broken[rank] = why;
     cv.notify_all();
   }
 };
@@ -46,19 +52,20 @@ class FakeComm : public PeerComm {
     if (rank_ != 0) return absl::InternalError("fake peer comm: only rank 0 sends");
     if (absl::Status st = CheckPeerRange(src, offset, bytes); !st.ok()) return Fail(st);
     std::unique_lock<std::mutex> lock(link_->mu);
-    if (!link_->broken.ok()) return link_->broken;
+    if (absl::Status st = link_->Error(rank_); !st.ok()) return st;
     Link::Pending p{Host(src, offset), bytes};
-    const bool vanish = link_->stalled->load();
-    if (!vanish) {
+    if (!link_->stalled->load()) {  // else it vanishes: nobody ever sees it
       link_->sends.push_back(&p);
       link_->cv.notify_all();
     }
-    if (!link_->cv.wait_until(lock, deadline, [&] { return p.done || !link_->broken.ok(); })) {
-      link_->Break(absl::DeadlineExceededError("peer comm: a send was not received in time"));
+    if (!link_->cv.wait_until(lock, deadline,
+                              [&] { return p.done || !link_->Error(rank_).ok(); })) {
+      link_->Break(rank_,
+                   absl::DeadlineExceededError("peer comm: a send was not received in time"));
     }
     if (!p.done) {
       std::erase(link_->sends, &p);  // never read after this returns
-      return link_->broken;
+      return link_->Error(rank_);
     }
     return absl::OkStatus();
   }
@@ -69,15 +76,18 @@ class FakeComm : public PeerComm {
     if (absl::Status st = CheckPeerRange(dst, offset, bytes); !st.ok()) return Fail(st);
     std::unique_lock<std::mutex> lock(link_->mu);
     if (!link_->cv.wait_until(lock, deadline,
-                              [&] { return !link_->sends.empty() || !link_->broken.ok(); })) {
-      link_->Break(absl::DeadlineExceededError("peer comm: nothing to receive in time"));
+                              [&] { return !link_->sends.empty() || !link_->Error(rank_).ok(); })) {
+      link_->Break(rank_, absl::DeadlineExceededError("peer comm: nothing to receive in time"));
     }
-    if (!link_->broken.ok()) return link_->broken;
+    if (absl::Status st = link_->Error(rank_); !st.ok()) return st;
     Link::Pending* p = link_->sends.front();
     if (p->bytes != bytes) {
-      link_->Break(absl::InternalError(
-          StrCat("peer comm: a receive of ", bytes, " bytes paired with a send of ", p->bytes)));
-      return link_->broken;
+      if (link_->mismatch.ok()) {
+        link_->mismatch = absl::InternalError(
+            StrCat("peer comm: a receive of ", bytes, " bytes paired with a send of ", p->bytes));
+      }
+      link_->cv.notify_all();
+      return link_->mismatch;
     }
     link_->sends.pop_front();
     std::memcpy(Host(dst, offset), p->src, static_cast<size_t>(bytes));
@@ -89,14 +99,14 @@ class FakeComm : public PeerComm {
 
   void Abort(const absl::Status& why) override {
     std::lock_guard<std::mutex> lock(link_->mu);
-    link_->Break(why);
+    link_->Break(rank_, why);
   }
 
  private:
   absl::Status Fail(const absl::Status& st) {
     std::lock_guard<std::mutex> lock(link_->mu);
-    link_->Break(st);
-    return link_->broken;
+    link_->Break(rank_, st);
+    return link_->Error(rank_);
   }
 
   std::shared_ptr<Link> link_;

@@ -1,9 +1,10 @@
 // FakePeerNetwork: PeerComm pairs inside one process, for tests of the peer KV
 // transport without a GPU. It behaves as NCCL does where the transport depends on it —
 // the k-th Send pairs with the k-th Recv, a Send waits for its Recv (and a Recv for its
-// Send) until the deadline, a failure breaks both ends — and checks what NCCL cannot:
-// a Recv whose byte count differs from its Send's breaks the pair with Internal
-// (NCCL would hang or corrupt). Payloads are memcpy'd between host-addressable buffers
+// Send) until the deadline, a deadline or an Abort breaks only the end that hits it
+// (the other learns at its own deadline) — and checks what NCCL cannot: a Recv whose
+// byte count differs from its Send's breaks both ends with Internal (NCCL would hang
+// or corrupt). Payloads are memcpy'd between host-addressable buffers
 // (the CPU backend's).
 //
 // Test controls: Stall() makes every later Send of every pair vanish (neither side

@@ -134,17 +134,24 @@ class NcclComm : public PeerComm {
     }
   }
 
-  // Polls the stream after an enqueue until it drains, fails or passes the deadline.
+  // After an enqueue: on a non-blocking communicator the call may return ncclInProgress
+  // before anything is on the stream, so first the communicator's state must leave
+  // ncclInProgress, and only then does an idle stream mean the bytes have moved. Fails
+  // on an error, an abort or the deadline.
   absl::Status Finish(absl::Status enqueued, PeerDeadline deadline) {
     if (!enqueued.ok()) return Broken(enqueued);
+    bool issued = false;
     for (;;) {
-      const cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) return absl::OkStatus();
       absl::Status st;
-      if (q != cudaErrorNotReady) st = Cuda(q, "NCCL stream");
       ncclResult_t state = ncclSuccess;
-      if (st.ok()) st = Nccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
-      if (st.ok()) st = Nccl(state, "NCCL");
+      st = Nccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+      if (st.ok() && state != ncclInProgress) st = Nccl(state, "NCCL");
+      if (st.ok() && state == ncclSuccess) issued = true;
+      if (st.ok() && issued) {
+        const cudaError_t q = cudaStreamQuery(stream_);
+        if (q == cudaSuccess) return absl::OkStatus();
+        if (q != cudaErrorNotReady) st = Cuda(q, "NCCL stream");
+      }
       if (st.ok() && Clock::now() >= deadline) {
         st = absl::DeadlineExceededError("NCCL: a transfer did not complete in time");
       }
@@ -224,6 +231,7 @@ class NcclFactory : public PeerCommFactory {
 constexpr int64_t kHeaderBytes = 256;
 constexpr int64_t kProduced = 0, kConsumed = 8, kAborted = 16;  // header words
 constexpr std::string_view kIpcMagic = "tandem-ipc-ring1";
+constexpr int64_t kMaxRingBytes = int64_t{4} << 30;
 
 struct IpcId {
   cudaIpcMemHandle_t handle;
@@ -278,15 +286,14 @@ class IpcComm : public PeerComm {
       if (st.ok()) st = ReadWord(kAborted, &aborted);
       if (st.ok() && aborted != 0) st = absl::AbortedError("CUDA IPC ring: the peer aborted");
       if (st.ok() && abort_requested_) st = sticky_.error();
+      if (st.ok() && Clock::now() >= deadline) {
+        // Checked on every round: a peer that trickles bytes does not extend it.
+        st = absl::DeadlineExceededError("CUDA IPC ring: the transfer did not complete in time");
+      }
       if (!st.ok()) return Broken(st);
       const int64_t avail = send ? ring_ - static_cast<int64_t>(cursor_ - theirs)
                                  : static_cast<int64_t>(theirs - cursor_);
       if (avail <= 0) {
-        if (Clock::now() >= deadline) {
-          return Broken(absl::DeadlineExceededError(
-              send ? "CUDA IPC ring: the receiver did not make room in time"
-                   : "CUDA IPC ring: nothing arrived in time"));
-        }
         std::this_thread::sleep_for(kPoll);
         continue;
       }
@@ -346,12 +353,14 @@ class IpcFactory : public PeerCommFactory {
     RETURN_IF_ERROR(Cuda(cudaMalloc(&base, static_cast<size_t>(kHeaderBytes + ring_)),
                          "cudaMalloc (CUDA IPC ring)"));
     cudaStream_t stream = nullptr;
-    absl::Status st = Cuda(cudaMemset(base, 0, kHeaderBytes), "cudaMemset");
+    absl::Status st =
+        Cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    // The header zeroed before anyone reads it (the ring's stream orders nothing else).
+    if (st.ok()) st = Cuda(cudaMemsetAsync(base, 0, kHeaderBytes, stream), "cudaMemsetAsync");
+    if (st.ok()) st = Cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     if (st.ok()) st = Cuda(cudaIpcGetMemHandle(&id.handle, base), "cudaIpcGetMemHandle");
-    if (st.ok()) {
-      st = Cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    }
     if (!st.ok()) {
+      if (stream != nullptr) cudaStreamDestroy(stream);
       cudaFree(base);
       return st;
     }
@@ -367,7 +376,12 @@ class IpcFactory : public PeerCommFactory {
     }
     IpcId id;
     std::memcpy(&id, bytes.data() + kIpcMagic.size(), sizeof(id));
-    if (id.ring_bytes <= 0) return absl::InvalidArgumentError("peer.comm_id: a ring of no bytes");
+    // The size comes off the network: bounded (a larger claim than the mapping would
+    // make the receiver copy past it).
+    if (id.ring_bytes <= 0 || id.ring_bytes > kMaxRingBytes) {
+      return absl::InvalidArgumentError(
+          StrCat("peer.comm_id: a ring of ", id.ring_bytes, " bytes (1 .. ", kMaxRingBytes, ")"));
+    }
     RETURN_IF_ERROR(Cuda(cudaSetDevice(gpu_), "cudaSetDevice"));
     cudaDeviceProp prop;
     RETURN_IF_ERROR(Cuda(cudaGetDeviceProperties(&prop, gpu_), "cudaGetDeviceProperties"));
@@ -421,7 +435,9 @@ absl::StatusOr<std::unique_ptr<PeerCommFactory>> MakeCudaIpcFactory(int gpu, int
   if (gpu < 0 || gpu >= n) {
     return absl::InvalidArgumentError(StrCat("--gpu: ", gpu, " outside the ", n, " GPUs here"));
   }
-  if (ring_bytes <= 0) return absl::InvalidArgumentError("CUDA IPC ring: no bytes");
+  if (ring_bytes <= 0 || ring_bytes > kMaxRingBytes) {
+    return absl::InvalidArgumentError(StrCat("CUDA IPC ring: ", ring_bytes, " bytes"));
+  }
   return std::unique_ptr<PeerCommFactory>(new IpcFactory(gpu, ring_bytes));
 }
 

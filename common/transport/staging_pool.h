@@ -7,6 +7,8 @@
 #ifndef TANDEM_COMMON_TRANSPORT_STAGING_POOL_H_
 #define TANDEM_COMMON_TRANSPORT_STAGING_POOL_H_
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -43,13 +45,24 @@ class StagingPool {
 
   int64_t bytes() const { return bytes_; }  // of each buffer
 
-  // A buffer, returned to the pool by its deleter. DeadlineExceeded when none frees up.
+  // A buffer, returned to the pool by its deleter. DeadlineExceeded when none frees up;
+  // Cancelled soon after `*cancel` turns true (checked every 10 ms).
   using Lent = std::unique_ptr<const kernels::Buffer, std::function<void(const kernels::Buffer*)>>;
-  absl::StatusOr<Lent> Acquire(std::chrono::steady_clock::time_point deadline) {
+  absl::StatusOr<Lent> Acquire(std::chrono::steady_clock::time_point deadline,
+                               const std::atomic<bool>* cancel = nullptr) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return !free_.empty(); })) {
-      return absl::DeadlineExceededError("KV staging: no buffer came free in time");
+    for (;;) {
+      if (cancel != nullptr && cancel->load()) {
+        return absl::CancelledError("KV staging: the wait was called off");
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) break;
+      const auto until =
+          cancel == nullptr ? deadline : std::min(deadline, now + std::chrono::milliseconds(10));
+      if (cv_.wait_until(lock, until, [&] { return !free_.empty(); })) break;
     }
+    if (free_.empty())
+      return absl::DeadlineExceededError("KV staging: no buffer came free in time");
     const kernels::Buffer* b = free_.back();
     free_.pop_back();
     return Lent(b, [this](const kernels::Buffer* p) {

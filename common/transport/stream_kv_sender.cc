@@ -95,8 +95,13 @@ StreamKvSender::StreamKvSender(const kernels::KvStorage* kv, v1::KvLayoutFingerp
       sender_id_(RandomId()) {}
 
 StreamKvSender::~StreamKvSender() {
-  std::lock_guard<std::mutex> lock(peers_mu_);
-  for (auto& [address, peer] : peers_) {
+  absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers;
+  {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    peers.swap(peers_);
+  }
+  // Joined without the lock: a thread finishing its queue may still take it.
+  for (auto& [address, peer] : peers) {
     {
       std::lock_guard<std::mutex> l(peer->mu);
       peer->stop = true;
@@ -170,10 +175,7 @@ absl::StatusOr<std::unique_ptr<KvTransfer>> StreamKvSender::Begin(const KvDestin
   return std::unique_ptr<KvTransfer>(new Transfer(peer, dst, std::move(src_blocks)));
 }
 
-KvSenderStats StreamKvSender::Stats() const {
-  std::lock_guard<std::mutex> lock(peers_mu_);
-  return {.comm_rebuilds = rebuilds_};
-}
+KvSenderStats StreamKvSender::Stats() const { return {.comm_rebuilds = rebuilds_.load()}; }
 
 std::optional<TransportKind> StreamKvSender::TransportOf(const std::string& address) const {
   std::lock_guard<std::mutex> lock(peers_mu_);
@@ -289,8 +291,16 @@ void StreamKvSender::SendLayer(Transfer* t, const Task& task) {
       return;
     }
   }
+  if (p->epoch != t->dst_.epoch) {
+    // The reservation is not the live process's: nothing is written or sent.
+    t->error_ = absl::FailedPreconditionError(
+        StrCat("epoch: the reservation names ", t->dst_.epoch, ", the decode worker at ",
+               p->address, " is at ", p->epoch, " (it restarted); KV not sent"));
+    return;
+  }
   const int64_t slice_bytes = kv_->layout().LayerBytes();
-  const int32_t per_piece = static_cast<int32_t>(p->max_payload / slice_bytes);
+  const int32_t per_piece =
+      static_cast<int32_t>(std::clamp<int64_t>(p->max_payload / slice_bytes, 1, int64_t{1} << 20));
   const int32_t n = std::min(task.first + task.count, static_cast<int32_t>(t->src_.size()));
   for (int32_t first = task.first; first < n; first += per_piece) {
     const int32_t count = std::min(per_piece, n - first);
@@ -333,9 +343,11 @@ absl::Status StreamKvSender::Rendezvous(Peer* p) {
   *req.mutable_fingerprint() = fingerprint_;
   req.add_transports(ToProto(p->kind));
   *req.mutable_device() = ToProto(options_.device);
+  // Every attempt takes a new generation: after a reply lost on the way (the decode
+  // worker joined, we never heard), the next attempt is still above the one it holds.
   v1::PeerRendezvous* r = req.mutable_peer();
   r->set_sender_id(sender_id_);
-  r->set_generation(p->generation + 1);
+  r->set_generation(++p->generation);
   r->set_comm_id(created.id);
   v1::HandshakeResponse resp;
   grpc::ClientContext ctx;
@@ -348,20 +360,27 @@ absl::Status StreamKvSender::Rendezvous(Peer* p) {
                                                 v1::TransportKind_Name(resp.transport()),
                                                 " instead of ", TransportName(p->kind)));
   }
+  if (resp.peer_max_payload_bytes() < kv_->layout().LayerBytes()) {
+    return absl::FailedPreconditionError(StrCat("KV rendezvous with ", p->address,
+                                                ": its staging holds ",
+                                                resp.peer_max_payload_bytes(), " bytes"));
+  }
   p->comm = std::move(created.comm);
+  p->retired.reset();  // the receiver replaced it with this one: its memory may go now
   p->seq = 0;
   p->epoch = resp.epoch();
-  if (++p->generation > 1) {
-    std::lock_guard<std::mutex> lock(peers_mu_);
-    ++rebuilds_;
-  }
+  p->max_payload = std::min(staging_->bytes(), resp.peer_max_payload_bytes());
+  if (p->built) ++rebuilds_;
+  p->built = true;
   return absl::OkStatus();
 }
 
 void StreamKvSender::BreakComm(Peer* p, const absl::Status& why) {
   if (p->comm == nullptr) return;
   p->comm->Abort(why);
-  p->comm.reset();
+  // Kept until the next rendezvous has replaced it on the receiver, which may still
+  // read it (a CUDA IPC ring lives in our memory).
+  p->retired = std::move(p->comm);
 }
 
 void StreamKvSender::Complete(Transfer* t) {

@@ -25,6 +25,7 @@
 #ifndef TANDEM_COMMON_TRANSPORT_STREAM_KV_SENDER_H_
 #define TANDEM_COMMON_TRANSPORT_STREAM_KV_SENDER_H_
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -94,9 +95,11 @@ class StreamKvSender : public KvSender {
     // the receiver's epoch when it joined (a transfer naming another epoch is for a
     // restarted receiver, which knows no communicator of ours).
     std::unique_ptr<PeerComm> comm;
-    uint64_t generation = 0;
+    std::unique_ptr<PeerComm> retired;  // broken, kept until the next rendezvous succeeds
+    uint64_t generation = 0;            // of the last rendezvous attempt
     uint64_t seq = 0;
     uint64_t epoch = 0;
+    bool built = false;  // a communicator was built before (the next one is a rebuild)
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Task> tasks ABSL_GUARDED_BY(mu);
@@ -127,7 +130,7 @@ class StreamKvSender : public KvSender {
 
   mutable std::mutex peers_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(peers_mu_);
-  int64_t rebuilds_ ABSL_GUARDED_BY(peers_mu_) = 0;
+  std::atomic<int64_t> rebuilds_{0};
 };
 
 }  // namespace tandem::transport

@@ -44,7 +44,9 @@ using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 using transport::TransportKind;
 
-constexpr auto kTimeout = std::chrono::milliseconds(1500);  // each peer Send / Recv
+// Each peer Send / Recv: long enough that a loaded 2-core machine never misses it on the
+// happy path, short enough for the failure tests.
+constexpr auto kTimeout = std::chrono::milliseconds(3000);
 
 class PeerTransportTest : public ::testing::Test {
  protected:
@@ -359,14 +361,20 @@ TEST_F(PeerTransportTest, AnExpiredReletOrForeignReservationIsRefusedWithNoWrite
   auto payload = Payload(3);
   RawPeer p = Rendezvous(55, 1);
   uint64_t seq = 0;
+  // Three layers, as a sender that queued them before hearing of the refusal: every
+  // payload is still received (the Sends pair at once), the stream is refused.
   auto push = [&](const decode::Reservation& r, uint64_t epoch) {
     grpc::ClientContext ctx;
     v1::PushKvBlocksResponse resp;
     auto writer = p.stub->PushKvBlocks(&ctx, &resp);
-    v1::KvBlocksChunk c = PeerChunk(p, r, 0, 0, 3, seq++);
-    c.set_epoch(epoch);
-    writer->Write(c);
-    EXPECT_TRUE(p.comm->Send(*payload, 0, 3 * layer_bytes_, Clock::now() + kTimeout).ok());
+    const auto t0 = Clock::now();
+    for (int32_t layer = 0; layer < 3; ++layer) {
+      v1::KvBlocksChunk c = PeerChunk(p, r, layer, 0, 3, seq++, layer == 0);
+      c.set_epoch(epoch);
+      writer->Write(c);
+      EXPECT_TRUE(p.comm->Send(*payload, 0, 3 * layer_bytes_, Clock::now() + kTimeout).ok());
+    }
+    EXPECT_LT(Clock::now() - t0, kTimeout / 2) << "a refused payload waited for its deadline";
     writer->WritesDone();
     return writer->Finish();
   };
@@ -420,17 +428,22 @@ TEST_F(PeerTransportTest, AReservationOfAnotherEpochFailsItsRequestAndTheNextSuc
   auto r = decode_->Reserve(static_cast<int64_t>(prompt.size()) + 1, std::chrono::seconds(30));
   ASSERT_TRUE(r.ok());
   const int64_t received = decode_->Stats().kv_bytes_received;
+  const auto t0 = Clock::now();
   auto stale = prefill_->Prefill(prompt, ::tandem::testing::Greedy(2),
                                  {address_, r->lease_id, r->block_ids, 0, r->epoch + 1});
   ASSERT_FALSE(stale.ok());
+  EXPECT_LT(Clock::now() - t0, kTimeout) << "nothing should have waited for a deadline";
   EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
   EXPECT_THAT(stale.status().message(), HasSubstr("epoch"));
   EXPECT_EQ(decode_->Stats().kv_bytes_received, received);
-  EXPECT_GE(network_.communicators(), 2);  // it rendezvoused before sending
+  // It rendezvoused once before sending (and learnt the live epoch), then sent nothing.
+  EXPECT_EQ(network_.communicators(), 2);
+  EXPECT_EQ(prefill_->Stats().kv_comm_rebuilds, 1);
   EXPECT_TRUE(decode_->Release(r->lease_id));
   auto next = Run(prompt, ::tandem::testing::Greedy(4));
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(*next, Reference(prompt, ::tandem::testing::Greedy(4)));
+  EXPECT_EQ(prefill_->Stats().kv_comm_rebuilds, 1);  // the live epoch needs no other
 }
 
 TEST_F(PeerTransportTest, AMismatchedLayoutIsRefusedNamingTheField) {
