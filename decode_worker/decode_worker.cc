@@ -1,8 +1,7 @@
 #include "decode_worker/decode_worker.h"
 
-#include <random>
-
 #include "common/util/check.h"
+#include "common/util/random_id.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 
@@ -19,8 +18,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
   w->options_ = options;
   ASSIGN_OR_RETURN(w->engine_, engine::Engine::Create(weights, options.engine));
   w->layout_ = w->engine_->kv_layout();
-  std::random_device rd;
-  while (w->epoch_ == 0) w->epoch_ = (uint64_t{rd()} << 32) ^ rd();
+  w->epoch_ = RandomNonZero64();
   w->stats_.engine = w->engine_->Stats();
   w->thread_ =
       std::make_unique<engine::EngineThread>([p = w.get()] { return p->Iterate(); }, kIdleWait);

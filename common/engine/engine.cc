@@ -1,9 +1,9 @@
 #include "common/engine/engine.h"
 
 #include <algorithm>
-#include <random>
 
 #include "common/util/check.h"
+#include "common/util/random_id.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "kernels/backend_factory.h"
@@ -72,8 +72,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get());
   ASSIGN_OR_RETURN(e->executor_, ModelExecutor::Create(c, *e->device_weights_, e->backend_.get(),
                                                        e->kv_.get(), limits));
-  std::random_device rd;
-  e->seed_counter_ = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  e->seed_counter_ = RandomNonZero64();
   return e;
 }
 

@@ -20,15 +20,10 @@
 #include "common/engine/synthetic_model.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
-#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/require_gpu.h"
 
 namespace tandem::engine {
 namespace {
-
-#define REQUIRE_GPU()                                                               \
-  do {                                                                              \
-    if (auto n = kernels::cuda::DeviceCount(); !n.ok()) GTEST_SKIP() << n.status(); \
-  } while (0)
 
 // Teacher-forced logits [n][vocab] of `tokens` in one pass on `device`.
 std::vector<float> AllLogits(const ModelWeights& w, const std::string& device,

@@ -21,7 +21,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
-#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/require_gpu.h"
 
 extern char** environ;
 
@@ -31,11 +31,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kKvBytes = int64_t{2048} * 32 * 8 * 128 * 2 * 2;  // 256 MiB
 constexpr int64_t kPayload = int64_t{8} << 20;
-
-#define REQUIRE_GPU()                                                               \
-  do {                                                                              \
-    if (auto n = kernels::cuda::DeviceCount(); !n.ok()) GTEST_SKIP() << n.status(); \
-  } while (0)
 
 uint8_t Pattern(int64_t i) { return static_cast<uint8_t>((i * 131 + 7) ^ (i >> 13)); }
 

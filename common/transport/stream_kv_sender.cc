@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/rpc_server.h"
 #include "common/rpc/status_convert.h"
 #include "common/transport/transport_proto.h"
+#include "common/util/random_id.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 
@@ -19,13 +19,6 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 // A long prompt on a slow machine may stream chunks for minutes; a dead peer is caught
 // by keepalive pings (and, on a peer transport, by each Send's deadline) long before.
 constexpr auto kTransferTimeout = std::chrono::minutes(30);
-
-uint64_t RandomId() {
-  std::random_device rd;
-  uint64_t id = 0;
-  while (id == 0) id = (uint64_t{rd()} << 32) ^ rd();
-  return id;
-}
 }  // namespace
 
 class StreamKvSender::Transfer : public KvTransfer {
@@ -92,7 +85,7 @@ StreamKvSender::StreamKvSender(const kernels::KvStorage* kv, v1::KvLayoutFingerp
     : kv_(kv),
       fingerprint_(std::move(fingerprint)),
       options_(std::move(options)),
-      sender_id_(RandomId()) {}
+      sender_id_(RandomNonZero64()) {}
 
 StreamKvSender::~StreamKvSender() {
   absl::flat_hash_map<std::string, std::unique_ptr<Peer>> peers;
@@ -118,10 +111,7 @@ absl::Status StreamKvSender::Connect(const std::string& address) {
   }
   auto stub = std::shared_ptr<v1::KvTransfer::Stub>(
       v1::KvTransfer::NewStub(rpc::MakeChannel(address, options_.api_key)));
-  v1::HandshakeRequest req;
-  *req.mutable_fingerprint() = fingerprint_;
-  for (TransportKind k : options_.offered) req.add_transports(ToProto(k));
-  *req.mutable_device() = ToProto(options_.device);
+  v1::HandshakeRequest req = Handshake(options_.offered);
   v1::HandshakeResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + kHandshakeTimeout);
@@ -139,14 +129,9 @@ absl::Status StreamKvSender::Connect(const std::string& address) {
   peer->address = address;
   peer->stub = std::move(stub);
   peer->kind = *kind;
+  // A peer transport's payload size comes with each rendezvous (the sender thread's).
   if (*kind != TransportKind::kHost) {
     peer->factory = *kind == TransportKind::kNccl ? options_.nccl : options_.cuda_ipc;
-    peer->max_payload = std::min(staging_->bytes(), resp.peer_max_payload_bytes());
-    if (peer->max_payload < kv_->layout().LayerBytes()) {
-      return absl::FailedPreconditionError(StrCat(
-          "KV handshake with ", address, ": its staging holds ", resp.peer_max_payload_bytes(),
-          " bytes, less than one block's layer (", kv_->layout().LayerBytes(), ")"));
-    }
   }
   std::lock_guard<std::mutex> lock(peers_mu_);
   if (peers_.contains(address)) return absl::OkStatus();  // a concurrent Connect won
@@ -337,12 +322,17 @@ void StreamKvSender::SendLayer(Transfer* t, const Task& task) {
   }
 }
 
-absl::Status StreamKvSender::Rendezvous(Peer* p) {
-  ASSIGN_OR_RETURN(PeerCommFactory::Created created, p->factory->Create());
+v1::HandshakeRequest StreamKvSender::Handshake(const std::vector<TransportKind>& kinds) const {
   v1::HandshakeRequest req;
   *req.mutable_fingerprint() = fingerprint_;
-  req.add_transports(ToProto(p->kind));
+  for (TransportKind k : kinds) req.add_transports(ToProto(k));
   *req.mutable_device() = ToProto(options_.device);
+  return req;
+}
+
+absl::Status StreamKvSender::Rendezvous(Peer* p) {
+  ASSIGN_OR_RETURN(PeerCommFactory::Created created, p->factory->Create());
+  v1::HandshakeRequest req = Handshake({p->kind});
   // Every attempt takes a new generation: after a reply lost on the way (the decode
   // worker joined, we never heard), the next attempt is still above the one it holds.
   v1::PeerRendezvous* r = req.mutable_peer();
@@ -361,9 +351,9 @@ absl::Status StreamKvSender::Rendezvous(Peer* p) {
                                                 " instead of ", TransportName(p->kind)));
   }
   if (resp.peer_max_payload_bytes() < kv_->layout().LayerBytes()) {
-    return absl::FailedPreconditionError(StrCat("KV rendezvous with ", p->address,
-                                                ": its staging holds ",
-                                                resp.peer_max_payload_bytes(), " bytes"));
+    return absl::FailedPreconditionError(StrCat(
+        "KV rendezvous with ", p->address, ": its staging holds ", resp.peer_max_payload_bytes(),
+        " bytes, less than one block's layer (", kv_->layout().LayerBytes(), ")"));
   }
   p->comm = std::move(created.comm);
   p->retired.reset();  // the receiver replaced it with this one: its memory may go now

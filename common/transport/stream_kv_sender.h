@@ -90,7 +90,7 @@ class StreamKvSender : public KvSender {
     std::shared_ptr<v1::KvTransfer::Stub> stub;
     TransportKind kind = TransportKind::kHost;
     PeerCommFactory* factory = nullptr;  // peer transports
-    int64_t max_payload = 0;             // peer transports: bytes per chunk
+    int64_t max_payload = 0;             // peer transports: bytes per chunk (Rendezvous)
     // The sender thread's: the communicator, its generation, next payload's seq, and
     // the receiver's epoch when it joined (a transfer naming another epoch is for a
     // restarted receiver, which knows no communicator of ours).
@@ -113,7 +113,9 @@ class StreamKvSender : public KvSender {
   void WriteLayer(Transfer* t, const Task& task);
   // Peer transports: one chunk and one Send per piece of the layer.
   void SendLayer(Transfer* t, const Task& task);
-  // A new communicator with the peer (its thread).
+  // Our side of a KV handshake offering `kinds`.
+  v1::HandshakeRequest Handshake(const std::vector<TransportKind>& kinds) const;
+  // A new communicator with the peer (its thread); also learns its payload size and epoch.
   absl::Status Rendezvous(Peer* peer);
   void BreakComm(Peer* peer, const absl::Status& why);
   // A chunk of `count` blocks of `layer` from index `first`; the transfer's first chunk

@@ -15,16 +15,11 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/require_gpu.h"
 #include "kernels/kv_storage.h"
 
 namespace tandem::kernels::cuda {
 namespace {
-
-#define REQUIRE_GPU()                                                \
-  do {                                                               \
-    if (auto n = DeviceCount(); !n.ok()) GTEST_SKIP() << n.status(); \
-  } while (0)
 
 std::vector<float> Noise(int64_t n, std::mt19937& rng, float scale = 1.0f) {
   std::normal_distribution<float> g(0.0f, scale);

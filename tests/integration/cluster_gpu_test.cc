@@ -19,7 +19,7 @@
 #include "common/util/half.h"
 #include "common/util/strings.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/require_gpu.h"
 #include "tests/cluster_harness.h"
 #include "tests/gguf_builder.h"
 
@@ -29,11 +29,6 @@ namespace {
 using ::tandem::testing::Cluster;
 using ::tandem::testing::ClusterConfig;
 using ::tandem::testing::GenerateResult;
-
-#define REQUIRE_GPU()                                                               \
-  do {                                                                              \
-    if (auto n = kernels::cuda::DeviceCount(); !n.ok()) GTEST_SKIP() << n.status(); \
-  } while (0)
 
 // GPT-2's byte → printable-character map, as UTF-8: the 256 tokens of a byte-level
 // vocabulary.
