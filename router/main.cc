@@ -10,6 +10,7 @@
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "router/generation_service.h"
+#include "router/grpc_worker_client.h"
 #include "router/openai_front.h"
 
 int main(int argc, char** argv) {
@@ -75,10 +76,9 @@ int main(int argc, char** argv) {
   options.metrics = &metrics;
   std::vector<std::string> prefill_addrs = absl::StrSplit(prefill, ',', absl::SkipEmpty());
   std::vector<std::string> decode_addrs = absl::StrSplit(decode, ',', absl::SkipEmpty());
-  router::WorkerPool pool(prefill_addrs, decode_addrs,
+  router::WorkerPool pool(prefill_addrs, decode_addrs, router::GrpcWorkerClients(flags.api_key),
                           {.poll_interval = std::chrono::milliseconds(poll_ms),
-                           .discovery_interval = std::chrono::milliseconds(discovery_ms),
-                           .api_key = flags.api_key});
+                           .discovery_interval = std::chrono::milliseconds(discovery_ms)});
   router::RequestValidator validator(*model->tokenizer, config, limits);
   router::Router router(*model->tokenizer, config, &pool, options);
   metrics.SetRefresh([&router](metrics::Metrics& m) {

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "common/metrics/metrics.h"
-#include "router/router.h"
+#include "router/response.h"
 
 namespace tandem::router {
 

@@ -16,19 +16,10 @@
 #include "common/model/model_config.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/tokenizer.h"
+#include "router/request_spec.h"
 #include "tandem/v1/generation.pb.h"
 
 namespace tandem::router {
-
-// A validated request, in the router's own terms.
-struct RequestSpec {
-  std::string request_id;
-  std::vector<int32_t> prompt;
-  engine::SamplingParams params;  // seed always set
-  std::vector<std::string> stop;
-  bool stream = true;
-  uint64_t cache_salt = 0;  // 0: the shared prefix-cache namespace
-};
 
 struct ValidatorLimits {
   int64_t max_prompt_bytes = 1 << 20;  // text, or all chat contents together

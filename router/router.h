@@ -1,16 +1,20 @@
 // Router: runs validated requests through the cluster (DESIGN.md §2, steps 2–8).
 //
 //   Submit → admission queue → dispatcher: once a prefill worker has room, Reserve
-//   decode memory (best decode worker first; none has room → the request stays queued) → a driver
-//   per request: Prefill on a prefill worker (retried on another one if the first dies before
-//   answering), Decode stream from the decode worker → TextStream (detokenize, stop strings) → the
-//   ResponseSink.
+//   decode memory (best decode worker first; none has room → the request stays queued)
+//   → the request's state machine (router_request.h) takes it from there: Prefill on a
+//   prefill worker (retried on another one if the first dies before answering), the
+//   Decode stream from the decode worker, ResponseAssembler (detokenize, stop strings)
+//   → the ResponseSink.
 //
 // Every request ends in exactly one of OnComplete / OnError, and every reservation it
 // made is released or consumed. Cancel (client gone, Abort) cancels whichever worker
 // call is in flight; the decode worker then frees the sequence within one step.
 //
-// Thread-safe. One dispatcher thread; one driver thread per request past the queue.
+// Thread-safe. Threads: one dispatcher, whatever the worker clients use for their
+// callbacks (gRPC's pool) and the pool's poll thread; none per request. The dispatcher
+// is the one thread that waits on a worker (its Reserve answer, up to 2 s), to keep the
+// queue's order.
 #ifndef TANDEM_ROUTER_ROUTER_H_
 #define TANDEM_ROUTER_ROUTER_H_
 
@@ -23,57 +27,19 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <utility>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "common/engine/sequence.h"
 #include "common/metrics/metrics.h"
 #include "common/model/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "router/admission_queue.h"
-#include "router/request_validator.h"
+#include "router/request_spec.h"
+#include "router/response.h"
+#include "router/router_request.h"
 #include "router/worker_pool.h"
 
 namespace tandem::router {
-
-struct TokenLogprobs {
-  int32_t token = 0;
-  float logprob = 0;
-  std::vector<std::pair<int32_t, float>> top;
-};
-
-struct OutputChunk {
-  std::vector<int32_t> token_ids;
-  std::string text;
-  std::vector<TokenLogprobs> logprobs;  // one per token id when requested
-};
-
-struct RequestTimings {
-  double queue_ms = 0, prefill_ms = 0, kv_transfer_ms = 0, ttft_ms = 0, decode_ms = 0, e2e_ms = 0;
-  double prefill_compute_ms = 0, prefill_queue_ms = 0;
-};
-
-struct Completion {
-  engine::FinishReason reason = engine::FinishReason::kNone;  // kStop or kLength
-  std::string stop_reason;                                    // the stop string, if one
-  int32_t prompt_tokens = 0;
-  int32_t completion_tokens = 0;
-  int32_t cached_tokens = 0;
-  RequestTimings timings;
-  std::string request_id;
-};
-
-// Where a request's output goes. Called from router threads, never concurrently for
-// one request; after OnComplete or OnError nothing more is called.
-class ResponseSink {
- public:
-  virtual ~ResponseSink() = default;
-  virtual void OnChunk(OutputChunk chunk) = 0;
-  virtual void OnComplete(const Completion& completion) = 0;
-  virtual void OnError(const absl::Status& status) = 0;
-};
 
 struct RouterOptions {
   QueueLimits queue;
@@ -81,7 +47,7 @@ struct RouterOptions {
   // request may queue inside a prefill worker behind a long prompt before its first
   // chunk starts.
   std::chrono::milliseconds lease{120000};
-  int max_prefill_attempts = 2;
+  int max_prefill_attempts = 2;  // prefill workers tried, when one is UNAVAILABLE
   // Prompt tokens the router keeps in flight per prefill worker; the rest wait in the
   // admission queue (where deadlines and order are kept) rather than holding decode
   // reservations while they queue inside a prefill worker.
@@ -96,8 +62,6 @@ struct RouterStats {
   int64_t queued_tokens = 0;
   int32_t running_requests = 0;
 };
-
-class RouterRequest;
 
 class Router {
  public:
@@ -123,19 +87,18 @@ class Router {
   void Dispatch();
   // Tries to reserve decode memory for `r`; true when it left the queue.
   bool TryStart(const std::shared_ptr<RouterRequest>& r);
-  // `prefill`: the first prefill worker to try, the request already counted there (Begin).
-  void Drive(std::shared_ptr<RouterRequest> r, Worker* decode, v1::ReserveResponse reservation,
-             Worker* prefill);
-  void Release(Worker* decode, uint64_t lease_id);
+  // A started request has ended (RequestEnv::ended).
+  void Ended(RouterRequest* r);
 
   const tokenizer::Tokenizer& tokenizer_;
   const model::ModelConfig& config_;
   WorkerPool* pool_;
   const RouterOptions options_;
+  const RequestEnv env_;
   AdmissionQueue<RouterRequest> queue_;
 
   std::mutex mu_;
-  std::condition_variable drivers_done_;
+  std::condition_variable ended_;  // a started request ended
   absl::flat_hash_map<std::string, std::weak_ptr<RouterRequest>> by_id_ ABSL_GUARDED_BY(mu_);
   int32_t running_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

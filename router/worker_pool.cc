@@ -7,7 +7,6 @@
 
 #include <algorithm>
 
-#include "common/rpc/rpc_server.h"
 #include "common/util/strings.h"
 
 namespace tandem::router {
@@ -66,8 +65,9 @@ std::vector<std::string> Resolve(const std::string& host, const std::string& por
 }  // namespace
 
 WorkerPool::WorkerPool(const std::vector<std::string>& prefill,
-                       const std::vector<std::string>& decode, WorkerPoolOptions options)
-    : options_(std::move(options)) {
+                       const std::vector<std::string>& decode, WorkerClientFactory clients,
+                       WorkerPoolOptions options)
+    : clients_(std::move(clients)), options_(std::move(options)) {
   auto add = [&](WorkerRole role, const std::string& address) {
     Entry e{role, "", "", false};
     if (SplitHostPort(address, &e.host, &e.port)) {
@@ -86,13 +86,11 @@ void WorkerPool::AddWorker(WorkerRole role, const std::string& address, int sour
   w->role = role;
   w->source = source;
   w->address = address;
-  auto channel = rpc::MakeChannel(address, options_.api_key);
   if (role == WorkerRole::kPrefill) {
-    w->prefill = v1::PrefillWorker::NewStub(channel);
+    w->prefill = clients_.prefill(address);
   } else {
-    w->decode = v1::DecodeWorker::NewStub(channel);
+    w->decode = clients_.decode(address);
   }
-  w->health = grpc::health::v1::Health::NewStub(channel);
   std::lock_guard<std::mutex> lock(mu_);
   workers_.push_back(std::move(w));
 }
@@ -158,27 +156,13 @@ void WorkerPool::PollOnce() {
       std::lock_guard<std::mutex> lock(mu_);
       if (w->retired) continue;
     }
-    const std::string service =
-        w->role == WorkerRole::kPrefill ? "tandem.v1.PrefillWorker" : "tandem.v1.DecodeWorker";
-    grpc::health::v1::HealthCheckRequest hreq;
-    hreq.set_service(service);
-    grpc::health::v1::HealthCheckResponse hresp;
-    grpc::ClientContext hctx;
-    hctx.set_deadline(std::chrono::system_clock::now() + kPollTimeout);
-    bool ok = w->health->Check(&hctx, hreq, &hresp).ok() &&
-              hresp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
-    v1::WorkerStats stats;
-    if (ok) {
-      grpc::ClientContext sctx;
-      sctx.set_deadline(std::chrono::system_clock::now() + kPollTimeout);
-      v1::GetWorkerStatsRequest sreq;
-      ok = (w->role == WorkerRole::kPrefill ? w->prefill->GetWorkerStats(&sctx, sreq, &stats)
-                                            : w->decode->GetWorkerStats(&sctx, sreq, &stats))
-               .ok();
-    }
+    WorkerClient* client = w->role == WorkerRole::kPrefill
+                               ? static_cast<WorkerClient*>(w->prefill.get())
+                               : static_cast<WorkerClient*>(w->decode.get());
+    const absl::StatusOr<WorkerLoad> load = client->Poll(kPollTimeout);
     std::lock_guard<std::mutex> lock(mu_);
-    w->healthy = ok && !w->retired;
-    if (ok) w->stats = stats;
+    w->healthy = load.ok() && !w->retired;
+    if (load.ok()) w->stats = *load;
   }
   bool changed = false, ready = false;
   {
@@ -204,7 +188,7 @@ std::vector<Worker*> WorkerPool::DecodeCandidates() {
   // Free blocks as last reported, less a guess at what the router reserved since;
   // then the fewest sequences in flight.
   auto score = [](const Worker* w) {
-    const int32_t available = w->stats.free_blocks() + w->stats.cached_blocks();
+    const int32_t available = w->stats.free_blocks + w->stats.cached_blocks;
     return std::make_pair(-(available - 4 * w->in_flight), w->in_flight);
   };
   std::stable_sort(out.begin(), out.end(),
@@ -263,7 +247,7 @@ PrefillChoice WorkerPool::ChoosePrefill(std::span<const uint64_t> hashes, int64_
       int64_t best_cost = 0;
       int32_t best_future = 0;
       for (Worker* w : open) {
-        const int64_t bs = w->stats.block_size();
+        const int64_t bs = w->stats.block_size;
         const int32_t future = w->prefixes.FuturePrefix(hashes);
         const int64_t cost = Load(w) + tokens - bs * future;
         if (c.worker == nullptr || cost < best_cost) {
@@ -282,7 +266,7 @@ PrefillChoice WorkerPool::ChoosePrefill(std::span<const uint64_t> hashes, int64_
 int32_t WorkerPool::PrefillBlockSize() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& w : workers_) {
-    if (w->role == WorkerRole::kPrefill && w->stats.block_size() > 0) return w->stats.block_size();
+    if (w->role == WorkerRole::kPrefill && w->stats.block_size > 0) return w->stats.block_size;
   }
   return 0;
 }
@@ -292,7 +276,7 @@ void WorkerPool::Begin(Worker* w, int64_t tokens, std::span<const uint64_t> hash
   ++w->in_flight;
   w->sent_tokens += tokens;
   if (hashes.empty()) return;
-  if (w->stats.num_blocks() > 0) w->prefixes.set_capacity(w->stats.num_blocks());
+  if (w->stats.num_blocks > 0) w->prefixes.set_capacity(w->stats.num_blocks);
   w->prefixes.AddInFlight(hashes);
 }
 
@@ -325,7 +309,7 @@ int64_t WorkerPool::MaxDecodeCapacity() {
   int64_t best = 0;
   for (auto& w : workers_) {
     if (w->role != WorkerRole::kDecode || w->retired) continue;
-    best = std::max(best, int64_t{w->stats.num_blocks()} * w->stats.block_size());
+    best = std::max(best, int64_t{w->stats.num_blocks} * w->stats.block_size);
   }
   return best;
 }
@@ -335,7 +319,7 @@ std::vector<WorkerSnapshot> WorkerPool::Snapshot(WorkerRole role) {
   std::vector<WorkerSnapshot> out;
   for (auto& w : workers_) {
     if (w->role != role || w->retired) continue;
-    out.push_back({w->address, w->healthy, w->in_flight, w->stats.free_blocks()});
+    out.push_back({w->address, w->healthy, w->in_flight, w->stats.free_blocks});
   }
   return out;
 }

@@ -33,9 +33,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "router/prefix_index.h"
-#include "tandem/v1/worker.grpc.pb.h"
+#include "router/worker_client.h"
 
 namespace tandem::router {
 
@@ -49,18 +48,17 @@ enum class RoutingPolicy {
 };
 absl::StatusOr<RoutingPolicy> ParseRoutingPolicy(std::string_view name);
 
-// One worker. Stubs are immutable and thread-safe; the rest is guarded by the pool.
+// One worker. Its client is immutable and thread-safe; the rest is guarded by the pool.
 struct Worker {
   WorkerRole role;
   std::string address;
-  std::unique_ptr<v1::PrefillWorker::Stub> prefill;  // kPrefill
-  std::unique_ptr<v1::DecodeWorker::Stub> decode;    // kDecode
-  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+  std::unique_ptr<PrefillClient> prefill;  // kPrefill
+  std::unique_ptr<DecodeClient> decode;    // kDecode
   // Guarded by WorkerPool::mu_.
   bool healthy = false;
   int source = -1;       // the DNS entry that found it; -1: a fixed address
   bool retired = false;  // its DNS name no longer resolves to this address
-  v1::WorkerStats stats;
+  WorkerLoad stats;
   int32_t in_flight = 0;    // requests the router has there now
   int64_t sent_tokens = 0;  // prompt tokens in flight there (prefill)
   PrefixIndex prefixes;     // prefill: what its prefix cache probably holds
@@ -82,13 +80,13 @@ struct WorkerSnapshot {
 struct WorkerPoolOptions {
   std::chrono::milliseconds poll_interval{500};
   std::chrono::milliseconds discovery_interval{5000};
-  std::string api_key;  // sent on every call to the workers
 };
 
 class WorkerPool {
  public:
+  // `clients` makes each worker's client (GrpcWorkerClients, or fakes in tests).
   WorkerPool(const std::vector<std::string>& prefill, const std::vector<std::string>& decode,
-             WorkerPoolOptions options);
+             WorkerClientFactory clients, WorkerPoolOptions options);
   ~WorkerPool();
 
   // Polls once synchronously, then keeps polling in the background. `on_ready(bool)`
@@ -137,6 +135,7 @@ class WorkerPool {
   std::vector<Entry> entries_;
   // Appended to only by the poll thread (under mu_), which may read it without mu_.
   std::vector<std::unique_ptr<Worker>> workers_;
+  const WorkerClientFactory clients_;
   const WorkerPoolOptions options_;
   std::chrono::steady_clock::time_point next_discovery_{};
   std::mutex mu_;

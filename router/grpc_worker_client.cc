@@ -1,0 +1,318 @@
+#include "router/grpc_worker_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "common/rpc/engine_convert.h"
+#include "common/rpc/rpc_server.h"
+#include "common/rpc/status_convert.h"
+#include "common/util/strings.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem::router {
+
+namespace {
+
+constexpr auto kReleaseTimeout = std::chrono::seconds(2);
+
+// Calls in flight on one client; the destructor waits for them.
+class InFlight {
+ public:
+  void Add() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++n_;
+  }
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--n_ == 0) cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return n_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_ = 0;
+};
+
+// A call's ClientContext as far as Cancel may reach it: until the call has ended.
+class GrpcCall : public WorkerCall {
+ public:
+  explicit GrpcCall(grpc::ClientContext* ctx) : ctx_(ctx) {}
+  void Cancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ctx_ != nullptr) ctx_->TryCancel();  // before the call starts: it starts cancelled
+  }
+  void Ended() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ctx_ = nullptr;
+  }
+
+ private:
+  std::mutex mu_;
+  grpc::ClientContext* ctx_;
+};
+
+engine::FinishReason FromProto(v1::WorkerFinishReason r) {
+  switch (r) {
+    case v1::WORKER_FINISH_REASON_STOP:
+      return engine::FinishReason::kStop;
+    case v1::WORKER_FINISH_REASON_LENGTH:
+      return engine::FinishReason::kLength;
+    default:
+      return engine::FinishReason::kNone;
+  }
+}
+
+TokenLogprobs FromProto(int32_t token, const v1::WorkerLogprob& lp) {
+  TokenLogprobs out{token, lp.logprob(), {}};
+  for (int k = 0; k < lp.top_token_ids_size() && k < lp.top_logprobs_size(); ++k) {
+    out.top.emplace_back(lp.top_token_ids(k), lp.top_logprobs(k));
+  }
+  return out;
+}
+
+WorkerLoad FromProto(const v1::WorkerStats& s) {
+  return {s.num_blocks(), s.block_size(), s.free_blocks(), s.cached_blocks()};
+}
+
+// SERVING on `service` and an answer to GetWorkerStats, both within `timeout`.
+template <class Stub>
+absl::StatusOr<WorkerLoad> PollWorker(grpc::health::v1::Health::Stub* health, Stub* stub,
+                                      const char* service, std::chrono::milliseconds timeout) {
+  grpc::health::v1::HealthCheckRequest hreq;
+  hreq.set_service(service);
+  grpc::health::v1::HealthCheckResponse hresp;
+  grpc::ClientContext hctx;
+  hctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  if (grpc::Status s = health->Check(&hctx, hreq, &hresp); !s.ok()) return rpc::FromGrpc(s);
+  if (hresp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::UnavailableError(StrCat(service, " is not serving"));
+  }
+  grpc::ClientContext sctx;
+  sctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  v1::GetWorkerStatsRequest sreq;
+  v1::WorkerStats stats;
+  if (grpc::Status s = stub->GetWorkerStats(&sctx, sreq, &stats); !s.ok()) {
+    return rpc::FromGrpc(s);
+  }
+  return FromProto(stats);
+}
+
+class GrpcPrefillClient : public PrefillClient {
+ public:
+  GrpcPrefillClient(const std::string& address, const std::string& api_key)
+      : address_(address),
+        channel_(rpc::MakeChannel(address, api_key)),
+        stub_(v1::PrefillWorker::NewStub(channel_)),
+        health_(grpc::health::v1::Health::NewStub(channel_)) {}
+  ~GrpcPrefillClient() override { in_flight_.Wait(); }
+
+  absl::StatusOr<WorkerLoad> Poll(std::chrono::milliseconds timeout) override {
+    return PollWorker(health_.get(), stub_.get(), "tandem.v1.PrefillWorker", timeout);
+  }
+
+  std::shared_ptr<WorkerCall> Prefill(
+      const PrefillArgs& args, std::function<void(absl::StatusOr<PrefillResult>)> done) override {
+    struct Op {
+      grpc::ClientContext ctx;
+      v1::PrefillRequest req;
+      v1::PrefillResponse resp;
+      std::shared_ptr<GrpcCall> call;
+    };
+    auto* op = new Op;
+    op->call = std::make_shared<GrpcCall>(&op->ctx);
+    op->ctx.set_deadline(args.deadline);
+    v1::PrefillRequest& req = op->req;
+    req.set_request_id(args.request_id);
+    req.mutable_prompt_token_ids()->Assign(args.prompt->begin(), args.prompt->end());
+    rpc::ToProto(*args.params, req.mutable_params());
+    req.set_cache_salt(args.cache_salt);
+    const Reservation& r = *args.reservation;
+    v1::KvDestination* dst = req.mutable_destination();
+    dst->set_address(args.decode_address);
+    dst->set_lease_id(r.lease_id);
+    dst->mutable_block_ids()->Assign(r.block_ids.begin(), r.block_ids.end());
+    dst->mutable_fingerprint()->ParseFromString(r.layout);
+    dst->set_cached_blocks(r.cached_blocks);
+    dst->set_epoch(r.epoch);
+    std::shared_ptr<WorkerCall> call = op->call;
+    in_flight_.Add();
+    stub_->async()->Prefill(&op->ctx, &op->req, &op->resp,
+                            [this, op, done = std::move(done)](grpc::Status s) {
+                              op->call->Ended();
+                              if (!s.ok()) {
+                                done(rpc::FromGrpc(s, StrCat("prefill on ", address_)));
+                              } else {
+                                const v1::PrefillResponse& p = op->resp;
+                                PrefillResult out;
+                                out.first_token = p.first_token_id();
+                                if (p.has_logprob())
+                                  out.logprobs = FromProto(p.first_token_id(), p.logprob());
+                                out.finish = FromProto(p.finish_reason());
+                                out.queue_ms = p.queue_ms();
+                                out.compute_ms = p.compute_ms();
+                                out.transfer_ms = p.transfer_ms();
+                                out.cached_tokens = p.cached_tokens();
+                                done(std::move(out));
+                              }
+                              delete op;
+                              in_flight_.Done();
+                            });
+    return call;
+  }
+
+ private:
+  const std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::PrefillWorker::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  InFlight in_flight_;
+};
+
+class GrpcDecodeClient : public DecodeClient {
+ public:
+  GrpcDecodeClient(const std::string& address, const std::string& api_key)
+      : address_(address),
+        channel_(rpc::MakeChannel(address, api_key)),
+        stub_(v1::DecodeWorker::NewStub(channel_)),
+        health_(grpc::health::v1::Health::NewStub(channel_)) {}
+  ~GrpcDecodeClient() override { in_flight_.Wait(); }
+
+  absl::StatusOr<WorkerLoad> Poll(std::chrono::milliseconds timeout) override {
+    return PollWorker(health_.get(), stub_.get(), "tandem.v1.DecodeWorker", timeout);
+  }
+
+  void Reserve(const ReserveArgs& args,
+               std::function<void(absl::StatusOr<Reservation>)> done) override {
+    struct Op {
+      grpc::ClientContext ctx;
+      v1::ReserveRequest req;
+      v1::ReserveResponse resp;
+    };
+    auto* op = new Op;
+    op->ctx.set_deadline(args.deadline);
+    op->req.set_request_id(args.request_id);
+    op->req.set_num_tokens(args.num_tokens);
+    op->req.set_lease_ms(static_cast<int32_t>(args.lease.count()));
+    op->req.mutable_prompt_token_ids()->Assign(args.prompt->begin(), args.prompt->end());
+    op->req.set_cache_salt(args.cache_salt);
+    in_flight_.Add();
+    stub_->async()->Reserve(&op->ctx, &op->req, &op->resp,
+                            [this, op, done = std::move(done)](grpc::Status s) {
+                              if (!s.ok()) {
+                                done(rpc::FromGrpc(s, StrCat("reserve on ", address_)));
+                              } else {
+                                const v1::ReserveResponse& p = op->resp;
+                                Reservation r;
+                                r.lease_id = p.lease_id();
+                                r.block_ids.assign(p.block_ids().begin(), p.block_ids().end());
+                                r.layout = p.fingerprint().SerializeAsString();
+                                r.cached_blocks = p.cached_blocks();
+                                r.epoch = p.epoch();
+                                done(std::move(r));
+                              }
+                              delete op;
+                              in_flight_.Done();
+                            });
+  }
+
+  void Release(uint64_t lease_id) override {
+    struct Op {
+      grpc::ClientContext ctx;
+      v1::ReleaseRequest req;
+      v1::ReleaseResponse resp;
+    };
+    auto* op = new Op;
+    op->ctx.set_deadline(std::chrono::system_clock::now() + kReleaseTimeout);
+    op->req.set_lease_id(lease_id);
+    in_flight_.Add();
+    stub_->async()->Release(&op->ctx, &op->req, &op->resp, [this, op](grpc::Status) {
+      delete op;
+      in_flight_.Done();
+    });
+  }
+
+  std::shared_ptr<WorkerCall> Decode(const DecodeArgs& args, std::function<void(DecodeChunk)> chunk,
+                                     std::function<void(absl::Status)> done) override {
+    auto* stream = new Stream(this, std::move(chunk), std::move(done));
+    v1::DecodeRequest& req = stream->req;
+    req.set_request_id(args.request_id);
+    req.set_lease_id(args.lease_id);
+    req.mutable_prompt_token_ids()->Assign(args.prompt->begin(), args.prompt->end());
+    req.set_first_token_id(args.first_token);
+    rpc::ToProto(*args.params, req.mutable_params());
+    if (args.deadline.has_value()) stream->ctx.set_deadline(*args.deadline);
+    std::shared_ptr<WorkerCall> call = stream->call;
+    in_flight_.Add();
+    stub_->async()->Decode(&stream->ctx, &stream->req, stream);
+    stream->StartRead(&stream->msg);
+    stream->StartCall();
+    return call;
+  }
+
+ private:
+  // One Decode stream; deletes itself when it ends.
+  class Stream : public grpc::ClientReadReactor<v1::DecodeResponse> {
+   public:
+    Stream(GrpcDecodeClient* client, std::function<void(DecodeChunk)> chunk,
+           std::function<void(absl::Status)> done)
+        : call(std::make_shared<GrpcCall>(&ctx)),
+          client_(client),
+          chunk_(std::move(chunk)),
+          done_(std::move(done)) {}
+
+    void OnReadDone(bool ok) override {
+      if (!ok) return;  // the stream ended; OnDone follows
+      DecodeChunk out;
+      out.tokens.assign(msg.token_ids().begin(), msg.token_ids().end());
+      for (int i = 0; i < msg.logprobs_size() && i < msg.token_ids_size(); ++i) {
+        out.logprobs.push_back(FromProto(msg.token_ids(i), msg.logprobs(i)));
+      }
+      out.finish = FromProto(msg.finish_reason());
+      chunk_(std::move(out));
+      StartRead(&msg);
+    }
+    void OnDone(const grpc::Status& s) override {
+      call->Ended();
+      done_(rpc::FromGrpc(s, StrCat("decode on ", client_->address_)));
+      InFlight& in_flight = client_->in_flight_;
+      delete this;
+      in_flight.Done();
+    }
+
+    grpc::ClientContext ctx;
+    v1::DecodeRequest req;
+    v1::DecodeResponse msg;
+    std::shared_ptr<GrpcCall> call;
+
+   private:
+    GrpcDecodeClient* client_;
+    std::function<void(DecodeChunk)> chunk_;
+    std::function<void(absl::Status)> done_;
+  };
+
+  const std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::DecodeWorker::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  InFlight in_flight_;
+};
+
+}  // namespace
+
+WorkerClientFactory GrpcWorkerClients(std::string api_key) {
+  return {[api_key](const std::string& address) -> std::unique_ptr<PrefillClient> {
+            return std::make_unique<GrpcPrefillClient>(address, api_key);
+          },
+          [api_key](const std::string& address) -> std::unique_ptr<DecodeClient> {
+            return std::make_unique<GrpcDecodeClient>(address, api_key);
+          }};
+}
+
+}  // namespace tandem::router

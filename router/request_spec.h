@@ -1,0 +1,25 @@
+// RequestSpec: a validated request in the router's own terms (RequestValidator makes
+// it from a client's request; the router runs it).
+#ifndef TANDEM_ROUTER_REQUEST_SPEC_H_
+#define TANDEM_ROUTER_REQUEST_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/engine/sampling_params.h"
+
+namespace tandem::router {
+
+struct RequestSpec {
+  std::string request_id;
+  std::vector<int32_t> prompt;
+  engine::SamplingParams params;  // seed always set
+  std::vector<std::string> stop;
+  bool stream = true;
+  uint64_t cache_salt = 0;  // 0: the shared prefix-cache namespace
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_REQUEST_SPEC_H_

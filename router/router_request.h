@@ -1,0 +1,147 @@
+// RouterRequest: one request's life in the router, as a state machine. Every
+// transition is a method here; the Router (router.h) only queues, dispatches and
+// keeps the books.
+//
+//   kQueued ──MarkReserving──▶ kReserving ──Start──▶ kPrefilling ──first token──▶ kDecoding
+//      ▲                          │                     │  UNAVAILABLE: the next        │
+//      └───────Requeue────────────┘                     │  prefill worker (retry)       │
+//                                                       ▼                               ▼
+//                           kFailed (error) · kCancelled (Cancel) · kFinished (EOS, length, stop
+//                           string)
+//
+// kPrefilling covers the KV transfer: a prefill worker answers once the decode worker
+// holds every block. Queued, a request ends by FailQueued (cancelled, deadline passed,
+// no worker). Started, it ends exactly once, in one of Finish / Fail, and then calls
+// RequestEnv::ended; every reservation it made is consumed or released on the way.
+//
+// No thread of its own and no blocking call: Start and Cancel return at once, the
+// rest runs in the worker clients' callbacks (serially: one call in flight at a time).
+// Thread-safe.
+#ifndef TANDEM_ROUTER_ROUTER_REQUEST_H_
+#define TANDEM_ROUTER_ROUTER_REQUEST_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "router/request_spec.h"
+#include "router/response.h"
+#include "router/response_assembler.h"
+#include "router/worker_client.h"
+#include "router/worker_pool.h"
+
+namespace tandem::router {
+
+enum class RequestState {
+  kQueued,
+  kReserving,
+  kPrefilling,
+  kDecoding,
+  kFinished,
+  kFailed,
+  kCancelled,
+};
+std::string_view RequestStateName(RequestState s);  // "queued", ...
+
+class RouterRequest;
+
+// What the requests of one router share; outlives them.
+struct RequestEnv {
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  int32_t eos_token_id = -1;
+  WorkerPool* pool = nullptr;
+  int max_prefill_attempts = 2;
+  // A started request has ended (after its sink's last call); the router's books.
+  std::function<void(RouterRequest*)> ended;
+};
+
+class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  RouterRequest(const RequestEnv* env, std::string id, RequestSpec spec,
+                std::optional<Deadline> deadline, std::shared_ptr<ResponseSink> sink);
+
+  const std::string& id() const { return id_; }
+  const RequestSpec& spec() const { return spec_; }
+  RequestState state() const;
+  bool cancelled() const;
+  bool expired() const;
+  // The prompt's full-block hashes at `block_size` (kept while it does not change).
+  std::span<const uint64_t> Hashes(int32_t block_size);
+
+  // --- Transitions ---
+  // kQueued → kFailed, or kCancelled for a CANCELLED status.
+  void FailQueued(const absl::Status& status);
+  // kQueued → kReserving: the dispatcher is reserving decode memory; back with Requeue.
+  void MarkReserving();
+  void Requeue();
+  // kReserving → kPrefilling: `decode` holds `reservation`; prefill on `prefill`. The
+  // caller has counted the request on both (WorkerPool::Begin); it ends both counts.
+  void Start(Worker* decode, Reservation reservation, Worker* prefill);
+  // The client went away: the call in flight is cancelled (a queued request is removed
+  // by the dispatcher). Idempotent.
+  void Cancel();
+  // Cancel, unless already cancelled or its last answer has been sent: false then.
+  bool CancelIfLive();
+
+ private:
+  void StartPrefill(Worker* prefill);
+  void OnPrefilled(Worker* prefill, uint64_t call, absl::StatusOr<PrefillResult> result);
+  void StartDecode();
+  void OnDecodeChunk(DecodeChunk chunk);
+  void OnDecodeDone(uint64_t call, const absl::Status& status);
+  void Finish(engine::FinishReason reason);
+  void Fail(const absl::Status& status);
+  void Release();
+
+  // The call in flight: BeginCall before starting one, SetActive with what it returned,
+  // CallOver first thing in its callback (which may run before SetActive).
+  uint64_t BeginCall();
+  void SetActive(uint64_t call, std::shared_ptr<WorkerCall> active);
+  void CallOver(uint64_t call);
+  void SetState(RequestState s);
+  // The one terminal answer: true for the first caller.
+  bool TakeEnd();
+
+  const RequestEnv* const env_;
+  const std::string id_;
+  const RequestSpec spec_;
+  const std::optional<Deadline> deadline_;
+  const Clock::time_point arrival_ = Clock::now();
+  std::shared_ptr<ResponseSink> sink_;
+  ResponseAssembler assembler_;
+  std::vector<uint64_t> hashes_;  // set by the dispatcher, read-only once started
+  int32_t hashes_block_size_ = 0;
+
+  // Written by the transition that runs (one at a time).
+  Worker* decode_ = nullptr;
+  Reservation reservation_;
+  std::vector<Worker*> tried_;  // prefill workers, in order
+  int32_t first_token_ = 0;
+  engine::FinishReason last_finish_ = engine::FinishReason::kNone;
+  bool stopped_ = false;  // a stop string matched; the stream is being cancelled
+  Clock::time_point reserved_at_{}, prefilled_at_{};
+  Completion done_;
+
+  mutable std::mutex mu_;
+  RequestState state_ = RequestState::kQueued;
+  bool cancelled_ = false;
+  bool ended_ = false;
+  uint64_t call_ = 0;       // the latest call started
+  uint64_t call_over_ = 0;  // the latest call whose callback has run
+  std::shared_ptr<WorkerCall> active_;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_ROUTER_REQUEST_H_

@@ -1,0 +1,141 @@
+// Worker clients: the router's calls to prefill and decode workers, in plain structs.
+//
+// The generated protobuf stays behind this seam (grpc_worker_client.cc is the only
+// router file below the services that includes it); the router, the worker pool and
+// the request state machine speak these structs, and tests substitute fakes.
+//
+// Every call but Poll is asynchronous: it returns at once and its callback runs
+// exactly once, later, on some other thread (a gRPC callback thread for the real
+// clients). Callbacks must not block. A call that returns a WorkerCall can be
+// cancelled through it; its callback then still runs (with CANCELLED, or with what
+// arrived first). Statuses keep gRPC's codes: UNAVAILABLE means the worker could not
+// be reached, DEADLINE_EXCEEDED that it did not answer in time.
+//
+// Thread-safe.
+#ifndef TANDEM_ROUTER_WORKER_CLIENT_H_
+#define TANDEM_ROUTER_WORKER_CLIENT_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/engine/sampling_params.h"
+#include "common/engine/sequence.h"
+#include "router/response.h"
+
+namespace tandem::router {
+
+using Deadline = std::chrono::system_clock::time_point;
+
+// What a worker last reported of its memory.
+struct WorkerLoad {
+  int32_t num_blocks = 0;     // blocks in its KV pool
+  int32_t block_size = 0;     // tokens per block
+  int32_t free_blocks = 0;    // held by nothing
+  int32_t cached_blocks = 0;  // held by the prefix cache, free to evict
+};
+
+// Decode memory reserved for one prompt.
+struct Reservation {
+  uint64_t lease_id = 0;
+  std::vector<int32_t> block_ids;  // in sequence order
+  std::string layout;              // the decode worker's KV layout, opaque to the router
+  int32_t cached_blocks = 0;       // leading blocks the decode worker already holds
+  uint64_t epoch = 0;              // the decode worker's incarnation
+};
+
+struct ReserveArgs {
+  std::string request_id;
+  const std::vector<int32_t>* prompt = nullptr;  // outlives the call
+  int32_t num_tokens = 0;                        // tokens the blocks must hold
+  std::chrono::milliseconds lease{0};
+  uint64_t cache_salt = 0;
+  Deadline deadline;
+};
+
+struct PrefillArgs {
+  std::string request_id;
+  const std::vector<int32_t>* prompt = nullptr;  // outlives the call
+  const engine::SamplingParams* params = nullptr;
+  uint64_t cache_salt = 0;
+  std::string decode_address;  // where the KV goes
+  const Reservation* reservation = nullptr;
+  Deadline deadline;
+};
+
+struct PrefillResult {
+  int32_t first_token = 0;
+  std::optional<TokenLogprobs> logprobs;                      // when requested
+  engine::FinishReason finish = engine::FinishReason::kNone;  // set: the first token ends it
+  double queue_ms = 0, compute_ms = 0, transfer_ms = 0;
+  int32_t cached_tokens = 0;  // prompt tokens that came from the prefix cache
+};
+
+struct DecodeArgs {
+  std::string request_id;
+  uint64_t lease_id = 0;
+  const std::vector<int32_t>* prompt = nullptr;  // outlives the call
+  int32_t first_token = 0;
+  const engine::SamplingParams* params = nullptr;
+  std::optional<Deadline> deadline;
+};
+
+// Tokens a decode worker generated since its last chunk.
+struct DecodeChunk {
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;                        // one per token, when requested
+  engine::FinishReason finish = engine::FinishReason::kNone;  // set in the last chunk
+};
+
+// A call in flight.
+class WorkerCall {
+ public:
+  virtual ~WorkerCall() = default;
+  // Asks the worker to stop; harmless once the call has ended.
+  virtual void Cancel() = 0;
+};
+
+class WorkerClient {
+ public:
+  virtual ~WorkerClient() = default;
+  // Health and memory, answered within `timeout`; blocking (the pool's poll thread).
+  virtual absl::StatusOr<WorkerLoad> Poll(std::chrono::milliseconds timeout) = 0;
+};
+
+class PrefillClient : public WorkerClient {
+ public:
+  // Computes the prompt's KV, pushes it into `reservation` and samples the first token;
+  // answers once the decode worker holds every block.
+  virtual std::shared_ptr<WorkerCall> Prefill(
+      const PrefillArgs& args, std::function<void(absl::StatusOr<PrefillResult>)> done) = 0;
+};
+
+class DecodeClient : public WorkerClient {
+ public:
+  // RESOURCE_EXHAUSTED when the prompt does not fit now.
+  virtual void Reserve(const ReserveArgs& args,
+                       std::function<void(absl::StatusOr<Reservation>)> done) = 0;
+  // Best effort, answer ignored: an unknown lease is fine.
+  virtual void Release(uint64_t lease_id) = 0;
+  // Streams the reservation's tokens: `chunk` for each message, then `done` once
+  // (OK after the chunk that carried a finish reason). Cancelling frees the sequence
+  // on the worker within one step.
+  virtual std::shared_ptr<WorkerCall> Decode(const DecodeArgs& args,
+                                             std::function<void(DecodeChunk)> chunk,
+                                             std::function<void(absl::Status)> done) = 0;
+};
+
+// Makes the clients of a worker at an address (host:port).
+struct WorkerClientFactory {
+  std::function<std::unique_ptr<PrefillClient>(const std::string& address)> prefill;
+  std::function<std::unique_ptr<DecodeClient>(const std::string& address)> decode;
+};
+
+}  // namespace tandem::router
+
+#endif  // TANDEM_ROUTER_WORKER_CLIENT_H_
