@@ -1,0 +1,463 @@
+// The router's request state machine against fake workers (fake_workers.h): every
+// transition — the happy path, retries, deadlines, cancellation in each state, health
+// marking, stop strings — with no process and no network.
+#include "router/router_request.h"
+
+#include <dirent.h>
+
+#include <condition_variable>
+
+#include "common/model/gguf_file.h"
+#include "gtest/gtest.h"
+#include "router/fake_workers.h"
+#include "router/router.h"
+#include "tests/test_paths.h"
+
+namespace tandem::router {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Collects one request's output.
+class Collect : public ResponseSink {
+ public:
+  void OnChunk(OutputChunk chunk) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_FALSE(ended_) << "a chunk after the end";
+    chunks_.push_back(std::move(chunk));
+  }
+  void OnComplete(const Completion& c) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_FALSE(ended_) << "a second end";
+    done_ = c;
+    ended_ = true;
+    cv_.notify_all();
+  }
+  void OnError(const absl::Status& s) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    EXPECT_FALSE(ended_) << "a second end";
+    error_ = s;
+    ended_ = true;
+    cv_.notify_all();
+  }
+  // Waits for the end; false on timeout.
+  bool Wait(std::chrono::milliseconds timeout = 5000ms) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return ended_; });
+  }
+  bool ended() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ended_;
+  }
+  std::vector<int32_t> tokens() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<int32_t> out;
+    for (const auto& c : chunks_) out.insert(out.end(), c.token_ids.begin(), c.token_ids.end());
+    return out;
+  }
+  std::string text() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string out;
+    for (const auto& c : chunks_) out += c.text;
+    return out;
+  }
+  size_t num_chunks() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return chunks_.size();
+  }
+  std::optional<Completion> done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_;
+  }
+  absl::Status error() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<OutputChunk> chunks_;
+  std::optional<Completion> done_;
+  absl::Status error_;
+  bool ended_ = false;
+};
+
+int ThreadCount() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+// Polls `pred` for up to 5 s.
+template <class F>
+bool Eventually(F pred) {
+  for (int i = 0; i < 500; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+class RouterRequestTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    file_ = model::GgufFile::Open(::tandem::testing::DefaultModelPath())->release();
+    tok_ = tokenizer::Tokenizer::FromGguf(*file_)->release();
+  }
+  static void TearDownTestSuite() {
+    delete tok_;
+    delete file_;
+  }
+
+  void TearDown() override {
+    router_.reset();
+    pool_.reset();
+  }
+
+  // `prefill` and `decode` workers, each configured before the router starts.
+  void Make(int prefill, int decode, RouterOptions options = {},
+            std::function<void(FakeWorkers&)> configure = nullptr) {
+    std::vector<std::string> p, d;
+    for (int i = 0; i < prefill; ++i) p.push_back(StrCat("10.0.0.1:", 100 + i));
+    for (int i = 0; i < decode; ++i) d.push_back(StrCat("10.0.0.2:", 100 + i));
+    // Polled once at Start; no later poll undoes what a test marks.
+    pool_ = std::make_unique<WorkerPool>(p, d, fakes_.Factory(),
+                                         WorkerPoolOptions{.poll_interval = 3600s});
+    if (configure) configure(fakes_);
+    pool_->Start(nullptr);
+    config_.eos_token_id = 2;
+    router_ = std::make_unique<Router>(*tok_, config_, pool_.get(), options);
+  }
+  FakePrefillClient* P(int i) { return fakes_.prefill(StrCat("10.0.0.1:", 100 + i)); }
+  FakeDecodeClient* D(int i) { return fakes_.decode(StrCat("10.0.0.2:", 100 + i)); }
+
+  static RequestSpec Spec(int32_t max_tokens = 5, bool stream = true) {
+    RequestSpec s;
+    s.prompt = {1, 5, 9, 14};
+    s.params.max_tokens = max_tokens;
+    s.params.seed = 1;
+    s.stream = stream;
+    return s;
+  }
+
+  std::shared_ptr<RouterRequest> Submit(RequestSpec spec, std::shared_ptr<Collect> sink,
+                                        std::optional<Deadline> deadline = std::nullopt) {
+    auto r = router_->Submit(std::move(spec), deadline, sink);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : nullptr;
+  }
+
+  // Every count back at rest: nothing in flight on any worker, no lease held.
+  void ExpectAtRest() {
+    EXPECT_TRUE(Eventually([&] { return router_->Stats().running_requests == 0; }));
+    for (WorkerRole role : {WorkerRole::kPrefill, WorkerRole::kDecode}) {
+      for (const WorkerSnapshot& w : pool_->Snapshot(role)) {
+        EXPECT_EQ(w.in_flight, 0) << w.address;
+      }
+    }
+    for (int i = 0; D(i) != nullptr; ++i) {
+      EXPECT_TRUE(Eventually([&] { return D(i)->live_streams() == 0; })) << i;
+      EXPECT_EQ(D(i)->outstanding_leases(), 0) << i;
+    }
+  }
+
+  static model::GgufFile* file_;
+  static tokenizer::Tokenizer* tok_;
+  FakeWorkers fakes_;  // outlives the pool, which owns the clients
+  model::ModelConfig config_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<Router> router_;
+};
+model::GgufFile* RouterRequestTest::file_ = nullptr;
+tokenizer::Tokenizer* RouterRequestTest::tok_ = nullptr;
+
+TEST_F(RouterRequestTest, StreamsEveryTokenAndEndsOnLength) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.first_token = 42, .cached_tokens = 16});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(5), sink);
+  ASSERT_TRUE(sink->Wait());
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  const std::vector<int32_t> want = {42, 1000, 1001, 1002, 1003};
+  EXPECT_EQ(sink->tokens(), want);
+  EXPECT_EQ(sink->text(), *tok_->Decode(want));
+  EXPECT_GE(sink->num_chunks(), 5u);  // streamed: one chunk per token at least
+  const Completion c = *sink->done();
+  EXPECT_EQ(c.reason, engine::FinishReason::kLength);
+  EXPECT_EQ(c.completion_tokens, 5);
+  EXPECT_EQ(c.prompt_tokens, 4);
+  EXPECT_EQ(c.cached_tokens, 16);
+  EXPECT_EQ(D(0)->releases(), 0);  // the Decode consumed the lease
+  EXPECT_EQ(D(0)->streams(), 1);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, NonStreamingGetsOneChunk) {
+  Make(1, 1);
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(4, /*stream=*/false), sink);
+  ASSERT_TRUE(sink->Wait());
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_EQ(sink->num_chunks(), 1u);
+  EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{0, 1000, 1001, 1002}));
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, UnavailablePrefillIsRetriedOnAnotherWorker) {
+  RouterOptions o;
+  o.routing = RoutingPolicy::kRoundRobin;  // the first request goes to worker 0
+  Make(2, 1, o, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kUnavailable});
+    f.prefill("10.0.0.1:101")->Set({.first_token = 7});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(3), sink);
+  ASSERT_TRUE(sink->Wait());
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{7, 1000, 1001}));
+  EXPECT_EQ(P(0)->calls(), 1);
+  EXPECT_EQ(P(1)->calls(), 1);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, UnavailableEverywhereFailsAndReleasesTheReservation) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kUnavailable});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(), sink);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
+  EXPECT_EQ(D(0)->releases(), 1);
+  EXPECT_EQ(D(0)->streams(), 0);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, APrefillErrorIsNotRetried) {
+  RouterOptions o;
+  o.routing = RoutingPolicy::kRoundRobin;
+  Make(2, 1, o, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kError});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(), sink);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kInternal) << sink->error();
+  EXPECT_EQ(P(1)->calls(), 0);
+  EXPECT_EQ(D(0)->releases(), 1);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, AStreamBrokenMidwayFailsMarksTheWorkerAndReleases) {
+  Make(1, 1, {}, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->Set({.break_after = 2}); });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(10), sink);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
+  EXPECT_EQ(sink->tokens().size(), 3u);  // the first token and two chunks got through
+  EXPECT_EQ(D(0)->releases(), 1);
+  const auto decode = pool_->Snapshot(WorkerRole::kDecode);
+  ASSERT_EQ(decode.size(), 1u);
+  EXPECT_FALSE(decode[0].healthy);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, AStopStringCancelsTheStream) {
+  const std::vector<int32_t> ids = *tok_->Encode(" one two three four five six seven");
+  ASSERT_GE(ids.size(), 6u);
+  Make(1, 1, {}, [&](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.first_token = ids[0]});
+    f.decode("10.0.0.2:100")->Set({.tokens = {ids.begin() + 1, ids.end()}});
+  });
+  auto sink = std::make_shared<Collect>();
+  RequestSpec spec = Spec(50);
+  spec.stop = {" three"};
+  Submit(spec, sink);
+  ASSERT_TRUE(sink->Wait());
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_EQ(sink->text(), " one two");
+  EXPECT_EQ(sink->done()->reason, engine::FinishReason::kStop);
+  EXPECT_EQ(sink->done()->stop_reason, " three");
+  EXPECT_EQ(D(0)->cancels(), 1);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, AFirstTokenThatEndsItNeedsNoDecode) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.first_token = 2, .finish = engine::FinishReason::kStop});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(), sink);
+  ASSERT_TRUE(sink->Wait());
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_EQ(sink->done()->reason, engine::FinishReason::kStop);
+  EXPECT_EQ(sink->text(), "");  // end-of-sequence shows no text
+  EXPECT_EQ(D(0)->streams(), 0);
+  EXPECT_EQ(D(0)->releases(), 1);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, CancelWhileQueued) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.decode("10.0.0.2:100")->Set({.reserve = FakeDecodeBehaviour::kExhausted});
+  });
+  auto sink = std::make_shared<Collect>();
+  auto r = Submit(Spec(), sink);
+  ASSERT_TRUE(Eventually([&] { return D(0)->reserves() >= 2; }));  // tried, still queued
+  EXPECT_EQ(r->state(), RequestState::kQueued);
+  router_->Cancel(r);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kCancelled) << sink->error();
+  EXPECT_EQ(r->state(), RequestState::kCancelled);
+  EXPECT_EQ(router_->Stats().queued_requests, 0);
+  EXPECT_EQ(P(0)->calls(), 0);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, DeadlineWhileQueued) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.decode("10.0.0.2:100")->Set({.reserve = FakeDecodeBehaviour::kExhausted});
+  });
+  auto sink = std::make_shared<Collect>();
+  auto r = Submit(Spec(), sink, std::chrono::system_clock::now() + 100ms);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kDeadlineExceeded) << sink->error();
+  EXPECT_EQ(r->state(), RequestState::kFailed);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, CancelWhilePrefillingReleasesTheReservation) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kStall});
+  });
+  auto sink = std::make_shared<Collect>();
+  auto r = Submit(Spec(), sink);
+  ASSERT_TRUE(Eventually([&] { return r->state() == RequestState::kPrefilling; }));
+  router_->Cancel(r);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kCancelled) << sink->error();
+  EXPECT_EQ(P(0)->cancels(), 1);
+  EXPECT_EQ(D(0)->releases(), 1);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, DeadlineWhilePrefilling) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kStall});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(), sink, std::chrono::system_clock::now() + 200ms);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kDeadlineExceeded) << sink->error();
+  EXPECT_EQ(D(0)->releases(), 1);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, ALateAnswerAfterCancelStillEndsCancelledWithoutDecoding) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.delay = 300ms, .ignore_cancel = true});
+  });
+  auto sink = std::make_shared<Collect>();
+  auto r = Submit(Spec(), sink);
+  ASSERT_TRUE(Eventually([&] { return r->state() == RequestState::kPrefilling; }));
+  EXPECT_TRUE(router_->Abort(r->id()));
+  EXPECT_FALSE(router_->Abort(r->id()));  // already cancelled
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kCancelled) << sink->error();
+  EXPECT_EQ(sink->tokens().size(), 0u);
+  EXPECT_EQ(D(0)->streams(), 0);
+  EXPECT_EQ(D(0)->releases(), 1);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, CancelWhileDecodingCancelsTheStream) {
+  Make(1, 1, {}, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->Set({.stall = true}); });
+  auto sink = std::make_shared<Collect>();
+  auto r = Submit(Spec(), sink);
+  ASSERT_TRUE(Eventually([&] { return D(0)->live_streams() == 1; }));
+  EXPECT_EQ(r->state(), RequestState::kDecoding);
+  router_->Cancel(r);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kCancelled) << sink->error();
+  EXPECT_EQ(D(0)->cancels(), 1);
+  EXPECT_EQ(r->state(), RequestState::kCancelled);
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, AnUnreachableDecodeWorkerIsMarkedAndTheNextTaken) {
+  Make(1, 2, {}, [](FakeWorkers& f) {
+    f.decode("10.0.0.2:100")->Set({.reserve = FakeDecodeBehaviour::kUnavailable});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(3), sink);
+  ASSERT_TRUE(sink->Wait());
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_EQ(D(1)->streams(), 1);
+  for (const WorkerSnapshot& w : pool_->Snapshot(WorkerRole::kDecode)) {
+    EXPECT_EQ(w.healthy, w.address != "10.0.0.2:100") << w.address;
+  }
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, NoHealthyDecodeWorkerFailsAtOnce) {
+  Make(1, 1, {}, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->SetHealthy(false); });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(), sink);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
+}
+
+TEST_F(RouterRequestTest, ShutdownEndsEveryRequest) {
+  Make(1, 1, {}, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->Set({.stall = true}); });
+  std::vector<std::shared_ptr<Collect>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_shared<Collect>());
+    Submit(Spec(), sinks.back());
+  }
+  ASSERT_TRUE(Eventually([&] { return D(0)->live_streams() == 3; }));
+  router_.reset();  // returns once every request has ended
+  for (auto& s : sinks) {
+    ASSERT_TRUE(s->ended());
+    EXPECT_EQ(s->error().code(), absl::StatusCode::kCancelled) << s->error();
+  }
+}
+
+TEST_F(RouterRequestTest, ThousandsOfConcurrentStreamsAddNoThread) {
+  RouterOptions o;
+  o.queue.max_requests = 4000;
+  o.max_prefill_tokens_in_flight = 1 << 30;
+  Make(1, 1, o, [](FakeWorkers& f) {
+    f.decode("10.0.0.2:100")->Set({.interval = 20ms, .num_blocks = 1 << 20});
+  });
+  const int before = ThreadCount();
+  constexpr int kStreams = 2000;
+  std::vector<std::shared_ptr<Collect>> sinks;
+  for (int i = 0; i < kStreams; ++i) {
+    sinks.push_back(std::make_shared<Collect>());
+    Submit(Spec(20), sinks.back());
+  }
+  int most = 0, most_live = 0;
+  for (int i = 0; i < 300 && !sinks.back()->ended(); ++i) {
+    most = std::max(most, ThreadCount());
+    most_live = std::max(most_live, D(0)->live_streams());
+    std::this_thread::sleep_for(10ms);
+  }
+  for (auto& s : sinks) {
+    ASSERT_TRUE(s->Wait(20000ms));
+    ASSERT_TRUE(s->done().has_value()) << s->error();
+    EXPECT_EQ(s->done()->completion_tokens, 20);
+  }
+  EXPECT_GT(most_live, kStreams / 2);  // they really were concurrent
+  EXPECT_EQ(most, before);             // and took no thread each
+  ExpectAtRest();
+}
+
+}  // namespace
+}  // namespace tandem::router
