@@ -156,15 +156,16 @@ std::shared_ptr<WorkerCall> FakePrefillClient::Prefill(
     if (call->TakeEnd()) (*answer)(std::move(r));
   };
   std::weak_ptr<FakeCall> weak = call;
-  call->OnCancel([scheduler = scheduler_, counts = counts_, weak, answer,
-                  ignore = b.ignore_cancel] {
-    ++counts->cancels;
-    if (ignore) return;
-    scheduler->After(std::chrono::microseconds(0), [weak, answer] {
-      auto c = weak.lock();
-      if (c != nullptr && c->TakeEnd()) (*answer)(absl::CancelledError("fake prefill: cancelled"));
-    });
-  });
+  call->OnCancel(
+      [scheduler = scheduler_, counts = counts_, weak, answer, ignore = b.ignore_cancel] {
+        ++counts->cancels;
+        if (ignore) return;
+        scheduler->After(std::chrono::microseconds(0), [weak, answer] {
+          auto c = weak.lock();
+          if (c != nullptr && c->TakeEnd())
+            (*answer)(absl::CancelledError("fake prefill: cancelled"));
+        });
+      });
   switch (b.kind) {
     case FakePrefillBehaviour::kAnswer: {
       PrefillResult r;
@@ -184,9 +185,8 @@ std::shared_ptr<WorkerCall> FakePrefillClient::Prefill(
       break;
     case FakePrefillBehaviour::kStall:
       scheduler_->At(
-          FakeScheduler::Clock::now() +
-              std::chrono::duration_cast<FakeScheduler::Clock::duration>(
-                  args.deadline - std::chrono::system_clock::now()),
+          FakeScheduler::Clock::now() + std::chrono::duration_cast<FakeScheduler::Clock::duration>(
+                                            args.deadline - std::chrono::system_clock::now()),
           [finish] { finish(absl::DeadlineExceededError("fake prefill: deadline")); });
       break;
   }
@@ -221,7 +221,8 @@ void FakeDecodeClient::Reserve(const ReserveArgs& args,
       case FakeDecodeBehaviour::kReserve: {
         Reservation r;
         r.lease_id = next_lease_++;
-        const int32_t blocks = (args.num_tokens + behaviour_.block_size - 1) / behaviour_.block_size;
+        const int32_t blocks =
+            (args.num_tokens + behaviour_.block_size - 1) / behaviour_.block_size;
         for (int32_t i = 0; i < blocks; ++i) r.block_ids.push_back(i);
         r.epoch = 7;
         leases_.insert(r.lease_id);
@@ -236,10 +237,9 @@ void FakeDecodeClient::Reserve(const ReserveArgs& args,
         break;
     }
   }
-  scheduler_->After(std::chrono::microseconds(0),
-                    [done = std::move(done), answer = std::move(answer)]() mutable {
-                      done(std::move(answer));
-                    });
+  scheduler_->After(
+      std::chrono::microseconds(0),
+      [done = std::move(done), answer = std::move(answer)]() mutable { done(std::move(answer)); });
 }
 
 void FakeDecodeClient::Release(uint64_t lease_id) {
@@ -284,10 +284,10 @@ std::shared_ptr<WorkerCall> FakeDecodeClient::Decode(const DecodeArgs& args,
     // a stall without a deadline ends only by Cancel, so keep it alive until then).
     st->self = st;
     if (args.deadline.has_value()) {
-      scheduler_->At(FakeScheduler::Clock::now() +
-                         std::chrono::duration_cast<FakeScheduler::Clock::duration>(
-                             *args.deadline - std::chrono::system_clock::now()),
-                     [st] { st->End(absl::DeadlineExceededError("fake decode: deadline")); });
+      scheduler_->At(
+          FakeScheduler::Clock::now() + std::chrono::duration_cast<FakeScheduler::Clock::duration>(
+                                            *args.deadline - std::chrono::system_clock::now()),
+          [st] { st->End(absl::DeadlineExceededError("fake decode: deadline")); });
     }
   } else {
     scheduler_->After(b.interval, [st] { Stream::Tick(st); });

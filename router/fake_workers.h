@@ -39,9 +39,7 @@ class FakeScheduler {
     Clock::time_point when;
     uint64_t seq;
     std::function<void()> fn;
-    bool operator>(const Item& o) const {
-      return when != o.when ? when > o.when : seq > o.seq;
-    }
+    bool operator>(const Item& o) const { return when != o.when ? when > o.when : seq > o.seq; }
   };
   void Run();
   std::mutex mu_;
@@ -91,8 +89,8 @@ struct FakeDecodeBehaviour {
   // Tokens after the first, one per chunk: tokens[i % size] (empty: 1000 + i).
   std::vector<int32_t> tokens;
   std::chrono::microseconds interval{100};  // between chunks
-  int break_after = -1;  // chunks, then the stream ends UNAVAILABLE (-1: never)
-  bool stall = false;    // the stream sends nothing until cancelled or past its deadline
+  int break_after = -1;                     // chunks, then the stream ends UNAVAILABLE (-1: never)
+  bool stall = false;  // the stream sends nothing until cancelled or past its deadline
   int32_t num_blocks = 1024, block_size = 16;
 };
 

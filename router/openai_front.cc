@@ -9,6 +9,7 @@
 #include <random>
 
 #include "common/http/peer_socket.h"
+#include "common/model/token_rules.h"
 #include "common/rpc/status_convert.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/util/strings.h"
@@ -564,13 +565,16 @@ void OpenAiFront::Detokenize(const httplib::Request& http_req, httplib::Response
   }
   std::vector<int32_t> ids;
   for (const json& t : body["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-        t.get<int64_t>() >= tokenizer_.vocab_size()) {
-      SetError(res, absl::InvalidArgumentError(
-                        StrCat("tokens: every id must be in [0, ", tokenizer_.vocab_size(), ")")));
+    if (!t.is_number_integer()) {
+      SetError(res, absl::InvalidArgumentError("tokens: an array of token ids is required"));
       return;
     }
-    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+    const int64_t id = t.get<int64_t>();
+    if (absl::Status st = model::CheckTokenId("tokens", id, tokenizer_.vocab_size()); !st.ok()) {
+      SetError(res, st);
+      return;
+    }
+    ids.push_back(static_cast<int32_t>(id));
   }
   auto text = tokenizer_.Decode(ids);
   if (!text.ok()) {

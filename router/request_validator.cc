@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "common/model/token_rules.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "common/util/utf8.h"
@@ -98,13 +99,8 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
     }
     case v1::GenerateRequest::kTokenIds: {
       const auto& ids = req.token_ids().ids();
-      if (ids.empty()) return Bad("token_ids", "the prompt must not be empty");
-      for (int i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
-          return Bad("token_ids", StrCat("id ", ids[i], " at index ", i,
-                                         " is outside the vocabulary of ", config_.vocab_size));
-        }
-      }
+      RETURN_IF_ERROR(model::CheckTokenIds(
+          "token_ids", {ids.data(), static_cast<size_t>(ids.size())}, config_.vocab_size));
       spec.prompt.assign(ids.begin(), ids.end());
       break;
     }
@@ -162,16 +158,11 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
     spec.stop.push_back(stop);
   }
 
-  const int64_t total = static_cast<int64_t>(spec.prompt.size()) + p.max_tokens;
-  if (total > config_.context_length) {
-    return Bad("max_tokens",
-               StrCat("prompt (", spec.prompt.size(), " tokens) + max_tokens (", p.max_tokens,
-                      ") exceeds the context of ", config_.context_length));
-  }
-  if (kv_capacity_tokens > 0 && total > kv_capacity_tokens) {
-    return Bad("max_tokens", StrCat("prompt + max_tokens (", total,
-                                    " tokens) exceeds the KV cache of every decode worker (",
-                                    kv_capacity_tokens, " tokens)"));
+  const int64_t n = static_cast<int64_t>(spec.prompt.size());
+  RETURN_IF_ERROR(model::CheckRoom(n, p.max_tokens, config_.context_length));
+  if (kv_capacity_tokens > 0) {
+    RETURN_IF_ERROR(model::CheckRoom(n, p.max_tokens, kv_capacity_tokens,
+                                     "the KV cache of every decode worker"));
   }
   return spec;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/model/token_rules.h"
 #include "common/util/check.h"
 #include "common/util/random_id.h"
 #include "common/util/status_macros.h"
@@ -79,25 +80,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
 absl::Status Engine::ValidateRequest(std::span<const int32_t> prompt,
                                      const SamplingParams& p) const {
   const auto& c = weights_->config();
-  if (prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
-  for (int32_t t : prompt) {
-    if (t < 0 || t >= c.vocab_size) {
-      return absl::InvalidArgumentError(
-          StrCat("prompt: token id ", t, " is outside the vocabulary of ", c.vocab_size));
-    }
-  }
+  RETURN_IF_ERROR(model::CheckTokenIds("prompt", prompt, c.vocab_size));
   RETURN_IF_ERROR(p.Validate(static_cast<int32_t>(c.vocab_size), c.context_length));
-  const int64_t total = static_cast<int64_t>(prompt.size()) + p.max_tokens;
-  if (total > c.context_length) {
-    return absl::InvalidArgumentError(StrCat("max_tokens: prompt (", prompt.size(),
-                                             " tokens) + max_tokens (", p.max_tokens,
-                                             ") exceeds the context of ", c.context_length));
-  }
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  RETURN_IF_ERROR(model::CheckRoom(n, p.max_tokens, c.context_length));
   const int64_t capacity = int64_t{blocks_->num_blocks()} * blocks_->block_size();
-  if (total > capacity) {
-    return absl::InvalidArgumentError(StrCat("max_tokens: prompt + max_tokens (", total,
-                                             " tokens) exceeds the KV cache (", capacity,
-                                             " tokens)"));
+  if (absl::Status st = model::CheckRoom(n, p.max_tokens, capacity, "the KV cache"); !st.ok()) {
+    return st;
   }
   return absl::OkStatus();
 }
@@ -156,10 +145,7 @@ absl::Status Engine::AdmitPrefilled(kv::SeqId id, std::vector<int32_t> prompt, i
   }
   RETURN_IF_ERROR(ValidateRequest(prompt, p));
   const auto& c = weights_->config();
-  if (first_token < 0 || first_token >= c.vocab_size) {
-    return absl::InvalidArgumentError(
-        StrCat("first_token_id: ", first_token, " is outside the vocabulary of ", c.vocab_size));
-  }
+  RETURN_IF_ERROR(model::CheckTokenId("first_token_id", first_token, c.vocab_size));
   const int32_t have = static_cast<int32_t>(blocks_->BlockTable(id).size());
   if (blocks_->BlocksFor(static_cast<int64_t>(prompt.size())) > have) {
     return absl::InvalidArgumentError(StrCat("prompt_token_ids: ", prompt.size(),

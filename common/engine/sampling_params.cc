@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/model/token_rules.h"
 #include "common/util/strings.h"
 
 namespace tandem::engine {
@@ -39,11 +40,7 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int64_t max_context) c
   if (stop_token_ids.size() > kMaxStopTokenIds) {
     return Bad("stop_token_ids", StrCat("at most ", kMaxStopTokenIds, " ids"));
   }
-  for (int32_t id : stop_token_ids) {
-    if (id < 0 || id >= vocab_size)
-      return Bad("stop_token_ids", StrCat("id ", id, " is outside the vocabulary"));
-  }
-  return absl::OkStatus();
+  return model::CheckTokenIds("stop_token_ids", stop_token_ids, vocab_size, /*allow_empty=*/true);
 }
 
 }  // namespace tandem::engine

@@ -1,6 +1,7 @@
 #include "common/tokenizer/detokenizer.h"
 
 #include "absl/status/status.h"
+#include "common/model/token_rules.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/strings.h"
 #include "common/util/utf8.h"
@@ -8,9 +9,8 @@
 namespace tandem::tokenizer {
 
 absl::StatusOr<std::string> Detokenizer::Push(int32_t id) {
-  if (id < 0 || id >= tokenizer_.vocab_size()) {
-    return absl::InvalidArgumentError(
-        StrCat("token id ", id, " is outside the vocabulary of ", tokenizer_.vocab_size()));
+  if (absl::Status st = model::CheckTokenId("token_ids", id, tokenizer_.vocab_size()); !st.ok()) {
+    return st;
   }
   std::string_view bytes = tokenizer_.TokenBytes(id);
   if (at_start_ && tokenizer_.StripsLeadingSpace() && !bytes.empty() && bytes[0] == ' ') {
