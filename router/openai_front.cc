@@ -12,6 +12,7 @@
 #include "common/model/token_rules.h"
 #include "common/rpc/status_convert.h"
 #include "common/tokenizer/chat_template.h"
+#include "common/util/field_error.h"
 #include "common/util/strings.h"
 #include "common/util/utf8.h"
 
@@ -68,14 +69,11 @@ HttpError ErrorFor(absl::StatusCode code) {
   }
 }
 
-// The parameter a status "<field>: why" names, in OpenAI's terms.
+// The parameter a FieldError names, in OpenAI's terms ("" for other statuses).
 std::string ParamOf(const absl::Status& status) {
-  const std::string m(status.message());
-  const size_t colon = m.find(": ");
-  if (colon == std::string::npos || m.substr(0, colon).find(' ') != std::string::npos) {
-    return {};
-  }
-  std::string field(m.substr(0, colon));
+  std::optional<std::string> named = ErrorField(status);
+  if (!named.has_value()) return {};
+  std::string field = *std::move(named);
   if (field == "text" || field == "token_ids" || field == "input") return "prompt";
   if (field.starts_with("chat.messages")) return field.substr(5);
   if (field == "chat") return "messages";
@@ -418,9 +416,10 @@ void OpenAiFront::Generate(OpenAiEndpoint endpoint, const httplib::Request& http
   }
   auto req = std::make_shared<OpenAiRequest>(*std::move(parsed));
   if (!req->model.empty() && req->model != model_name_) {
-    SetError(res, absl::NotFoundError(StrCat("model: the model '", req->model,
-                                             "' does not exist; this server serves '", model_name_,
-                                             "'")));
+    SetError(res, FieldError("model",
+                             StrCat("the model '", req->model,
+                                    "' does not exist; this server serves '", model_name_, "'"),
+                             absl::StatusCode::kNotFound));
     return;
   }
   // Validate every choice before any runs: one bad prompt fails the whole request.
@@ -527,7 +526,7 @@ void OpenAiFront::Models(httplib::Response& res) {
 void OpenAiFront::Tokenize(const httplib::Request& http_req, httplib::Response& res) {
   json body = json::parse(http_req.body, nullptr, false);
   if (body.is_discarded() || !body.is_object()) {
-    SetError(res, absl::InvalidArgumentError("body: must be a JSON object"));
+    SetError(res, FieldError("body", "must be a JSON object"));
     return;
   }
   v1::TokenizeRequest req;
@@ -543,7 +542,7 @@ void OpenAiFront::Tokenize(const httplib::Request& http_req, httplib::Response& 
   } else if (body.contains("prompt") && body["prompt"].is_string()) {
     req.set_text(body["prompt"].get<std::string>());
   } else {
-    SetError(res, absl::InvalidArgumentError("prompt: a string prompt or messages is required"));
+    SetError(res, FieldError("prompt", "a string prompt or messages is required"));
     return;
   }
   auto ids = validator_->Tokenize(req);
@@ -560,13 +559,13 @@ void OpenAiFront::Detokenize(const httplib::Request& http_req, httplib::Response
   json body = json::parse(http_req.body, nullptr, false);
   if (body.is_discarded() || !body.is_object() || !body.contains("tokens") ||
       !body["tokens"].is_array()) {
-    SetError(res, absl::InvalidArgumentError("tokens: an array of token ids is required"));
+    SetError(res, FieldError("tokens", "an array of token ids is required"));
     return;
   }
   std::vector<int32_t> ids;
   for (const json& t : body["tokens"]) {
     if (!t.is_number_integer()) {
-      SetError(res, absl::InvalidArgumentError("tokens: an array of token ids is required"));
+      SetError(res, FieldError("tokens", "an array of token ids is required"));
       return;
     }
     const int64_t id = t.get<int64_t>();
@@ -578,7 +577,7 @@ void OpenAiFront::Detokenize(const httplib::Request& http_req, httplib::Response
   }
   auto text = tokenizer_.Decode(ids);
   if (!text.ok()) {
-    SetError(res, absl::InvalidArgumentError(StrCat("tokens: ", text.status().message())));
+    SetError(res, FieldError("tokens", std::string(text.status().message())));
     return;
   }
   res.set_content(Dump({{"prompt", *text}}), "application/json");

@@ -4,6 +4,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "common/util/field_error.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 
@@ -13,9 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-absl::Status Bad(std::string_view param, std::string_view why) {
-  return absl::InvalidArgumentError(StrCat(param, ": ", why));
-}
+absl::Status Bad(std::string_view param, std::string_view why) { return FieldError(param, why); }
 
 std::string_view TypeName(const json& v) {
   if (v.is_null()) return "null";

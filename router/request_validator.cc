@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/model/token_rules.h"
+#include "common/util/field_error.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "common/util/utf8.h"
@@ -14,9 +15,7 @@ namespace tandem::router {
 
 namespace {
 
-absl::Status Bad(std::string_view field, std::string_view why) {
-  return absl::InvalidArgumentError(StrCat(field, ": ", why));
-}
+absl::Status Bad(std::string_view field, std::string_view why) { return FieldError(field, why); }
 
 uint64_t RandomSeed() {
   thread_local std::mt19937_64 gen{std::random_device{}()};

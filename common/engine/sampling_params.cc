@@ -3,14 +3,13 @@
 #include <cmath>
 
 #include "common/model/token_rules.h"
+#include "common/util/field_error.h"
 #include "common/util/strings.h"
 
 namespace tandem::engine {
 
 namespace {
-absl::Status Bad(std::string_view field, std::string_view why) {
-  return absl::InvalidArgumentError(StrCat(field, ": ", why));
-}
+absl::Status Bad(std::string_view field, std::string_view why) { return FieldError(field, why); }
 }  // namespace
 
 absl::Status SamplingParams::Validate(int32_t vocab_size, int64_t max_context) const {
