@@ -524,28 +524,12 @@ void OpenAiFront::Models(httplib::Response& res) {
 }
 
 void OpenAiFront::Tokenize(const httplib::Request& http_req, httplib::Response& res) {
-  json body = json::parse(http_req.body, nullptr, false);
-  if (body.is_discarded() || !body.is_object()) {
-    SetError(res, FieldError("body", "must be a JSON object"));
+  auto req = ParseTokenizeRequest(http_req.body);
+  if (!req.ok()) {
+    SetError(res, req.status());
     return;
   }
-  v1::TokenizeRequest req;
-  if (body.contains("messages")) {
-    // Reuse the chat parser: the same message rules as /v1/chat/completions.
-    json chat = {{"messages", body["messages"]}};
-    auto parsed = ParseOpenAiRequest(OpenAiEndpoint::kChatCompletions, chat.dump());
-    if (!parsed.ok()) {
-      SetError(res, parsed.status());
-      return;
-    }
-    *req.mutable_chat() = parsed->choices[0].chat();
-  } else if (body.contains("prompt") && body["prompt"].is_string()) {
-    req.set_text(body["prompt"].get<std::string>());
-  } else {
-    SetError(res, FieldError("prompt", "a string prompt or messages is required"));
-    return;
-  }
-  auto ids = validator_->Tokenize(req);
+  auto ids = validator_->Tokenize(*req);
   if (!ids.ok()) {
     SetError(res, ids.status());
     return;

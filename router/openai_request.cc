@@ -323,4 +323,19 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   return r;
 }
 
+absl::StatusOr<v1::TokenizeRequest> ParseTokenizeRequest(std::string_view body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad("body", "is not valid JSON");
+  if (!j.is_object()) return Bad("body", "must be a JSON object");
+  v1::TokenizeRequest req;
+  if (j.contains("messages")) {
+    ASSIGN_OR_RETURN(*req.mutable_chat(), ReadMessages(j));
+  } else if (auto it = j.find("prompt"); it != j.end() && it->is_string()) {
+    req.set_text(it->get<std::string>());
+  } else {
+    return Bad("prompt", "a string prompt or messages is required");
+  }
+  return req;
+}
+
 }  // namespace tandem::router

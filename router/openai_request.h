@@ -47,6 +47,10 @@ inline constexpr int kMaxTopLogprobs = 20;
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::string_view body);
 
+// vLLM's POST /tokenize body: {"prompt": "<text>"} or {"messages": [...]} (the same
+// message rules as chat completions).
+absl::StatusOr<v1::TokenizeRequest> ParseTokenizeRequest(std::string_view body);
+
 }  // namespace tandem::router
 
 #endif  // TANDEM_ROUTER_OPENAI_REQUEST_H_

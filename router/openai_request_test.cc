@@ -146,5 +146,23 @@ TEST(OpenAiRequest, BadValuesAreRefused) {
   }
 }
 
+TEST(OpenAiRequest, TokenizeBodiesParseOnce) {
+  auto text = ParseTokenizeRequest(R"({"prompt": "hello"})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->text(), "hello");
+  auto chat = ParseTokenizeRequest(
+      R"({"messages": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_EQ(chat->chat().messages_size(), 2);
+  EXPECT_EQ(chat->chat().messages(0).role(), "system");  // the chat rules, the same parser
+  EXPECT_EQ(chat->chat().messages(1).content(), "hi");
+  EXPECT_THAT(std::string(ParseTokenizeRequest("[1]").status().message()), StartsWith("body:"));
+  EXPECT_THAT(std::string(ParseTokenizeRequest(R"({"prompt": 5})").status().message()),
+              StartsWith("prompt:"));
+  EXPECT_THAT(
+      std::string(ParseTokenizeRequest(R"({"messages": [{"role": "tool"}]})").status().message()),
+      StartsWith("messages[0].role:"));
+}
+
 }  // namespace
 }  // namespace tandem::router
