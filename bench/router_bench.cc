@@ -12,6 +12,7 @@
 //
 //   router_bench --router build/bin/tandem-router --model models/...gguf --streams 4000
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -24,7 +25,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "common/rpc/rpc_server.h"
@@ -192,8 +192,7 @@ class FakeDecode : public v1::DecodeWorker::CallbackService {
 // One Generate stream: when each token arrived.
 class ClientStream : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
-  ClientStream(v1::Generation::Stub* stub, const v1::GenerateRequest& req,
-               std::atomic<int>* open)
+  ClientStream(v1::Generation::Stub* stub, const v1::GenerateRequest& req, std::atomic<int>* open)
       : req_(req), open_(open) {
     ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
     stub->async()->Generate(&ctx_, &req_, this);
@@ -301,10 +300,15 @@ int Main(int argc, char** argv) {
   Subprocess router;
   std::vector<std::string> cmd;
   if (!router_cpus.empty()) cmd = {"/usr/bin/taskset", "-c", router_cpus};
-  const std::vector<std::string> router_args = {
-      router_bin, "--model", model, "--prefill", workers, "--decode", workers,
-      "--port-file", port_file, "--ready-file", ready_file, "--max-queued-requests", "1000000",
-      "--max-queued-tokens", "1000000000", "--max-prefill-tokens-in-flight", "1000000000"};
+  const std::vector<std::string> router_args = {router_bin,   "--model",
+                                                model,        "--prefill",
+                                                workers,      "--decode",
+                                                workers,      "--port-file",
+                                                port_file,    "--ready-file",
+                                                ready_file,   "--max-queued-requests",
+                                                "1000000",    "--max-queued-tokens",
+                                                "1000000000", "--max-prefill-tokens-in-flight",
+                                                "1000000000"};
   cmd.insert(cmd.end(), router_args.begin(), router_args.end());
   if (!router.Start(cmd, log)) {
     std::fprintf(stderr, "router_bench: cannot start %s\n", router_bin.c_str());
@@ -312,8 +316,7 @@ int Main(int argc, char** argv) {
   }
   const int port = WaitForPortFile(port_file, &router, 60s);
   if (port == 0 || !WaitForFile(ready_file, &router, 60s)) {
-    std::fprintf(stderr, "router_bench: the router did not become ready (see %s)\n",
-                 log.c_str());
+    std::fprintf(stderr, "router_bench: the router did not become ready (see %s)\n", log.c_str());
     return 1;
   }
   std::this_thread::sleep_for(500ms);
@@ -352,12 +355,12 @@ int Main(int argc, char** argv) {
   for (int i = 0; i < streams; ++i) {
     ++open;
     clients.push_back(std::make_unique<ClientStream>(stubs[i % stubs.size()].get(), req, &open));
-    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(ramp_s * (i + 1) /
-                                                                         streams)));
+    std::this_thread::sleep_until(t0 +
+                                  std::chrono::duration_cast<Clock::duration>(
+                                      std::chrono::duration<double>(ramp_s * (i + 1) / streams)));
   }
-  const auto deadline = Clock::now() + std::chrono::seconds(static_cast<int>(
-                                            60 + tokens * interval_ms / 1000 * 4));
+  const auto deadline =
+      Clock::now() + std::chrono::seconds(static_cast<int>(60 + tokens * interval_ms / 1000 * 4));
   while (open > 0 && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
   const double wall = Seconds(Clock::now() - t0);
   sampling = false;

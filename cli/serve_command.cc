@@ -89,6 +89,10 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
                   "On SIGINT/SIGTERM, how long running requests may take to finish")
       ->capture_default_str();
   cmd->add_option("--max-queued-requests", o->max_queued_requests)->capture_default_str();
+  cmd->add_option("--http-threads", o->http_threads,
+                  "The router's HTTP connections served at once (as many more wait; the rest "
+                  "get 503)")
+      ->capture_default_str();
   cmd->add_flag("--prefix-caching,!--no-prefix-caching", o->prefix_caching,
                 "Reuse cached prompt prefixes on the workers")
       ->capture_default_str();
@@ -205,6 +209,8 @@ int RunServe(const ServeOptions& o) {
                  o.routing_policy,
                  "--http-port",
                  std::to_string(o.http_port),
+                 "--http-threads",
+                 std::to_string(o.http_threads),
                  "--metrics-prefix",
                  o.metrics_prefix,
                  "--ready-file",
@@ -242,7 +248,10 @@ int RunServe(const ServeOptions& o) {
   if (!o.endpoints_file.empty()) {
     nlohmann::json procs = nlohmann::json::array();
     for (const Child* c : all) {
-      procs.push_back({{"name", c->name}, {"grpc_port", c->port}, {"http_port", c->http_port}});
+      procs.push_back({{"name", c->name},
+                       {"grpc_port", c->port},
+                       {"http_port", c->http_port},
+                       {"pid", c->process.pid()}});
     }
     const std::string tmp = o.endpoints_file + ".tmp";
     std::ofstream(tmp) << nlohmann::json{{"grpc", endpoint},

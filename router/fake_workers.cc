@@ -106,7 +106,10 @@ struct FakeDecodeClient::Stream {
   }
 
   static void Tick(const std::shared_ptr<Stream>& st) {
-    if (st->call->cancelled()) return;  // the cancel ends it
+    if (st->call->cancelled()) {  // the cancel's own End may have found the stream gone
+      st->End(absl::CancelledError("fake decode: cancelled"));
+      return;
+    }
     if (st->b.break_after >= 0 && st->chunks >= st->b.break_after) {
       st->End(absl::UnavailableError("fake decode: connection reset"));
       return;
@@ -149,6 +152,12 @@ std::shared_ptr<WorkerCall> FakePrefillClient::Prefill(
     b = behaviour_;
   }
   ++counts_->calls;
+  // A prefill into a reservation that is not (or no longer) held fails, as the decode
+  // worker would refuse the KV.
+  if (lease_live_ && !lease_live_(args.decode_address, args.reservation->lease_id)) {
+    b.kind = FakePrefillBehaviour::kError;
+    b.error = absl::NotFoundError("fake prefill: the reservation is not held");
+  }
   auto call = std::make_shared<FakeCall>();
   auto answer = std::make_shared<decltype(done)>(std::move(done));
   // The pending answer holds the call; the cancel handler only a weak reference.
@@ -180,8 +189,7 @@ std::shared_ptr<WorkerCall> FakePrefillClient::Prefill(
                         [finish] { finish(absl::UnavailableError("fake prefill: unreachable")); });
       break;
     case FakePrefillBehaviour::kError:
-      scheduler_->After(b.delay,
-                        [finish] { finish(absl::InternalError("fake prefill: it broke")); });
+      scheduler_->After(b.delay, [finish, error = b.error] { finish(error); });
       break;
     case FakePrefillBehaviour::kStall:
       scheduler_->At(
@@ -200,6 +208,11 @@ void FakeDecodeClient::Set(FakeDecodeBehaviour b) {
   behaviour_ = std::move(b);
 }
 
+bool FakeDecodeClient::HoldsLease(uint64_t lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return leases_.contains(lease_id);
+}
+
 int FakeDecodeClient::outstanding_leases() {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(leases_.size());
@@ -215,6 +228,7 @@ void FakeDecodeClient::Reserve(const ReserveArgs& args,
                                std::function<void(absl::StatusOr<Reservation>)> done) {
   ++counts_->reserves;
   absl::StatusOr<Reservation> answer;
+  FakeScheduler::Clock::time_point when = FakeScheduler::Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     switch (behaviour_.reserve) {
@@ -235,11 +249,16 @@ void FakeDecodeClient::Reserve(const ReserveArgs& args,
       case FakeDecodeBehaviour::kUnavailable:
         answer = absl::UnavailableError("fake decode: unreachable");
         break;
+      case FakeDecodeBehaviour::kStall:  // no answer: the caller's deadline ends it
+        answer = absl::DeadlineExceededError("fake decode: reserve deadline");
+        when += std::chrono::duration_cast<FakeScheduler::Clock::duration>(
+            args.deadline - std::chrono::system_clock::now());
+        break;
     }
   }
-  scheduler_->After(
-      std::chrono::microseconds(0),
-      [done = std::move(done), answer = std::move(answer)]() mutable { done(std::move(answer)); });
+  scheduler_->At(when, [done = std::move(done), answer = std::move(answer)]() mutable {
+    done(std::move(answer));
+  });
 }
 
 void FakeDecodeClient::Release(uint64_t lease_id) {
@@ -300,6 +319,10 @@ std::shared_ptr<WorkerCall> FakeDecodeClient::Decode(const DecodeArgs& args,
 WorkerClientFactory FakeWorkers::Factory() {
   return {[this](const std::string& address) -> std::unique_ptr<PrefillClient> {
             auto c = std::make_unique<FakePrefillClient>(&scheduler);
+            c->SetLeaseCheck([this](const std::string& decode_address, uint64_t lease) {
+              FakeDecodeClient* d = decode(decode_address);
+              return d != nullptr && d->HoldsLease(lease);
+            });
             std::lock_guard<std::mutex> lock(mu_);
             prefill_[address] = c.get();
             return c;

@@ -57,6 +57,7 @@ struct FakePrefillBehaviour {
   engine::FinishReason finish = engine::FinishReason::kNone;  // the first token ends it
   int32_t cached_tokens = 0;
   bool ignore_cancel = false;  // answers (late) even when cancelled
+  absl::Status error = absl::InternalError("fake prefill: it broke");  // kError's
 };
 
 class FakePrefillClient : public PrefillClient {
@@ -65,6 +66,11 @@ class FakePrefillClient : public PrefillClient {
 
   void Set(FakePrefillBehaviour b);
   void SetHealthy(bool healthy) { healthy_ = healthy; }
+  // Whether a decode worker (by address) still holds a lease: a prefill into one that
+  // does not fails NOT_FOUND. Set by FakeWorkers.
+  void SetLeaseCheck(std::function<bool(const std::string&, uint64_t)> f) {
+    lease_live_ = std::move(f);
+  }
   int calls() const { return counts_->calls; }
   int cancels() const { return counts_->cancels; }
 
@@ -74,6 +80,7 @@ class FakePrefillClient : public PrefillClient {
 
  private:
   FakeScheduler* scheduler_;
+  std::function<bool(const std::string&, uint64_t)> lease_live_;
   std::mutex mu_;
   FakePrefillBehaviour behaviour_;
   std::atomic<bool> healthy_{true};
@@ -85,7 +92,7 @@ class FakePrefillClient : public PrefillClient {
 };
 
 struct FakeDecodeBehaviour {
-  enum Reserve { kReserve, kExhausted, kUnavailable } reserve = kReserve;
+  enum Reserve { kReserve, kExhausted, kUnavailable, kStall } reserve = kReserve;
   // Tokens after the first, one per chunk: tokens[i % size] (empty: 1000 + i).
   std::vector<int32_t> tokens;
   std::chrono::microseconds interval{100};  // between chunks
@@ -107,6 +114,7 @@ class FakeDecodeClient : public DecodeClient {
   int releases() const { return counts_->releases; }
   // Leases reserved and not yet consumed by a Decode or released.
   int outstanding_leases();
+  bool HoldsLease(uint64_t lease_id);
 
   absl::StatusOr<WorkerLoad> Poll(std::chrono::milliseconds timeout) override;
   void Reserve(const ReserveArgs& args,

@@ -58,12 +58,17 @@ absl::StatusOr<std::shared_ptr<RouterRequest>> Router::Submit(
   }
   auto r = std::make_shared<RouterRequest>(&env_, std::move(id), std::move(spec), deadline,
                                            std::move(sink));
+  // Registered before the dispatcher can see it, so that its end finds the entry to erase.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    by_id_[r->id()] = r;
+  }
   if (auto st = queue_.Push(r, static_cast<int64_t>(r->spec().prompt.size())); !st.ok()) {
     RecordRejected(st);
+    std::lock_guard<std::mutex> lock(mu_);
+    Forget(r.get());
     return st;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  by_id_[r->id()] = r;
   return r;
 }
 
@@ -110,7 +115,7 @@ void Router::Dispatch() {
                                                    : absl::DeadlineExceededError(
                                                          "deadline passed while queued"));
                       std::lock_guard<std::mutex> lock(mu_);
-                      by_id_.erase(r->id());
+                      Forget(r.get());
                     });
     std::shared_ptr<RouterRequest> r = queue_.Front(std::chrono::milliseconds(20));
     if (r == nullptr || stop_) continue;
@@ -127,7 +132,7 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
     queue_.PopFront(r);
     r->FailQueued(st);
     std::lock_guard<std::mutex> lock(mu_);
-    by_id_.erase(r->id());
+    Forget(r.get());
     return true;
   };
   if (!pool_->AnyHealthy(WorkerRole::kPrefill)) {
@@ -179,14 +184,18 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
   return false;
 }
 
+void Router::Forget(RouterRequest* r) {
+  auto it = by_id_.find(r->id());
+  if (it == by_id_.end()) return;
+  // Another request may have taken the id since (ids come from clients).
+  auto live = it->second.lock();
+  if (live == nullptr || live.get() == r) by_id_.erase(it);
+}
+
 void Router::Ended(RouterRequest* r) {
   std::lock_guard<std::mutex> lock(mu_);
   --running_;
-  auto it = by_id_.find(r->id());
-  if (it != by_id_.end()) {
-    auto live = it->second.lock();
-    if (live == nullptr || live.get() == r) by_id_.erase(it);
-  }
+  Forget(r);
   ended_.notify_all();
 }
 

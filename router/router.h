@@ -89,6 +89,8 @@ class Router {
   bool TryStart(const std::shared_ptr<RouterRequest>& r);
   // A started request has ended (RequestEnv::ended).
   void Ended(RouterRequest* r);
+  // Erases r's entry in by_id_ (if it is still r's).
+  void Forget(RouterRequest* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const tokenizer::Tokenizer& tokenizer_;
   const model::ModelConfig& config_;

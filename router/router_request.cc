@@ -82,12 +82,18 @@ bool RouterRequest::TakeEnd() {
   return true;
 }
 
+std::shared_ptr<ResponseSink> RouterRequest::EndSink() {
+  // Dropped with its last call: a sink may hold what holds this request (an HTTP call
+  // holds its router requests), and nothing is sent after the end.
+  return std::move(sink_);
+}
+
 // --- Queued ---
 
 void RouterRequest::FailQueued(const absl::Status& status) {
   SetState(status.code() == absl::StatusCode::kCancelled ? RequestState::kCancelled
                                                          : RequestState::kFailed);
-  if (TakeEnd()) sink_->OnError(status);
+  if (TakeEnd()) EndSink()->OnError(status);
 }
 
 void RouterRequest::MarkReserving() { SetState(RequestState::kReserving); }
@@ -106,11 +112,14 @@ void RouterRequest::Cancel() {
 }
 
 bool RouterRequest::CancelIfLive() {
+  std::shared_ptr<WorkerCall> active;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_ || ended_) return false;
+    cancelled_ = true;
+    active = active_;
   }
-  Cancel();
+  if (active != nullptr) active->Cancel();
   return true;
 }
 
@@ -277,7 +286,7 @@ void RouterRequest::Finish(engine::FinishReason reason) {
   done_.timings.e2e_ms = Ms(arrival_, now);
   done_.timings.decode_ms = Ms(prefilled_at_, now);
   SetState(RequestState::kFinished);
-  if (TakeEnd()) sink_->OnComplete(done_);
+  if (TakeEnd()) EndSink()->OnComplete(done_);
   env_->pool->End(decode_, 0);
   env_->ended(this);
 }
@@ -285,7 +294,7 @@ void RouterRequest::Finish(engine::FinishReason reason) {
 void RouterRequest::Fail(const absl::Status& status) {
   SetState(status.code() == absl::StatusCode::kCancelled ? RequestState::kCancelled
                                                          : RequestState::kFailed);
-  if (TakeEnd()) sink_->OnError(status);
+  if (TakeEnd()) EndSink()->OnError(status);
   env_->pool->End(decode_, 0);
   env_->ended(this);
 }

@@ -110,17 +110,18 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   void SetActive(uint64_t call, std::shared_ptr<WorkerCall> active);
   void CallOver(uint64_t call);
   void SetState(RequestState s);
-  // The one terminal answer: true for the first caller.
+  // The one terminal answer: true for the first caller, who then sends it to EndSink().
   bool TakeEnd();
+  std::shared_ptr<ResponseSink> EndSink();
 
   const RequestEnv* const env_;
   const std::string id_;
   const RequestSpec spec_;
   const std::optional<Deadline> deadline_;
   const Clock::time_point arrival_ = Clock::now();
-  std::shared_ptr<ResponseSink> sink_;
-  ResponseAssembler assembler_;
-  std::vector<uint64_t> hashes_;  // set by the dispatcher, read-only once started
+  std::shared_ptr<ResponseSink> sink_;  // null once the last answer is sent
+  ResponseAssembler assembler_;         // sends to sink_ until then
+  std::vector<uint64_t> hashes_;        // set by the dispatcher, read-only once started
   int32_t hashes_block_size_ = 0;
 
   // Written by the transition that runs (one at a time).

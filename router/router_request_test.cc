@@ -311,7 +311,7 @@ TEST_F(RouterRequestTest, CancelWhileQueued) {
   auto sink = std::make_shared<Collect>();
   auto r = Submit(Spec(), sink);
   ASSERT_TRUE(Eventually([&] { return D(0)->reserves() >= 2; }));  // tried, still queued
-  EXPECT_EQ(r->state(), RequestState::kQueued);
+  EXPECT_TRUE(Eventually([&] { return r->state() == RequestState::kQueued; }));
   router_->Cancel(r);
   ASSERT_TRUE(sink->Wait());
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kCancelled) << sink->error();
@@ -403,6 +403,32 @@ TEST_F(RouterRequestTest, AnUnreachableDecodeWorkerIsMarkedAndTheNextTaken) {
   for (const WorkerSnapshot& w : pool_->Snapshot(WorkerRole::kDecode)) {
     EXPECT_EQ(w.healthy, w.address != "10.0.0.2:100") << w.address;
   }
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, AReserveWithoutAnswerTimesOutMarksTheWorkerAndTheNextIsTaken) {
+  Make(1, 2, {}, [](FakeWorkers& f) {
+    f.decode("10.0.0.2:100")->Set({.reserve = FakeDecodeBehaviour::kStall});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(3), sink);
+  ASSERT_TRUE(sink->Wait(10000ms));  // the dispatcher waits out the 2 s Reserve deadline
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_EQ(D(1)->streams(), 1);
+  for (const WorkerSnapshot& w : pool_->Snapshot(WorkerRole::kDecode)) {
+    EXPECT_EQ(w.healthy, w.address != "10.0.0.2:100") << w.address;
+  }
+  ExpectAtRest();
+}
+
+TEST_F(RouterRequestTest, AnEndedRequestLetsGoOfItsSink) {
+  // A sink may hold what holds the request (an HTTP call holds its router requests):
+  // the request must drop its sink when it ends, or the pair is never freed.
+  Make(1, 1);
+  auto sink = std::make_shared<Collect>();
+  auto r = Submit(Spec(3), sink);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_TRUE(Eventually([&] { return sink.use_count() == 1; })) << sink.use_count();
   ExpectAtRest();
 }
 

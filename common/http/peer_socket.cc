@@ -64,4 +64,6 @@ bool PeerSocket::Gone() const {
   return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
+void PeerSocket::StopReading() const { ::shutdown(fd_, SHUT_RD); }
+
 }  // namespace tandem::http

@@ -24,6 +24,9 @@ class PeerSocket {
                                         int local_port);
   // True once the peer has closed or reset the connection.
   bool Gone() const;
+  // Ends the connection's reading side: the server's next read sees end of stream (so
+  // httplib closes a keep-alive connection once the current response is written).
+  void StopReading() const;
 
  private:
   explicit PeerSocket(int fd) : fd_(fd) {}

@@ -35,7 +35,8 @@ void AddServerFlags(CLI::App& app, ServerFlags* f) {
   app.add_option("--served-model-name", f->served_model_name,
                  "The model's name in the API and metrics (default: the file name without .gguf)");
   app.add_option("--http-threads", f->http_threads,
-                 "HTTP connections served at once (each streaming request holds one)")
+                 "HTTP connections served at once (each streaming request holds one); as "
+                 "many more wait, the rest are answered 503 with Retry-After")
       ->capture_default_str();
 }
 

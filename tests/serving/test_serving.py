@@ -536,6 +536,86 @@ def make_certs(d):
             ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
 
 
+def thread_count(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
+class BurstTest(unittest.TestCase):
+    """Far more concurrent streams than the router's HTTP front serves at once: every
+    connection gets a complete answer or a clean 503, none is reset, and the router's
+    threads stay fixed in number."""
+
+    THREADS = 8
+    STREAMS = 300
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster(extra=["--http-threads", str(cls.THREADS)])
+        router = [p for p in json.load(open(cls.cluster.endpoints_file))["processes"]
+                  if p["name"] == "router"][0]
+        cls.router_pid = router["pid"]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def test_a_burst_is_answered_not_reset(self):
+        host, port = urllib.parse.urlparse(self.cluster.http).netloc.rsplit(":", 1)
+        before = thread_count(self.router_pid)
+        results, lock = [], threading.Lock()
+        barrier = threading.Barrier(self.STREAMS)
+        body = json.dumps({"prompt": "Count to ten:", "max_tokens": 6, "stream": True,
+                           "ignore_eos": True})
+
+        def one():
+            barrier.wait()
+            try:
+                c = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+                c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+                r = c.getresponse()
+                data = r.read().decode()
+                out = (r.status, data, r.getheader("Retry-After"))
+                c.close()
+            except Exception as e:  # a reset connection lands here
+                out = (type(e).__name__, str(e), None)
+            with lock:
+                results.append(out)
+
+        threads = [threading.Thread(target=one) for _ in range(self.STREAMS)]
+        most = before
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            most = max(most, thread_count(self.router_pid))
+            time.sleep(0.02)
+        for t in threads:
+            t.join()
+        done = [r for r in results if r[0] == 200]
+        busy = [r for r in results if r[0] == 503]
+        self.assertEqual(len(done) + len(busy), self.STREAMS,
+                         sorted({str(r[0]) + " " + r[1][:80] for r in results
+                                 if r[0] not in (200, 503)}))
+        for status, data, _ in done:
+            self.assertTrue(data.rstrip().endswith("data: [DONE]"), data[-200:])
+            self.assertNotIn('"error"', data)
+        for status, data, retry_after in busy:
+            err = json.loads(data)["error"]
+            self.assertEqual(err["type"], "service_unavailable")
+            self.assertEqual(retry_after, "1")
+        # Served at once plus as many waiting, at least; the burst exceeds both.
+        self.assertGreaterEqual(len(done), 2 * self.THREADS)
+        self.assertGreater(len(busy), 0)
+        self.assertLessEqual(most, before + 4, (before, most))
+        # And it keeps serving.
+        status, raw = post(self.cluster.http + "/v1/completions",
+                           {"prompt": "Hi", "max_tokens": 2})
+        self.assertEqual(status, 200, raw)
+
+
 class SecurityTest(unittest.TestCase):
     """--api-key, TLS and mTLS on the router; key forwarded to the workers."""
 
