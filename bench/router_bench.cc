@@ -52,22 +52,25 @@ v1::WorkerStats FakeStats() {
   return s;
 }
 
+// Finishes a unary call OK.
+grpc::ServerUnaryReactor* Ok(grpc::CallbackServerContext* ctx) {
+  auto* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
 class FakePrefill : public v1::PrefillWorker::CallbackService {
  public:
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* ctx, const v1::PrefillRequest*,
                                     v1::PrefillResponse* resp) override {
     resp->set_first_token_id(1000);
-    auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
+    return Ok(ctx);
   }
   grpc::ServerUnaryReactor* GetWorkerStats(grpc::CallbackServerContext* ctx,
                                            const v1::GetWorkerStatsRequest*,
                                            v1::WorkerStats* resp) override {
     *resp = FakeStats();
-    auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
+    return Ok(ctx);
   }
 };
 
@@ -90,23 +93,17 @@ class FakeDecode : public v1::DecodeWorker::CallbackService {
                                     v1::ReserveResponse* resp) override {
     resp->set_lease_id(++lease_);
     for (int i = 0; i < (req->num_tokens() + 15) / 16; ++i) resp->add_block_ids(i);
-    auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
+    return Ok(ctx);
   }
   grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx, const v1::ReleaseRequest*,
                                     v1::ReleaseResponse*) override {
-    auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
+    return Ok(ctx);
   }
   grpc::ServerUnaryReactor* GetWorkerStats(grpc::CallbackServerContext* ctx,
                                            const v1::GetWorkerStatsRequest*,
                                            v1::WorkerStats* resp) override {
     *resp = FakeStats();
-    auto* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
+    return Ok(ctx);
   }
   grpc::ServerWriteReactor<v1::DecodeResponse>* Decode(grpc::CallbackServerContext*,
                                                        const v1::DecodeRequest* req) override {

@@ -104,17 +104,38 @@ absl::StatusOr<WorkerLoad> PollWorker(grpc::health::v1::Health::Stub* health, St
   return FromProto(stats);
 }
 
-class GrpcPrefillClient : public PrefillClient {
+// What both clients hold: one channel to the worker, its service and health stubs, and
+// the calls in flight (the destructor waits for them).
+template <class Service>
+class Channel {
+ protected:
+  Channel(const std::string& address, const std::string& api_key, const char* service)
+      : address_(address),
+        service_(service),
+        channel_(rpc::MakeChannel(address, api_key)),
+        stub_(Service::NewStub(channel_)),
+        health_(grpc::health::v1::Health::NewStub(channel_)) {}
+  ~Channel() { in_flight_.Wait(); }
+
+  absl::StatusOr<WorkerLoad> PollChannel(std::chrono::milliseconds timeout) {
+    return PollWorker(health_.get(), stub_.get(), service_, timeout);
+  }
+
+  const std::string address_;
+  const char* const service_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<typename Service::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+  InFlight in_flight_;
+};
+
+class GrpcPrefillClient : public PrefillClient, private Channel<v1::PrefillWorker> {
  public:
   GrpcPrefillClient(const std::string& address, const std::string& api_key)
-      : address_(address),
-        channel_(rpc::MakeChannel(address, api_key)),
-        stub_(v1::PrefillWorker::NewStub(channel_)),
-        health_(grpc::health::v1::Health::NewStub(channel_)) {}
-  ~GrpcPrefillClient() override { in_flight_.Wait(); }
+      : Channel(address, api_key, "tandem.v1.PrefillWorker") {}
 
   absl::StatusOr<WorkerLoad> Poll(std::chrono::milliseconds timeout) override {
-    return PollWorker(health_.get(), stub_.get(), "tandem.v1.PrefillWorker", timeout);
+    return PollChannel(timeout);
   }
 
   std::shared_ptr<WorkerCall> Prefill(
@@ -166,26 +187,15 @@ class GrpcPrefillClient : public PrefillClient {
                             });
     return call;
   }
-
- private:
-  const std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::PrefillWorker::Stub> stub_;
-  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
-  InFlight in_flight_;
 };
 
-class GrpcDecodeClient : public DecodeClient {
+class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> {
  public:
   GrpcDecodeClient(const std::string& address, const std::string& api_key)
-      : address_(address),
-        channel_(rpc::MakeChannel(address, api_key)),
-        stub_(v1::DecodeWorker::NewStub(channel_)),
-        health_(grpc::health::v1::Health::NewStub(channel_)) {}
-  ~GrpcDecodeClient() override { in_flight_.Wait(); }
+      : Channel(address, api_key, "tandem.v1.DecodeWorker") {}
 
   absl::StatusOr<WorkerLoad> Poll(std::chrono::milliseconds timeout) override {
-    return PollWorker(health_.get(), stub_.get(), "tandem.v1.DecodeWorker", timeout);
+    return PollChannel(timeout);
   }
 
   void Reserve(const ReserveArgs& args,
@@ -296,12 +306,6 @@ class GrpcDecodeClient : public DecodeClient {
     std::function<void(DecodeChunk)> chunk_;
     std::function<void(absl::Status)> done_;
   };
-
-  const std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::DecodeWorker::Stub> stub_;
-  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
-  InFlight in_flight_;
 };
 
 }  // namespace
