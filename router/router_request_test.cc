@@ -7,11 +7,10 @@
 
 #include <condition_variable>
 
-#include "common/model/gguf_file.h"
 #include "gtest/gtest.h"
 #include "router/fake_workers.h"
 #include "router/router.h"
-#include "tests/test_paths.h"
+#include "tests/default_tokenizer.h"
 
 namespace tandem::router {
 namespace {
@@ -106,14 +105,7 @@ bool Eventually(F pred) {
 
 class RouterRequestTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    file_ = model::GgufFile::Open(::tandem::testing::DefaultModelPath())->release();
-    tok_ = tokenizer::Tokenizer::FromGguf(*file_)->release();
-  }
-  static void TearDownTestSuite() {
-    delete tok_;
-    delete file_;
-  }
+  static void SetUpTestSuite() { tok_ = &::tandem::testing::DefaultTokenizer(); }
 
   void TearDown() override {
     router_.reset();
@@ -167,15 +159,13 @@ class RouterRequestTest : public ::testing::Test {
     }
   }
 
-  static model::GgufFile* file_;
-  static tokenizer::Tokenizer* tok_;
+  static const tokenizer::Tokenizer* tok_;
   FakeWorkers fakes_;  // outlives the pool, which owns the clients
   model::ModelConfig config_;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<Router> router_;
 };
-model::GgufFile* RouterRequestTest::file_ = nullptr;
-tokenizer::Tokenizer* RouterRequestTest::tok_ = nullptr;
+const tokenizer::Tokenizer* RouterRequestTest::tok_ = nullptr;
 
 TEST_F(RouterRequestTest, StreamsEveryTokenAndEndsOnLength) {
   Make(1, 1, {}, [](FakeWorkers& f) {

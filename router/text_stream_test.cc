@@ -1,22 +1,14 @@
 #include "router/text_stream.h"
 
-#include "common/model/gguf_file.h"
 #include "gtest/gtest.h"
-#include "tests/test_paths.h"
+#include "tests/default_tokenizer.h"
 
 namespace tandem::router {
 namespace {
 
 class TextStreamTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    file_ = model::GgufFile::Open(::tandem::testing::DefaultModelPath())->release();
-    tok_ = tokenizer::Tokenizer::FromGguf(*file_)->release();
-  }
-  static void TearDownTestSuite() {
-    delete tok_;
-    delete file_;
-  }
+  static void SetUpTestSuite() { tok_ = &::tandem::testing::DefaultTokenizer(); }
   // Streams `ids` one by one; returns the concatenated output (Finish included).
   static std::string Stream(TextStream& s, const std::vector<int32_t>& ids,
                             std::string* pieces = nullptr) {
@@ -28,11 +20,9 @@ class TextStreamTest : public ::testing::Test {
     }
     return out + s.Finish();
   }
-  static model::GgufFile* file_;
-  static tokenizer::Tokenizer* tok_;
+  static const tokenizer::Tokenizer* tok_;
 };
-model::GgufFile* TextStreamTest::file_ = nullptr;
-tokenizer::Tokenizer* TextStreamTest::tok_ = nullptr;
+const tokenizer::Tokenizer* TextStreamTest::tok_ = nullptr;
 
 TEST_F(TextStreamTest, WithoutStopsItIsTheDecodedText) {
   const std::string text = "Grüße, 世界! emoji 🙂 and code: x += 1";
