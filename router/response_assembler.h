@@ -33,9 +33,6 @@ class ResponseAssembler {
   // then sends OnComplete.
   void Finish(engine::FinishReason reason, Completion* done);
 
-  bool stopped() const { return text_.stopped(); }
-  int32_t tokens() const { return tokens_; }
-
  private:
   const RequestSpec& spec_;
   const int32_t eos_token_id_;

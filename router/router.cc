@@ -15,9 +15,7 @@ constexpr auto kRetryWait = std::chrono::milliseconds(5);
 
 Router::Router(const tokenizer::Tokenizer& tokenizer, const model::ModelConfig& config,
                WorkerPool* pool, RouterOptions options)
-    : tokenizer_(tokenizer),
-      config_(config),
-      pool_(pool),
+    : pool_(pool),
       options_(options),
       env_{&tokenizer, config.eos_token_id, pool, options.max_prefill_attempts,
            [this](RouterRequest* r) { Ended(r); }},

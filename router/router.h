@@ -92,8 +92,6 @@ class Router {
   // Erases r's entry in by_id_ (if it is still r's).
   void Forget(RouterRequest* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const tokenizer::Tokenizer& tokenizer_;
-  const model::ModelConfig& config_;
   WorkerPool* pool_;
   const RouterOptions options_;
   const RequestEnv env_;

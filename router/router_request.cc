@@ -16,26 +16,6 @@ double Ms(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
-std::string_view RequestStateName(RequestState s) {
-  switch (s) {
-    case RequestState::kQueued:
-      return "queued";
-    case RequestState::kReserving:
-      return "reserving";
-    case RequestState::kPrefilling:
-      return "prefilling";
-    case RequestState::kDecoding:
-      return "decoding";
-    case RequestState::kFinished:
-      return "finished";
-    case RequestState::kFailed:
-      return "failed";
-    case RequestState::kCancelled:
-      return "cancelled";
-  }
-  return "";
-}
-
 RouterRequest::RouterRequest(const RequestEnv* env, std::string id, RequestSpec spec,
                              std::optional<Deadline> deadline, std::shared_ptr<ResponseSink> sink)
     : env_(env),

@@ -50,7 +50,6 @@ enum class RequestState {
   kFailed,
   kCancelled,
 };
-std::string_view RequestStateName(RequestState s);  // "queued", ...
 
 class RouterRequest;
 

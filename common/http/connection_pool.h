@@ -34,7 +34,6 @@ class ConnectionPool : public httplib::TaskQueue {
 
   // True on a thread answering a connection past the bound.
   static bool Rejecting();
-  int threads() const { return threads_; }
 
  private:
   void Serve();
