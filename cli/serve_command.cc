@@ -90,8 +90,10 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
       ->capture_default_str();
   cmd->add_option("--max-queued-requests", o->max_queued_requests)->capture_default_str();
   cmd->add_option("--http-threads", o->http_threads,
-                  "The router's HTTP connections served at once (as many more wait; the rest "
-                  "get 503)")
+                  "Threads serving the router's HTTP connections (an open stream holds none)")
+      ->capture_default_str();
+  cmd->add_option("--http-max-connections", o->http_max_connections,
+                  "The router's HTTP connections open at once (past it: 503 with Retry-After)")
       ->capture_default_str();
   cmd->add_flag("--prefix-caching,!--no-prefix-caching", o->prefix_caching,
                 "Reuse cached prompt prefixes on the workers")
@@ -211,6 +213,8 @@ int RunServe(const ServeOptions& o) {
                  std::to_string(o.http_port),
                  "--http-threads",
                  std::to_string(o.http_threads),
+                 "--http-max-connections",
+                 std::to_string(o.http_max_connections),
                  "--metrics-prefix",
                  o.metrics_prefix,
                  "--ready-file",

@@ -1,14 +1,10 @@
 #include "router/openai_front.h"
 
-#include <httplib.h>
-
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "common/http/peer_socket.h"
+#include "absl/base/thread_annotations.h"
 #include "common/model/token_rules.h"
 #include "common/rpc/status_convert.h"
 #include "common/tokenizer/chat_template.h"
@@ -21,7 +17,6 @@ namespace tandem::router {
 namespace {
 
 using nlohmann::json;
-constexpr auto kPollInterval = std::chrono::milliseconds(20);
 
 // JSON text; bytes that are not UTF-8 (a token that is part of a character) become U+FFFD.
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -86,70 +81,20 @@ std::string ErrorBody(const absl::Status& status) {
   return http::JsonErrorBody(e.status, std::string(status.message()), e.type, ParamOf(status));
 }
 
-void SetError(httplib::Response& res, const absl::Status& status) {
+http::Response ErrorResponse(const absl::Status& status) {
   const HttpError e = ErrorFor(status.code());
-  http::SetJsonError(res, e.status, std::string(status.message()), e.type, ParamOf(status));
+  return http::JsonError(e.status, std::string(status.message()), e.type, ParamOf(status));
+}
+
+http::Response JsonResponse(const json& j) {
+  http::Response r;
+  r.body = Dump(j);
+  return r;
 }
 
 std::string_view OpenAiFinishReason(engine::FinishReason r) {
   return r == engine::FinishReason::kLength ? "length" : "stop";
 }
-
-// Where a request's output goes: events for the HTTP thread, from router threads.
-struct Event {
-  enum Kind { kChunk, kDone, kError } kind;
-  int index;
-  OutputChunk chunk;
-  Completion done;
-  absl::Status error;
-};
-
-}  // namespace
-
-// One HTTP request: its router requests (one per choice) and their events.
-class HttpCall {
- public:
-  std::vector<std::shared_ptr<RouterRequest>> requests;
-
-  void Push(Event e) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(std::move(e));
-    }
-    cv_.notify_one();
-  }
-  // Events since the last call; waits up to `timeout` for the first.
-  std::deque<Event> Take(std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
-    std::deque<Event> out;
-    out.swap(events_);
-    return out;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> events_;
-};
-
-namespace {
-
-class ChoiceSink : public ResponseSink {
- public:
-  ChoiceSink(std::shared_ptr<HttpCall> call, int index) : call_(std::move(call)), index_(index) {}
-  void OnChunk(OutputChunk chunk) override {
-    call_->Push({Event::kChunk, index_, std::move(chunk), {}, {}});
-  }
-  void OnComplete(const Completion& c) override { call_->Push({Event::kDone, index_, {}, c, {}}); }
-  void OnError(const absl::Status& status) override {
-    call_->Push({Event::kError, index_, {}, {}, status});
-  }
-
- private:
-  std::shared_ptr<HttpCall> call_;
-  const int index_;
-};
 
 // Builds the response JSON of one HTTP request.
 class ResponseWriter {
@@ -354,6 +299,183 @@ class ResponseWriter {
 
 }  // namespace
 
+// One HTTP request: its router requests (one per choice), the response being built and
+// the exchange it is written to. The choices' sinks call in from router threads; each
+// event is turned into JSON and queued on the exchange at once (the connection writes
+// it on its own thread), so nothing polls and no thread waits for a token.
+class HttpCall : public std::enable_shared_from_this<HttpCall> {
+ public:
+  HttpCall(OpenAiFront* front, Router* router, std::shared_ptr<http::Exchange> exchange,
+           std::unique_ptr<OpenAiRequest> req, const tokenizer::Tokenizer& tokenizer,
+           std::string model)
+      : front_(front),
+        router_(router),
+        exchange_(std::move(exchange)),
+        req_(std::move(req)),
+        writer_(*req_, tokenizer, std::move(model)) {}
+
+  const OpenAiRequest& request() const { return *req_; }
+
+  // Before Start: one per choice, in order.
+  void Add(std::shared_ptr<RouterRequest> r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    requests_.push_back(std::move(r));
+  }
+
+  // Every choice is submitted: the answer begins (streaming: its headers and opening
+  // chunks), and what arrived meanwhile is written.
+  void Start() {
+    std::vector<std::shared_ptr<RouterRequest>> cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      started_ = true;
+      if (req_->stream && !finished_) {
+        exchange_->BeginStream(200, "text/event-stream",
+                               {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+        for (const json& j : writer_.Opening()) Send(j);
+      }
+      for (Event& e : early_) Handle(std::move(e));
+      early_.clear();
+      if (finished_) cancel.swap(requests_);
+    }
+    Cancel(cancel);
+    std::weak_ptr<HttpCall> weak = weak_from_this();
+    exchange_->OnClientGone([weak] {
+      if (auto call = weak.lock()) call->Abandon(absl::CancelledError("client disconnected"));
+    });
+  }
+
+  // Ends the call with `status` (client gone, drain timeout): cancels every choice.
+  void Abandon(const absl::Status& status) {
+    std::vector<std::shared_ptr<RouterRequest>> cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!finished_) Fail(status);
+      cancel.swap(requests_);
+    }
+    Cancel(cancel);
+  }
+
+  // A submission failed: no answer was begun, so it is an HTTP error.
+  void Refuse(const absl::Status& status) {
+    std::vector<std::shared_ptr<RouterRequest>> cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = true;
+      cancel.swap(requests_);
+    }
+    exchange_->Reply(ErrorResponse(status));
+    front_->Forget(this);
+    Cancel(cancel);
+  }
+
+  void OnEvent(int index, OutputChunk chunk, const Completion* done, const absl::Status* error) {
+    std::vector<std::shared_ptr<RouterRequest>> cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Event e{index, std::move(chunk), done != nullptr ? *done : Completion{},
+              error != nullptr ? *error : absl::OkStatus(), done != nullptr};
+      if (!started_) {
+        early_.push_back(std::move(e));
+        return;
+      }
+      Handle(std::move(e));
+      if (finished_) cancel.swap(requests_);
+    }
+    Cancel(cancel);
+  }
+
+ private:
+  struct Event {
+    int index;
+    OutputChunk chunk;
+    Completion done;
+    absl::Status error;
+    bool is_done;
+  };
+
+  void Handle(Event e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    if (!e.error.ok()) return Fail(e.error);
+    if (e.is_done) {
+      json j = writer_.Done(e.index, e.done);
+      if (req_->stream) Send(j);
+      if (writer_.AllDone()) Succeed();
+      return;
+    }
+    json j = writer_.Chunk(e.index, e.chunk);
+    if (req_->stream && !j.is_null()) Send(j);
+  }
+
+  void Send(const json& j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    exchange_->Write(StrCat("data: ", Dump(j), "\n\n"));
+  }
+
+  void Succeed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    finished_ = true;
+    if (req_->stream) {
+      if (req_->include_usage) Send(writer_.UsageChunk());
+      exchange_->Write("data: [DONE]\n\n");
+      exchange_->End();
+    } else {
+      exchange_->Reply(JsonResponse(writer_.Whole()));
+    }
+    front_->Forget(this);
+  }
+
+  // A stream's error is its last event (the status line is long gone).
+  void Fail(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    finished_ = true;
+    if (req_->stream && started_) {
+      exchange_->Write(StrCat("data: ", ErrorBody(status), "\n\n"));
+      exchange_->Write("data: [DONE]\n\n");
+      exchange_->End();
+    } else {
+      exchange_->Reply(ErrorResponse(status));
+    }
+    front_->Forget(this);
+  }
+
+  // Outside mu_: a request's cancel may end it, and its sink calls back in.
+  void Cancel(const std::vector<std::shared_ptr<RouterRequest>>& requests) {
+    for (const auto& r : requests) router_->Cancel(r);
+  }
+
+  OpenAiFront* const front_;
+  Router* const router_;
+  const std::shared_ptr<http::Exchange> exchange_;
+  const std::unique_ptr<OpenAiRequest> req_;
+
+  std::mutex mu_;
+  ResponseWriter writer_ ABSL_GUARDED_BY(mu_);
+  // Until finished (then they are cancelled — a no-op for those already ended — and
+  // dropped, so a request and its call do not hold each other).
+  std::vector<std::shared_ptr<RouterRequest>> requests_ ABSL_GUARDED_BY(mu_);
+  std::vector<Event> early_ ABSL_GUARDED_BY(mu_);  // arrived before Start
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+namespace {
+
+class ChoiceSink : public ResponseSink {
+ public:
+  ChoiceSink(std::shared_ptr<HttpCall> call, int index) : call_(std::move(call)), index_(index) {}
+  void OnChunk(OutputChunk chunk) override {
+    call_->OnEvent(index_, std::move(chunk), nullptr, nullptr);
+  }
+  void OnComplete(const Completion& c) override { call_->OnEvent(index_, {}, &c, nullptr); }
+  void OnError(const absl::Status& status) override {
+    call_->OnEvent(index_, {}, nullptr, &status);
+  }
+
+ private:
+  std::shared_ptr<HttpCall> call_;
+  const int index_;
+};
+
+}  // namespace
+
 OpenAiFront::OpenAiFront(Router* router, WorkerPool* pool, const RequestValidator* validator,
                          const tokenizer::Tokenizer& tokenizer, const model::ModelConfig& config,
                          std::string served_model_name)
@@ -368,20 +490,22 @@ OpenAiFront::OpenAiFront(Router* router, WorkerPool* pool, const RequestValidato
 OpenAiFront::~OpenAiFront() { CancelAll(); }
 
 void OpenAiFront::Mount(http::HttpServer* server) {
-  httplib::Server& s = server->server();
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    Generate(OpenAiEndpoint::kCompletions, req, res);
+  using http::Exchange;
+  server->Handle("POST", "/v1/completions", [this](std::shared_ptr<Exchange> ex) {
+    Generate(OpenAiEndpoint::kCompletions, std::move(ex));
   });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    Generate(OpenAiEndpoint::kChatCompletions, req, res);
+  server->Handle("POST", "/v1/chat/completions", [this](std::shared_ptr<Exchange> ex) {
+    Generate(OpenAiEndpoint::kChatCompletions, std::move(ex));
   });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { Models(res); });
-  s.Post("/tokenize",
-         [this](const httplib::Request& req, httplib::Response& res) { Tokenize(req, res); });
-  s.Post("/detokenize",
-         [this](const httplib::Request& req, httplib::Response& res) { Detokenize(req, res); });
-  s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(Dump({{"version", TANDEM_VERSION}}), "application/json");
+  server->Handle("GET", "/v1/models",
+                 [this](std::shared_ptr<Exchange> ex) { ex->Reply(Models()); });
+  server->Handle("POST", "/tokenize",
+                 [this](std::shared_ptr<Exchange> ex) { ex->Reply(Tokenize(ex->request().body)); });
+  server->Handle("POST", "/detokenize", [this](std::shared_ptr<Exchange> ex) {
+    ex->Reply(Detokenize(ex->request().body));
+  });
+  server->Handle("GET", "/version", [](std::shared_ptr<Exchange> ex) {
+    ex->Reply(JsonResponse({{"version", TANDEM_VERSION}}));
   });
 }
 
@@ -394,33 +518,29 @@ void OpenAiFront::CancelAll() {
   std::vector<std::shared_ptr<HttpCall>> calls;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    calls.assign(open_.begin(), open_.end());
+    for (const auto& [ptr, call] : open_) calls.push_back(call);
   }
-  for (const auto& call : calls) {
-    for (const auto& r : call->requests) router_->Cancel(r);
-  }
+  for (const auto& call : calls) call->Abandon(absl::UnavailableError("server shutting down"));
 }
 
-void OpenAiFront::Forget(const std::shared_ptr<HttpCall>& call) {
+void OpenAiFront::Forget(HttpCall* call) {
   std::lock_guard<std::mutex> lock(mu_);
   open_.erase(call);
 }
 
-void OpenAiFront::Generate(OpenAiEndpoint endpoint, const httplib::Request& http_req,
-                           httplib::Response& res) {
-  auto parsed = ParseOpenAiRequest(endpoint, http_req.body);
+void OpenAiFront::Generate(OpenAiEndpoint endpoint, std::shared_ptr<http::Exchange> ex) {
+  auto parsed = ParseOpenAiRequest(endpoint, ex->request().body);
   if (!parsed.ok()) {
     router_->RecordRejected(parsed.status());
-    SetError(res, parsed.status());
-    return;
+    return ex->Reply(ErrorResponse(parsed.status()));
   }
-  auto req = std::make_shared<OpenAiRequest>(*std::move(parsed));
+  auto req = std::make_unique<OpenAiRequest>(*std::move(parsed));
   if (!req->model.empty() && req->model != model_name_) {
-    SetError(res, FieldError("model",
-                             StrCat("the model '", req->model,
-                                    "' does not exist; this server serves '", model_name_, "'"),
-                             absl::StatusCode::kNotFound));
-    return;
+    return ex->Reply(
+        ErrorResponse(FieldError("model",
+                                 StrCat("the model '", req->model,
+                                        "' does not exist; this server serves '", model_name_, "'"),
+                                 absl::StatusCode::kNotFound)));
   }
   // Validate every choice before any runs: one bad prompt fails the whole request.
   const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
@@ -430,141 +550,64 @@ void OpenAiFront::Generate(OpenAiEndpoint endpoint, const httplib::Request& http
                                      /*fill_context=*/chat && !req->max_tokens_set);
     if (!spec.ok()) {
       router_->RecordRejected(spec.status());
-      SetError(res, spec.status());
-      return;
+      return ex->Reply(ErrorResponse(spec.status()));
     }
     specs.push_back(*std::move(spec));
   }
-  auto call = std::make_shared<HttpCall>();
+  auto call = std::make_shared<HttpCall>(this, router_, std::move(ex), std::move(req), tokenizer_,
+                                         model_name_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.emplace(call.get(), call);
+  }
   for (size_t i = 0; i < specs.size(); ++i) {
     auto r = router_->Submit(std::move(specs[i]), std::nullopt,
                              std::make_shared<ChoiceSink>(call, static_cast<int>(i)));
     if (!r.ok()) {
-      for (const auto& started : call->requests) router_->Cancel(started);
-      SetError(res, r.status());
+      call->Refuse(r.status());
       return;
     }
-    call->requests.push_back(*std::move(r));
+    call->Add(*std::move(r));
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_.insert(call);
-  }
-  auto peer =
-      http::PeerSocket::Find(http_req.remote_addr, http_req.remote_port, http_req.local_port);
-  auto writer = std::make_shared<ResponseWriter>(*req, tokenizer_, model_name_);
-  auto cancel_all = [this, call] {
-    for (const auto& r : call->requests) router_->Cancel(r);
-  };
-
-  if (!req->stream) {
-    absl::Status error;
-    while (!writer->AllDone() && error.ok()) {
-      for (Event& e : call->Take(kPollInterval)) {
-        if (e.kind == Event::kChunk) writer->Chunk(e.index, e.chunk);
-        if (e.kind == Event::kDone) writer->Done(e.index, e.done);
-        if (e.kind == Event::kError && error.ok()) error = e.error;
-      }
-      if (peer.has_value() && peer->Gone()) error = absl::CancelledError("client disconnected");
-    }
-    if (!error.ok()) cancel_all();
-    Forget(call);
-    if (!error.ok()) {
-      SetError(res, error);
-    } else {
-      res.set_content(Dump(writer->Whole()), "application/json");
-    }
-    return;
-  }
-
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider("text/event-stream", [this, req, call, writer, peer, cancel_all](
-                                                            size_t, httplib::DataSink& sink) {
-    auto send_text = [&](const std::string& data) {
-      const std::string s = StrCat("data: ", data, "\n\n");
-      return sink.write(s.data(), s.size());
-    };
-    auto send = [&](const json& j) { return send_text(Dump(j)); };
-    bool ok = true;
-    for (const json& j : writer->Opening()) ok = ok && send(j);
-    absl::Status error;
-    while (ok && error.ok() && !writer->AllDone()) {
-      for (Event& e : call->Take(kPollInterval)) {
-        if (!ok) break;
-        if (e.kind == Event::kChunk) {
-          json j = writer->Chunk(e.index, e.chunk);
-          if (!j.is_null()) ok = send(j);
-        } else if (e.kind == Event::kDone) {
-          ok = send(writer->Done(e.index, e.done));
-        } else if (error.ok()) {
-          error = e.error;
-        }
-      }
-      if (peer.has_value() && peer->Gone()) ok = false;
-    }
-    if (!ok || !error.ok()) cancel_all();
-    if (ok && !error.ok()) ok = send_text(ErrorBody(error));
-    if (ok && error.ok() && req->include_usage) ok = send(writer->UsageChunk());
-    if (ok) {
-      static constexpr std::string_view kDone = "data: [DONE]\n\n";
-      sink.write(kDone.data(), kDone.size());
-    }
-    Forget(call);
-    sink.done();
-    return true;
-  });
+  call->Start();
 }
 
-void OpenAiFront::Models(httplib::Response& res) {
+http::Response OpenAiFront::Models() const {
   json model = {{"id", model_name_},   {"object", "model"},
                 {"created", created_}, {"owned_by", "tandem"},
                 {"root", model_name_}, {"max_model_len", config_.context_length}};
-  res.set_content(Dump({{"object", "list"}, {"data", json::array({model})}}), "application/json");
+  return JsonResponse({{"object", "list"}, {"data", json::array({model})}});
 }
 
-void OpenAiFront::Tokenize(const httplib::Request& http_req, httplib::Response& res) {
-  auto req = ParseTokenizeRequest(http_req.body);
-  if (!req.ok()) {
-    SetError(res, req.status());
-    return;
-  }
+http::Response OpenAiFront::Tokenize(std::string_view body) const {
+  auto req = ParseTokenizeRequest(body);
+  if (!req.ok()) return ErrorResponse(req.status());
   auto ids = validator_->Tokenize(*req);
-  if (!ids.ok()) {
-    SetError(res, ids.status());
-    return;
-  }
-  res.set_content(
-      Dump({{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", config_.context_length}}),
-      "application/json");
+  if (!ids.ok()) return ErrorResponse(ids.status());
+  return JsonResponse(
+      {{"tokens", *ids}, {"count", ids->size()}, {"max_model_len", config_.context_length}});
 }
 
-void OpenAiFront::Detokenize(const httplib::Request& http_req, httplib::Response& res) {
-  json body = json::parse(http_req.body, nullptr, false);
+http::Response OpenAiFront::Detokenize(std::string_view body_text) const {
+  json body = json::parse(body_text, nullptr, false);
   if (body.is_discarded() || !body.is_object() || !body.contains("tokens") ||
       !body["tokens"].is_array()) {
-    SetError(res, FieldError("tokens", "an array of token ids is required"));
-    return;
+    return ErrorResponse(FieldError("tokens", "an array of token ids is required"));
   }
   std::vector<int32_t> ids;
   for (const json& t : body["tokens"]) {
     if (!t.is_number_integer()) {
-      SetError(res, FieldError("tokens", "an array of token ids is required"));
-      return;
+      return ErrorResponse(FieldError("tokens", "an array of token ids is required"));
     }
     const int64_t id = t.get<int64_t>();
     if (absl::Status st = model::CheckTokenId("tokens", id, tokenizer_.vocab_size()); !st.ok()) {
-      SetError(res, st);
-      return;
+      return ErrorResponse(st);
     }
     ids.push_back(static_cast<int32_t>(id));
   }
   auto text = tokenizer_.Decode(ids);
-  if (!text.ok()) {
-    SetError(res, FieldError("tokens", std::string(text.status().message())));
-    return;
-  }
-  res.set_content(Dump({{"prompt", *text}}), "application/json");
+  if (!text.ok()) return ErrorResponse(FieldError("tokens", std::string(text.status().message())));
+  return JsonResponse({{"prompt", *text}});
 }
 
 }  // namespace tandem::router

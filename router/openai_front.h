@@ -12,27 +12,26 @@
 // errors come back as {"error": {"message", "type", "param", "code"}} with the HTTP
 // status of its gRPC code: INVALID_ARGUMENT/FAILED_PRECONDITION 400, UNAUTHENTICATED
 // 401, NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503, DEADLINE_EXCEEDED 504,
-// the rest 500 (httplib itself answers 413 for a body over the limit). A client that
-// disconnects — streaming or not — cancels its requests within a few milliseconds.
+// the rest 500 (the server itself answers 413 for a body over the limit). A client that
+// disconnects — streaming or not — cancels its requests at once (the connection's
+// pending read sees the hang-up).
 //
-// Thread-safe; each HTTP request runs on one of the server's connection threads.
+// Thread-safe. No thread waits on a request: a handler validates and submits on one of
+// the server's threads and returns; the router's callbacks turn each event into JSON
+// and queue it on the request's exchange.
 #ifndef TANDEM_ROUTER_OPENAI_FRONT_H_
 #define TANDEM_ROUTER_OPENAI_FRONT_H_
 
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "common/http/http_server.h"
 #include "router/openai_request.h"
 #include "router/request_validator.h"
 #include "router/router.h"
-
-namespace httplib {
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace tandem::router {
 
@@ -54,11 +53,14 @@ class OpenAiFront {
   void CancelAll();
 
  private:
-  void Generate(OpenAiEndpoint endpoint, const httplib::Request& req, httplib::Response& res);
-  void Models(httplib::Response& res);
-  void Tokenize(const httplib::Request& req, httplib::Response& res);
-  void Detokenize(const httplib::Request& req, httplib::Response& res);
-  void Forget(const std::shared_ptr<HttpCall>& call);
+  friend class HttpCall;
+
+  void Generate(OpenAiEndpoint endpoint, std::shared_ptr<http::Exchange> exchange);
+  http::Response Models() const;
+  http::Response Tokenize(std::string_view body) const;
+  http::Response Detokenize(std::string_view body) const;
+  // The call has answered (or given up): it is no longer open.
+  void Forget(HttpCall* call);
 
   Router* router_;
   WorkerPool* pool_;
@@ -69,7 +71,7 @@ class OpenAiFront {
   const int64_t created_;  // unix seconds, for /v1/models
 
   std::mutex mu_;
-  absl::flat_hash_set<std::shared_ptr<HttpCall>> open_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<HttpCall*, std::shared_ptr<HttpCall>> open_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace tandem::router

@@ -10,7 +10,8 @@ PACKAGES=(
   libabsl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto
-  libcpp-httplib-dev libssl-dev prometheus-cpp-dev   # HTTP front (TLS), /metrics
+  libboost-dev libssl-dev prometheus-cpp-dev   # HTTP server (Beast/Asio, TLS), /metrics
+  libcpp-httplib-dev   # HTTP client of the CLI
   prometheus openssl curl   # tests: promtool + a Prometheus server; test certificates; quickstart
   clang libclang-rt-14-dev   # libFuzzer target for the GGUF reader
   clang-format

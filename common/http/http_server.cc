@@ -1,196 +1,775 @@
 #include "common/http/http_server.h"
 
-#include <dirent.h>
-#include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
+#include <array>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "common/http/connection_pool.h"
-#include "common/http/peer_socket.h"
+#include "absl/base/thread_annotations.h"
 #include "common/metrics/metrics.h"
 #include "common/util/bearer_token.h"
 #include "common/util/strings.h"
 
 namespace tandem::http {
 
-std::string JsonErrorBody(int http_status, std::string_view message, std::string_view type,
-                          std::string_view param) {
-  nlohmann::json err = {{"message", message},
-                        {"type", type},
-                        {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
-                        {"code", http_status}};
-  return nlohmann::json{{"error", err}}.dump(-1, ' ', false,
-                                             nlohmann::json::error_handler_t::replace);
-}
-
-void SetJsonError(httplib::Response& res, int http_status, std::string_view message,
-                  std::string_view type, std::string_view param) {
-  res.status = http_status;
-  res.set_content(JsonErrorBody(http_status, message, type, param), "application/json");
-}
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using Executor = net::any_io_executor;
 
 namespace {
 
-// httplib (a shared library here) listens with a backlog of 5: a burst of connects
-// overflows it and the kernel resets connections the client believes open. Listening
-// again on the bound socket raises the backlog (Linux keeps the socket, takes the new
-// length). The socket is found among our descriptors by its port.
-void RaiseListenBacklog(int port) {
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    const int fd = std::atoi(e->d_name);
-    int listening = 0;
-    socklen_t len = sizeof(listening);
-    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
-    sockaddr_storage addr{};
-    socklen_t alen = sizeof(addr);
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
-    int p = 0;
-    if (addr.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-    if (addr.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-    if (p == port) listen(fd, 4096);
-  }
-  closedir(dir);
+constexpr auto kIdleTimeout = std::chrono::seconds(30);  // keep-alive, and a slow request
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
+constexpr auto kLingerTimeout = std::chrono::seconds(2);  // draining before a close
+constexpr size_t kReadChunk = 16 << 10;
+constexpr size_t kMaxBufferedWhileAnswering = 1 << 20;  // pipelined bytes kept for later
+constexpr size_t kMaxUnsentBytes = 64 << 20;            // a stream whose client stopped reading
+constexpr size_t kMaxHeaderBytes = 64 << 10;
+constexpr int kMaxBuffersPerWrite = 64;
+
+std::string StatusLine(int status) {
+  const auto r = bhttp::obsolete_reason(bhttp::int_to_status(status));
+  std::string_view reason(r.data(), r.size());
+  if (reason == "<unknown-status>") reason = "Unknown";
+  return StrCat("HTTP/1.1 ", status, " ", reason, "\r\n");
 }
 
-// TLS files must exist and be PEM (httplib would only say "not valid").
-absl::Status CheckTlsFiles(const TlsFiles& tls) {
-  for (const auto& [flag, path] :
-       {std::pair<std::string_view, const std::string*>{"--tls-cert", &tls.cert},
-        {"--tls-key", &tls.key},
-        {"--tls-client-ca", &tls.client_ca}}) {
-    if (path->empty()) continue;
-    if (auto pem = ReadPemFile(flag, *path); !pem.ok()) return pem.status();
-  }
-  return absl::OkStatus();
+std::string HexSize(size_t n) {
+  char buf[20];
+  std::snprintf(buf, sizeof(buf), "%zx", n);
+  return buf;
+}
+
+// Closes the connection after this answer (the handler asked for it).
+bool AsksToClose(const Headers& headers) {
+  Request probe;
+  probe.headers = headers;
+  return probe.Header("Connection") == "close";
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpServerOptions& options,
-                                                               metrics::Metrics* metrics) {
-  if (auto st = options.tls.CheckServer(); !st.ok()) return st;
-  std::unique_ptr<httplib::Server> server;
-  if (options.tls.enabled()) {
-    if (auto st = CheckTlsFiles(options.tls); !st.ok()) return st;
-    auto ssl = std::make_unique<httplib::SSLServer>(
-        options.tls.cert.c_str(), options.tls.key.c_str(),
-        options.tls.client_ca.empty() ? nullptr : options.tls.client_ca.c_str());
-    if (!ssl->is_valid()) {
-      return absl::InvalidArgumentError(
-          StrCat("--tls-cert/--tls-key: cannot load ", options.tls.cert, " and ", options.tls.key));
-    }
-    server = std::move(ssl);
-  } else {
-    server = std::make_unique<httplib::Server>();
-  }
-  return std::unique_ptr<HttpServer>(new HttpServer(options, std::move(server), metrics));
-}
+// What an exchange reaches its connection through, on the connection's own executor.
+class SessionBase : public std::enable_shared_from_this<SessionBase> {
+ public:
+  virtual ~SessionBase() = default;
+  virtual Executor executor() = 0;
+  virtual void Answer(uint64_t gen, Response response) = 0;
+  virtual void Begin(uint64_t gen, int status, std::string content_type, Headers headers) = 0;
+  virtual void Send(uint64_t gen, std::string data) = 0;
+  virtual void End(uint64_t gen) = 0;
+  virtual void SetGone(uint64_t gen, std::function<void()> callback) = 0;
+  // Server stop: the client counts as gone, the connection closes now.
+  virtual void Kill() = 0;
+};
 
-HttpServer::HttpServer(const HttpServerOptions& options, std::unique_ptr<httplib::Server> server,
-                       metrics::Metrics* metrics)
-    : options_(options), server_(std::move(server)), metrics_(metrics) {
-  const int threads = options_.threads;
-  // As many connections may wait for a thread as are served; the rest are answered 503.
-  server_->new_task_queue = [threads] { return new ConnectionPool(threads, threads); };
-  server_->set_payload_max_length(options_.max_body_bytes);
-  server_->set_keep_alive_timeout(30);
-  // Streamed tokens are small writes: send each at once rather than waiting for the
-  // previous one's acknowledgement (Nagle).
-  server_->set_tcp_nodelay(true);
-  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (ConnectionPool::Rejecting()) {
-      res.status = 503;
-      res.set_header("Retry-After", "1");
-      res.set_header("Connection", "close");
-      const std::string body = JsonErrorBody(
-          503,
-          StrCat("server busy: ", options_.threads,
-                 " connections are being served and as many are waiting (--http-threads); "
-                 "retry later"),
-          "service_unavailable");
-      // httplib keeps even a Connection: close response's connection open for the next
-      // request; ending its reading side once the body is out closes it, so a rejecting
-      // thread is never held by a client that does not hang up.
-      auto peer = PeerSocket::Find(req.remote_addr, req.remote_port, req.local_port);
-      res.set_content_provider(body.size(), "application/json",
-                               [body, peer](size_t offset, size_t length, httplib::DataSink& sink) {
-                                 sink.write(body.data() + offset, length);
-                                 if (offset + length >= body.size() && peer.has_value())
-                                   peer->StopReading();
-                                 return true;
-                               });
-      return httplib::Server::HandlerResponse::Handled;
+namespace {
+
+// Posting from other threads stops (the gate closes) once the server's threads are
+// joined, so nothing is ever posted to an io_context that is being destroyed, and a
+// session is released outside the server's threads only while the server exists.
+struct Gate {
+  std::mutex mu;
+  bool open ABSL_GUARDED_BY(mu) = true;
+};
+
+class ExchangeImpl : public Exchange {
+ public:
+  ExchangeImpl(std::weak_ptr<SessionBase> session, uint64_t gen, std::shared_ptr<Gate> gate,
+               Request request)
+      : session_(std::move(session)),
+        gen_(gen),
+        gate_(std::move(gate)),
+        request_(std::move(request)) {}
+
+  const Request& request() const override { return request_; }
+  void Reply(Response response) override {
+    Post([gen = gen_, r = std::move(response)](SessionBase& s) mutable {
+      s.Answer(gen, std::move(r));
+    });
+  }
+  void BeginStream(int status, std::string content_type, Headers headers) override {
+    Post([gen = gen_, status, c = std::move(content_type), h = std::move(headers)](
+             SessionBase& s) mutable { s.Begin(gen, status, std::move(c), std::move(h)); });
+  }
+  void Write(std::string data) override {
+    if (data.empty()) return;
+    Post([gen = gen_, d = std::move(data)](SessionBase& s) mutable { s.Send(gen, std::move(d)); });
+  }
+  void End() override {
+    Post([gen = gen_](SessionBase& s) { s.End(gen); });
+  }
+  void OnClientGone(std::function<void()> callback) override {
+    Post([gen = gen_, cb = std::move(callback)](SessionBase& s) mutable {
+      s.SetGone(gen, std::move(cb));
+    });
+  }
+
+ private:
+  template <typename F>
+  void Post(F&& fn) {
+    std::lock_guard<std::mutex> lock(gate_->mu);
+    if (!gate_->open) return;
+    std::shared_ptr<SessionBase> s = session_.lock();
+    if (s == nullptr) return;
+    net::post(s->executor(), [s, fn = std::forward<F>(fn)]() mutable { fn(*s); });
+  }
+
+  const std::weak_ptr<SessionBase> session_;
+  const uint64_t gen_;  // which request of the connection this answers
+  const std::shared_ptr<Gate> gate_;
+  const Request request_;
+};
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(const HttpServerOptions& options, metrics::Metrics* metrics)
+      : options_(options), metrics_(metrics), io_(options.threads) {}
+
+  // Declared before io_: sessions destroyed with io_'s queued handlers may still refer
+  // to the registry and counters.
+  const HttpServerOptions options_;
+  metrics::Metrics* const metrics_;
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> open_{0}, rejecting_{0}, rejected_total_{0};
+  std::map<std::string, std::vector<std::pair<std::string, Handler>>, std::less<>> routes_;
+  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
+  std::mutex sessions_mu_;
+  std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions_
+      ABSL_GUARDED_BY(sessions_mu_);
+
+  net::io_context io_;
+  std::optional<ssl::context> ssl_;
+  net::strand<net::io_context::executor_type> accept_strand_{io_.get_executor()};
+  tcp::acceptor acceptor_{accept_strand_};
+  net::steady_timer accept_pause_{accept_strand_};
+  int port_ = 0;
+  std::vector<std::thread> threads_;
+
+  bool Authorized(const Request& req) const {
+    if (options_.api_key.empty()) return true;
+    if (req.path == "/health" || req.path == "/metrics" || req.path == "/ping") return true;
+    return BearerTokenMatches(req.Header("Authorization"), options_.api_key);
+  }
+
+  // The answer a request gets before (or instead of) its handler; nullopt: run `*handler`.
+  std::optional<Response> Route(const Request& req, const Handler** handler) const {
+    if (!Authorized(req)) {
+      Response r = JsonError(401, "missing or invalid API key (Authorization: Bearer <key>)",
+                             "authentication_error");
+      r.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return r;
     }
-    if (Authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-    res.set_header("WWW-Authenticate", "Bearer");
-    SetJsonError(res, 401, "missing or invalid API key (Authorization: Bearer <key>)",
-                 "authentication_error");
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  server_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (ready_) {
-      res.set_content("{\"status\":\"ok\"}", "application/json");
+    auto it = routes_.find(req.path);
+    if (it == routes_.end()) {
+      return JsonError(404, StrCat("no route for ", req.method, " ", req.path), "not_found_error");
+    }
+    std::string allow;
+    for (const auto& [method, h] : it->second) {
+      if (method == req.method) {
+        *handler = &h;
+        return std::nullopt;
+      }
+      allow += allow.empty() ? method : StrCat(", ", method);
+    }
+    Response r =
+        JsonError(405, StrCat(req.method, " is not allowed on ", req.path, " (", allow, ")"),
+                  "invalid_request_error");
+    r.headers.emplace_back("Allow", allow);
+    return r;
+  }
+
+  void Register(const std::shared_ptr<SessionBase>& s) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    sessions_.emplace(s.get(), s);
+  }
+  void Unregister(SessionBase* s) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    sessions_.erase(s);
+  }
+  size_t SessionCount() {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    return sessions_.size();
+  }
+
+  void Accept();
+};
+
+namespace {
+
+// One connection: reads requests, runs their handlers, writes their answers. Every
+// member is touched only on the connection's strand (its socket's executor).
+template <class Stream>
+class Session : public SessionBase {
+ public:
+  static constexpr bool kTls = !std::is_same_v<Stream, tcp::socket>;
+
+  Session(HttpServer::Impl* server, Stream stream, bool reject)
+      : server_(server),
+        stream_(std::move(stream)),
+        timer_(stream_.get_executor()),
+        reject_(reject) {}
+
+  Executor executor() override { return stream_.get_executor(); }
+
+  void Start() {
+    if constexpr (kTls) {
+      phase_ = Phase::kHandshake;
+      ArmTimer(kHandshakeTimeout);
+      stream_.async_handshake(ssl::stream_base::server,
+                              [self = Self()](boost::system::error_code ec) {
+                                if (ec) return self->CloseNow();
+                                self->StartRequest();
+                              });
     } else {
-      SetJsonError(res, 503, "not ready", "service_unavailable");
+      StartRequest();
     }
-  });
-  server_->Get("/ping", [this](const httplib::Request&, httplib::Response& res) {
-    res.status = ready_ ? 200 : 503;
-  });
-  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    if (metrics_ == nullptr) {
-      SetJsonError(res, 404, "this process exports no metrics", "not_found_error");
+  }
+
+  void Answer(uint64_t gen, Response r) override {
+    if (gen != gen_ || phase_ != Phase::kHandling || closed_) return;
+    if (AsksToClose(r.headers)) keep_alive_ = false;
+    std::string head = StatusLine(r.status);
+    if (!r.body.empty() || !r.content_type.empty()) {
+      head += StrCat("Content-Type: ", r.content_type, "\r\n");
+    }
+    head += StrCat("Content-Length: ", r.body.size(), "\r\n");
+    AppendHeaders(r.headers, &head);
+    Queue(std::move(head));
+    if (!r.body.empty()) Queue(std::move(r.body));
+    Answered();
+  }
+
+  void Begin(uint64_t gen, int status, std::string content_type, Headers headers) override {
+    if (gen != gen_ || phase_ != Phase::kHandling || closed_) return;
+    phase_ = Phase::kStreaming;
+    if (AsksToClose(headers)) keep_alive_ = false;
+    chunked_ = !http10_;  // an HTTP/1.0 client reads to the close instead
+    if (http10_) keep_alive_ = false;
+    std::string head = StatusLine(status);
+    head += StrCat("Content-Type: ", content_type, "\r\n");
+    if (chunked_) head += "Transfer-Encoding: chunked\r\n";
+    AppendHeaders(headers, &head);
+    Queue(std::move(head));
+  }
+
+  void Send(uint64_t gen, std::string data) override {
+    if (gen != gen_ || phase_ != Phase::kStreaming || closed_) return;
+    if (chunked_) {
+      Queue(StrCat(HexSize(data.size()), "\r\n"));
+      data += "\r\n";
+    }
+    Queue(std::move(data));
+    if (unsent_ > kMaxUnsentBytes) {
+      ClientGone();  // it stopped reading: as good as gone
+      CloseNow();
+    }
+  }
+
+  void End(uint64_t gen) override {
+    if (gen != gen_ || phase_ != Phase::kStreaming || closed_) return;
+    if (chunked_) Queue("0\r\n\r\n");
+    Answered();
+  }
+
+  void SetGone(uint64_t gen, std::function<void()> callback) override {
+    if (gen != gen_ || answered_) return;
+    if (closed_) {
+      callback();
       return;
     }
-    res.set_content(metrics_->Scrape(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  server_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty() || res.content_provider_) return;  // a handler wrote its error
-    if (res.status == 404) {
-      SetJsonError(res, 404, StrCat("no route for ", req.method, " ", req.path), "not_found_error");
-    } else if (res.status == 413) {
-      SetJsonError(res, 413, "request body too large", "invalid_request_error");
-    } else if (res.status >= 400) {
-      SetJsonError(res, res.status, StrCat("HTTP ", res.status), "invalid_request_error");
+    gone_ = std::move(callback);
+  }
+
+  void Kill() override {
+    ClientGone();
+    CloseNow();
+  }
+
+ private:
+  enum class Phase { kHandshake, kReading, kHandling, kStreaming, kClosing };
+
+  std::shared_ptr<Session> Self() { return std::static_pointer_cast<Session>(shared_from_this()); }
+  auto& Socket() {
+    if constexpr (kTls) {
+      return stream_.next_layer();
+    } else {
+      return stream_;
     }
-  });
+  }
+
+  void AppendHeaders(const Headers& headers, std::string* head) const {
+    for (const auto& [k, v] : headers) {
+      if (k == "Connection") continue;
+      *head += StrCat(k, ": ", v, "\r\n");
+    }
+    *head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  }
+
+  // Waiting for a request (on a kept-alive connection, bytes may already be buffered).
+  void StartRequest() {
+    phase_ = Phase::kReading;
+    answered_ = false;
+    continue_sent_ = false;
+    chunked_ = false;
+    parser_.emplace();
+    parser_->eager(true);
+    parser_->body_limit(server_->options_.max_body_bytes);
+    parser_->header_limit(kMaxHeaderBytes);
+    ArmTimer(kIdleTimeout);
+    Parse();
+  }
+
+  void ReadMore() {
+    if (reading_ || closed_) return;
+    reading_ = true;
+    // Into a buffer of its own: in_ may be consumed (and moved) while the read is pending.
+    stream_.async_read_some(net::buffer(read_buf_),
+                            [self = Self()](boost::system::error_code ec, size_t n) {
+                              self->reading_ = false;
+                              self->OnRead(ec, n);
+                            });
+  }
+
+  void OnRead(boost::system::error_code ec, size_t n) {
+    if (closed_) return;
+    if (ec) {
+      if (phase_ == Phase::kClosing && kTls && !tls_shutdown_ &&
+          ec == net::error::operation_aborted) {
+        return TlsShutdown();
+      }
+      ClientGone();
+      return CloseNow();
+    }
+    in_.commit(net::buffer_copy(in_.prepare(n), net::buffer(read_buf_, n)));
+    switch (phase_) {
+      case Phase::kReading:
+        return Parse();
+      case Phase::kHandling:
+      case Phase::kStreaming:
+        // Watching for a hang-up; what arrives meanwhile is the next request.
+        if (in_.size() < kMaxBufferedWhileAnswering) ReadMore();
+        return;
+      case Phase::kClosing:
+        in_.consume(in_.size());
+        if (kTls && !tls_shutdown_) return TlsShutdown();
+        return ReadMore();
+      case Phase::kHandshake:
+        return;
+    }
+  }
+
+  void Parse() {
+    boost::beast::error_code ec;
+    while (in_.size() > 0 && !parser_->is_done()) {
+      const size_t used = parser_->put(in_.data(), ec);
+      in_.consume(used);
+      if (ec == bhttp::error::need_more) {
+        ec = {};
+        break;
+      }
+      if (ec || used == 0) break;
+    }
+    if (ec == bhttp::error::body_limit) {
+      return Refuse(JsonError(413, "request body too large", "invalid_request_error"));
+    }
+    if (ec == bhttp::error::header_limit) {
+      return Refuse(JsonError(431, "request header fields too large", "invalid_request_error"));
+    }
+    if (ec) {
+      return Refuse(JsonError(400, StrCat("malformed HTTP request: ", ec.message()),
+                              "invalid_request_error"));
+    }
+    if (!parser_->is_done()) {
+      if (parser_->is_header_done() && !continue_sent_) {
+        const auto& h = parser_->get();
+        auto it = h.find(bhttp::field::expect);
+        if (it != h.end() && boost::beast::iequals(it->value(), "100-continue")) {
+          continue_sent_ = true;
+          Queue("HTTP/1.1 100 Continue\r\n\r\n");
+        }
+      }
+      return ReadMore();
+    }
+    Dispatch();
+  }
+
+  // Answers a request that cannot be read on, then closes.
+  void Refuse(Response r) {
+    phase_ = Phase::kHandling;
+    keep_alive_ = false;
+    Answer(gen_, std::move(r));
+  }
+
+  void Dispatch() {
+    ++timer_gen_;
+    timer_.cancel();
+    ++gen_;
+    phase_ = Phase::kHandling;
+    hold_ = Self();
+    bhttp::request<bhttp::string_body> msg = parser_->release();
+    parser_.reset();
+    keep_alive_ = msg.keep_alive();
+    http10_ = msg.version() < 11;
+    Request req;
+    req.method = std::string(msg.method_string());
+    std::string_view target(msg.target().data(), msg.target().size());
+    req.path = std::string(target.substr(0, target.find('?')));
+    for (const auto& f : msg) {
+      req.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+    }
+    req.body = std::move(msg.body());
+
+    const Handler* handler = nullptr;
+    std::optional<Response> early;
+    if (reject_ || server_->stopping_) {
+      server_->rejected_total_ += reject_ ? 1 : 0;
+      keep_alive_ = false;
+      early =
+          JsonError(503,
+                    reject_ ? StrCat("server busy: ", server_->options_.max_connections,
+                                     " connections are open (--http-max-connections); retry later")
+                            : std::string("server shutting down"),
+                    "service_unavailable");
+      early->headers.emplace_back("Retry-After", "1");
+    } else {
+      early = server_->Route(req, &handler);
+    }
+    if (early.has_value()) return Answer(gen_, *std::move(early));
+    auto exchange =
+        std::make_shared<ExchangeImpl>(weak_from_this(), gen_, server_->gate_, std::move(req));
+    try {
+      (*handler)(exchange);
+    } catch (const std::exception& e) {
+      exchange->Reply(JsonError(500, StrCat("internal error: ", e.what()), "internal_error"));
+    }
+    ReadMore();  // notices a hang-up while the answer is pending
+  }
+
+  // The answer is whole (queued); the connection goes on once it is written.
+  void Answered() {
+    answered_ = true;
+    gone_ = nullptr;
+    hold_.reset();
+    if (writing_) {
+      after_write_ = true;
+    } else {
+      AfterAnswer();
+    }
+  }
+
+  void AfterAnswer() {
+    if (keep_alive_ && !server_->stopping_) return StartRequest();
+    GracefulClose();
+  }
+
+  // Half-closes, then drains what the client still sends until it closes too (closing
+  // with unread bytes would make the kernel reset the connection under the answer).
+  void GracefulClose() {
+    phase_ = Phase::kClosing;
+    ArmTimer(kLingerTimeout);
+    boost::system::error_code ec;
+    if constexpr (kTls) {
+      // close_notify needs a read of its own: the watching read is called off first.
+      if (reading_) {
+        Socket().cancel(ec);
+      } else {
+        TlsShutdown();
+      }
+    } else {
+      Socket().shutdown(tcp::socket::shutdown_send, ec);
+      in_.consume(in_.size());
+      ReadMore();
+    }
+  }
+
+  void TlsShutdown() {
+    if constexpr (kTls) {
+      tls_shutdown_ = true;
+      stream_.async_shutdown([self = Self()](boost::system::error_code) { self->CloseNow(); });
+    }
+  }
+
+  void ClientGone() {
+    if (answered_ || gone_ == nullptr) return;
+    auto callback = std::move(gone_);
+    gone_ = nullptr;
+    callback();
+  }
+
+  void CloseNow() {
+    if (closed_) return;
+    closed_ = true;
+    ++timer_gen_;
+    timer_.cancel();
+    boost::system::error_code ec;
+    Socket().close(ec);
+    out_.clear();
+    unsent_ = 0;
+    hold_.reset();
+    (reject_ ? server_->rejecting_ : server_->open_) -= 1;
+    server_->Unregister(this);
+  }
+
+  void ArmTimer(std::chrono::steady_clock::duration d) {
+    const uint64_t tg = ++timer_gen_;
+    timer_.expires_after(d);
+    timer_.async_wait([self = Self(), tg](boost::system::error_code ec) {
+      if (ec || tg != self->timer_gen_) return;
+      self->CloseNow();
+    });
+  }
+
+  void Queue(std::string bytes) {
+    if (closed_ || bytes.empty()) return;
+    unsent_ += bytes.size();
+    out_.push_back(std::move(bytes));
+    Flush();
+  }
+
+  void Flush() {
+    if (writing_ || out_.empty() || closed_) return;
+    writing_ = true;
+    buffers_.clear();
+    for (size_t i = 0; i < out_.size() && i < kMaxBuffersPerWrite; ++i) {
+      buffers_.emplace_back(out_[i].data(), out_[i].size());
+    }
+    net::async_write(stream_, buffers_, [self = Self()](boost::system::error_code ec, size_t) {
+      self->OnWritten(ec);
+    });
+  }
+
+  void OnWritten(boost::system::error_code ec) {
+    writing_ = false;
+    if (closed_) return;
+    if (ec) {
+      ClientGone();
+      return CloseNow();
+    }
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      unsent_ -= out_.front().size();
+      out_.pop_front();
+    }
+    buffers_.clear();
+    if (!out_.empty()) return Flush();
+    if (after_write_) {
+      after_write_ = false;
+      AfterAnswer();
+    }
+  }
+
+  HttpServer::Impl* const server_;
+  Stream stream_;
+  net::steady_timer timer_;
+  const bool reject_;  // past max_connections: every request is answered 503
+
+  Phase phase_ = Phase::kReading;
+  uint64_t gen_ = 0;              // requests dispatched on this connection
+  uint64_t timer_gen_ = 0;        // the armed timer's; a stale expiry is ignored
+  boost::beast::flat_buffer in_;  // received, not yet parsed
+  std::array<char, kReadChunk> read_buf_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bool reading_ = false, writing_ = false, closed_ = false, tls_shutdown_ = false;
+  bool keep_alive_ = true, http10_ = false, chunked_ = false, continue_sent_ = false;
+  bool answered_ = false, after_write_ = false;
+  std::function<void()> gone_;
+  std::shared_ptr<SessionBase> hold_;  // alive while an answer is pending
+  std::deque<std::string> out_;
+  std::vector<net::const_buffer> buffers_;  // the write in flight: out_'s first ones
+  size_t unsent_ = 0;
+};
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor_.async_accept(
+      net::make_strand(io_), [this](boost::system::error_code ec, tcp::socket socket) {
+        if (!acceptor_.is_open() || stopping_) return;
+        if (ec) {
+          // Out of descriptors (or similar): wait a moment rather than spin.
+          accept_pause_.expires_after(std::chrono::milliseconds(50));
+          accept_pause_.async_wait([this](boost::system::error_code e) {
+            if (!e) Accept();
+          });
+          return;
+        }
+        boost::system::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);  // tokens are small writes
+        const bool reject = open_ >= options_.max_connections;
+        (reject ? rejecting_ : open_) += 1;
+        std::shared_ptr<SessionBase> s;
+        if (ssl_.has_value()) {
+          auto t = std::make_shared<Session<ssl::stream<tcp::socket>>>(
+              this, ssl::stream<tcp::socket>(std::move(socket), *ssl_), reject);
+          Register(t);
+          net::dispatch(t->executor(), [t] { t->Start(); });
+        } else {
+          auto t = std::make_shared<Session<tcp::socket>>(this, std::move(socket), reject);
+          Register(t);
+          net::dispatch(t->executor(), [t] { t->Start(); });
+        }
+        if (rejecting_ >= options_.max_connections) {
+          // Even the 503s are past their bound: the backlog holds the rest for a moment.
+          accept_pause_.expires_after(std::chrono::milliseconds(20));
+          accept_pause_.async_wait([this](boost::system::error_code e) {
+            if (!e) Accept();
+          });
+          return;
+        }
+        Accept();
+      });
 }
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
-bool HttpServer::Authorized(const httplib::Request& req) const {
-  if (options_.api_key.empty()) return true;
-  if (req.path == "/health" || req.path == "/metrics" || req.path == "/ping") return true;
-  return BearerTokenMatches(req.get_header_value("Authorization"), options_.api_key);
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpServerOptions& options,
+                                                               metrics::Metrics* metrics) {
+  if (auto st = options.tls.CheckServer(); !st.ok()) return st;
+  if (options.threads < 1) return absl::InvalidArgumentError("--http-threads: at least 1");
+  if (options.max_connections < 1) {
+    return absl::InvalidArgumentError("--http-max-connections: at least 1");
+  }
+  auto impl = std::make_unique<Impl>(options, metrics);
+  if (options.tls.enabled()) {
+    std::string pem[3];
+    const std::pair<std::string_view, const std::string*> files[3] = {
+        {"--tls-cert", &options.tls.cert},
+        {"--tls-key", &options.tls.key},
+        {"--tls-client-ca", &options.tls.client_ca}};
+    for (int i = 0; i < 3; ++i) {
+      if (files[i].second->empty()) continue;
+      auto read = ReadPemFile(files[i].first, *files[i].second);
+      if (!read.ok()) return read.status();
+      pem[i] = *std::move(read);
+    }
+    ssl::context ctx(ssl::context::tls_server);
+    ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                    ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+    boost::system::error_code ec;
+    ctx.use_certificate_chain(net::buffer(pem[0]), ec);
+    if (!ec) ctx.use_private_key(net::buffer(pem[1]), ssl::context::pem, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(StrCat("--tls-cert/--tls-key: cannot load ",
+                                               options.tls.cert, " and ", options.tls.key, ": ",
+                                               ec.message()));
+    }
+    if (!pem[2].empty()) {
+      ctx.add_certificate_authority(net::buffer(pem[2]), ec);
+      if (ec) {
+        return absl::InvalidArgumentError(
+            StrCat("--tls-client-ca: cannot load ", options.tls.client_ca, ": ", ec.message()));
+      }
+      ctx.set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+    }
+    impl->ssl_.emplace(std::move(ctx));
+  }
+  auto server = std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+  Impl* s = server->impl_.get();
+  server->Handle("GET", "/health", [s](std::shared_ptr<Exchange> ex) {
+    Response ok;
+    ok.body = "{\"status\":\"ok\"}";
+    ex->Reply(s->ready_ ? ok : JsonError(503, "not ready", "service_unavailable"));
+  });
+  server->Handle("GET", "/ping", [s](std::shared_ptr<Exchange> ex) {
+    Response r;
+    r.status = s->ready_ ? 200 : 503;
+    r.content_type.clear();
+    ex->Reply(std::move(r));
+  });
+  server->Handle("GET", "/metrics", [s](std::shared_ptr<Exchange> ex) {
+    if (s->metrics_ == nullptr) {
+      return ex->Reply(JsonError(404, "this process exports no metrics", "not_found_error"));
+    }
+    Response r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = s->metrics_->Scrape();
+    ex->Reply(std::move(r));
+  });
+  return server;
+}
+
+void HttpServer::Handle(std::string_view method, std::string_view path, Handler handler) {
+  auto& methods = impl_->routes_[std::string(path)];
+  methods.emplace_back(std::string(method), std::move(handler));
 }
 
 absl::Status HttpServer::Listen() {
-  if (options_.port == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-    if (port_ < 0) port_ = 0;
-  } else if (server_->bind_to_port(options_.host, options_.port)) {
-    port_ = options_.port;
+  Impl& s = *impl_;
+  boost::system::error_code ec;
+  const auto address = net::ip::make_address(s.options_.host, ec);
+  const auto fail = [&](std::string_view what) {
+    return absl::UnavailableError(StrCat("--http-port: cannot listen on ", s.options_.host, ":",
+                                         s.options_.port, " (", what, ")"));
+  };
+  if (ec) return fail(ec.message());
+  const tcp::endpoint endpoint(address, static_cast<uint16_t>(s.options_.port));
+  s.acceptor_.open(endpoint.protocol(), ec);
+  if (!ec) s.acceptor_.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor_.bind(endpoint, ec);
+  if (!ec) s.acceptor_.listen(4096, ec);  // a burst of connects waits here, not reset
+  if (ec) return fail(ec.message());
+  s.port_ = s.acceptor_.local_endpoint().port();
+  net::dispatch(s.accept_strand_, [&s] { s.Accept(); });
+  for (int i = 0; i < s.options_.threads; ++i) {
+    s.threads_.emplace_back([&s] { s.io_.run(); });
   }
-  if (port_ <= 0) {
-    return absl::UnavailableError(
-        StrCat("--http-port: cannot listen on ", options_.host, ":", options_.port));
-  }
-  RaiseListenBacklog(port_);
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
   return absl::OkStatus();
 }
 
+int HttpServer::port() const { return impl_->port_; }
+bool HttpServer::tls() const { return impl_->ssl_.has_value(); }
+void HttpServer::SetReady(bool ready) { impl_->ready_ = ready; }
+
+HttpServerStats HttpServer::Stats() const {
+  return {.open_connections = impl_->open_, .rejected_total = impl_->rejected_total_};
+}
+
 void HttpServer::Stop() {
-  ready_ = false;
-  if (thread_.joinable()) {
-    server_->stop();
-    thread_.join();
+  Impl& s = *impl_;
+  if (s.stopping_.exchange(true)) return;
+  s.ready_ = false;
+  net::post(s.accept_strand_, [&s] {
+    boost::system::error_code ec;
+    s.acceptor_.close(ec);
+    s.accept_pause_.cancel();
+  });
+  std::vector<std::shared_ptr<SessionBase>> live;
+  {
+    std::lock_guard<std::mutex> lock(s.sessions_mu_);
+    for (auto& [ptr, weak] : s.sessions_) {
+      if (auto p = weak.lock()) live.push_back(std::move(p));
+    }
   }
+  for (auto& p : live) net::post(p->executor(), [p] { p->Kill(); });
+  live.clear();
+  if (!s.threads_.empty()) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (s.SessionCount() > 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  s.io_.stop();
+  for (auto& t : s.threads_) t.join();
+  s.threads_.clear();
+  std::lock_guard<std::mutex> lock(s.gate_->mu);
+  s.gate_->open = false;
 }
 
 }  // namespace tandem::http

@@ -1,31 +1,38 @@
-// HttpServer: the HTTP side of every tandem process (cpp-httplib).
+// HttpServer: the HTTP side of every tandem process, asynchronous (Boost.Asio, requests
+// parsed by Boost.Beast): a fixed number of threads serves every connection, and an
+// open stream holds no thread — only its connection's buffers.
 //
-// Every process serves `GET /health` (200 once ready, 503 before and while draining)
-// and `GET /metrics` (Prometheus text format); the router adds the OpenAI-compatible
-// API on the same port (router/openai_front.h). With an API key set, every path except
-// /health, /metrics and /ping needs `Authorization: Bearer <key>` (401 otherwise, in
-// OpenAI's error shape). With a certificate and key it serves HTTPS; with a client CA
-// as well it requires and verifies client certificates (mTLS).
+// Every process serves `GET /health` (200 once ready, 503 before and while draining),
+// `GET /ping` and `GET /metrics` (Prometheus text format); the router adds the
+// OpenAI-compatible API on the same port (router/openai_front.h). With an API key set,
+// every path except /health, /metrics and /ping needs `Authorization: Bearer <key>`
+// (401 otherwise, in OpenAI's error shape) — the one place HTTP checks it. With a
+// certificate and key it serves HTTPS; with a client CA as well it requires and
+// verifies client certificates (mTLS).
 //
-// Usage: Create → register routes on server() → Listen (binds, serves on a thread) →
-// … → Stop. Thread-safe after Listen.
+// HTTP/1.1 with keep-alive (idle connections close after 30 s), `Expect: 100-continue`,
+// bodies up to max_body_bytes (413 past it), errors as OpenAI-shaped JSON (400 for a
+// malformed request, 404 for no route, 405 for a known path with another method).
+// Connections past max_connections are still accepted and read, then answered 503 with
+// `Retry-After: 1` and closed — never reset; past twice that many the server stops
+// accepting for a moment and the kernel's backlog holds the rest. Every close after an
+// answer is graceful (the client's unread bytes are drained first, so the kernel sends
+// no reset).
+//
+// Usage: Create → Handle(…) for each route → Listen (binds, starts the threads) → … →
+// Stop. Handle only before Listen; the rest is thread-safe.
 #ifndef TANDEM_COMMON_HTTP_HTTP_SERVER_H_
 #define TANDEM_COMMON_HTTP_HTTP_SERVER_H_
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/http/exchange.h"
 #include "common/util/tls_files.h"
-
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace tandem::metrics {
 class Metrics;
@@ -38,43 +45,42 @@ struct HttpServerOptions {
   int port = 0;  // 0: any free port
   std::string api_key;
   TlsFiles tls;
-  int threads = 64;  // connections served at once (a streaming request holds one)
+  int threads = 4;             // serve every connection; handlers run on them
+  int max_connections = 4096;  // open at once; past it: 503
   size_t max_body_bytes = 8 << 20;
 };
 
-// An OpenAI-shaped error: {"error": {"message", "type", "param" (null when empty), "code"}}.
-std::string JsonErrorBody(int http_status, std::string_view message, std::string_view type,
-                          std::string_view param = {});
-// Sets the response's status and JsonErrorBody as its content.
-void SetJsonError(httplib::Response& res, int http_status, std::string_view message,
-                  std::string_view type, std::string_view param = {});
+struct HttpServerStats {
+  int64_t open_connections = 0;  // served ones, not those being answered 503
+  int64_t rejected_total = 0;    // answered 503 for being past max_connections
+};
 
 class HttpServer {
  public:
-  // Checks the TLS files; `metrics` (may be null) backs /metrics and must outlive the server.
+  // Checks the options and TLS files; `metrics` (may be null) backs /metrics and must
+  // outlive the server.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Create(const HttpServerOptions& options,
                                                             metrics::Metrics* metrics);
   ~HttpServer();  // Stop()
 
-  httplib::Server& server() { return *server_; }
+  // Routes `method` `path` (exact, query string ignored) to `handler`.
+  void Handle(std::string_view method, std::string_view path, Handler handler);
+
   // Binds and starts serving; the bound port is port().
   absl::Status Listen();
-  int port() const { return port_; }
-  bool tls() const { return options_.tls.enabled(); }
-  void SetReady(bool ready) { ready_ = ready; }
+  int port() const;
+  bool tls() const;
+  void SetReady(bool ready);
+  HttpServerStats Stats() const;
+  // Stops accepting, tells every open exchange its client is gone, closes every
+  // connection and joins the threads. Exchanges still held elsewhere become no-ops.
   void Stop();
 
- private:
-  HttpServer(const HttpServerOptions& options, std::unique_ptr<httplib::Server> server,
-             metrics::Metrics* metrics);
-  bool Authorized(const httplib::Request& req) const;
+  class Impl;
 
-  const HttpServerOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  metrics::Metrics* metrics_;
-  std::atomic<bool> ready_{false};
-  int port_ = 0;
-  std::thread thread_;
+ private:
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace tandem::http

@@ -35,8 +35,11 @@ void AddServerFlags(CLI::App& app, ServerFlags* f) {
   app.add_option("--served-model-name", f->served_model_name,
                  "The model's name in the API and metrics (default: the file name without .gguf)");
   app.add_option("--http-threads", f->http_threads,
-                 "HTTP connections served at once (each streaming request holds one); as "
-                 "many more wait, the rest are answered 503 with Retry-After")
+                 "Threads serving every HTTP connection (an open stream holds none)")
+      ->capture_default_str();
+  app.add_option("--http-max-connections", f->http_max_connections,
+                 "HTTP connections open at once; past it a request is answered 503 with "
+                 "Retry-After")
       ->capture_default_str();
 }
 
@@ -148,6 +151,7 @@ absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpServer(
   o.api_key = f.api_key;
   o.tls = tls;
   o.threads = f.http_threads;
+  o.max_connections = f.http_max_connections;
   auto server = http::HttpServer::Create(o, metrics);
   if (!server.ok()) return server.status();
   if (mount) mount(server->get());

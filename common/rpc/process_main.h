@@ -29,7 +29,8 @@ struct ServerFlags {
   int drain_timeout_ms = 10000;
   std::string metrics_prefix = "tandem:";
   std::string api_key;  // --api-key or $TANDEM_API_KEY
-  int http_threads = 64;
+  int http_threads = 4;
+  int http_max_connections = 4096;
   std::string served_model_name;  // empty: the model file's name without .gguf
 };
 
