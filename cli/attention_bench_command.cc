@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cli/exit_status.h"
-#include "common/rpc/process_main.h"
+#include "common/rpc/worker_main.h"
 #include "common/util/half.h"
 #include "common/util/strings.h"
 #include "kernels/backend_factory.h"

@@ -8,7 +8,7 @@
 #include "cli/engine_batch.h"
 #include "cli/exit_status.h"
 #include "common/engine/loaded_model.h"
-#include "common/rpc/process_main.h"
+#include "common/rpc/worker_main.h"
 #include "common/util/strings.h"
 
 namespace tandem::cli {

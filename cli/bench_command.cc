@@ -18,7 +18,7 @@
 #include "common/engine/loaded_model.h"
 #include "common/engine/synthetic_model.h"
 #include "common/model/gguf_file.h"
-#include "common/rpc/process_main.h"
+#include "common/rpc/worker_main.h"
 #include "common/util/strings.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"

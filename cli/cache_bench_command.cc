@@ -8,7 +8,7 @@
 #include "cli/bench_prompts.h"
 #include "cli/exit_status.h"
 #include "cli/local_cluster.h"
-#include "common/engine/loaded_model.h"
+#include "common/engine/model_file.h"
 #include "common/rpc/rpc_server.h"
 #include "common/util/strings.h"
 #include "nlohmann/json.hpp"
@@ -82,9 +82,7 @@ std::pair<CLI::App*, CLI::App*> AddCacheBenchCommands(CLI::App* bench, CacheBenc
 
 // The model's vocabulary size (prompts are random ids below it).
 absl::StatusOr<int32_t> VocabOf(const std::string& model) {
-  engine::LoadOptions lo;
-  lo.weights = false;
-  auto m = engine::LoadModel(model, lo);
+  auto m = engine::OpenModelFile(model);
   if (!m.ok()) return m.status();
   return static_cast<int32_t>(m->config.vocab_size);
 }

@@ -9,7 +9,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
 #include "common/model/gguf_file.h"
-#include "common/rpc/process_main.h"
+#include "common/rpc/worker_main.h"
 #include "common/tokenizer/chat_template.h"
 #include "common/tokenizer/detokenizer.h"
 #include "common/tokenizer/tokenizer.h"

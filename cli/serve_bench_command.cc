@@ -16,7 +16,7 @@
 
 #include "cli/bench_prompts.h"
 #include "cli/exit_status.h"
-#include "common/engine/loaded_model.h"
+#include "common/engine/model_file.h"
 #include "common/util/strings.h"
 
 namespace tandem::cli {
@@ -52,9 +52,7 @@ absl::StatusOr<std::vector<BenchRequest>> MakeRequests(const ServeBenchOptions& 
     for (int i = 0; i < count; ++i) out.push_back(all[static_cast<size_t>(i) % all.size()]);
     return out;
   }
-  engine::LoadOptions lo;
-  lo.weights = false;
-  auto model = engine::LoadModel(o.tokenizer, lo);
+  auto model = engine::OpenModelFile(o.tokenizer);
   if (!model.ok()) return model.status();
   const tokenizer::Vocab& vocab = model->tokenizer->vocab();
   const std::vector<int32_t> ordinary = OrdinaryTokens(vocab);

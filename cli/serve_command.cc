@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cli/exit_status.h"
-#include "common/rpc/process_main.h"
+#include "common/rpc/worker_main.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "common/util/subprocess.h"

@@ -5,6 +5,7 @@
 #include "common/engine/loaded_model.h"
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/process_main.h"
+#include "common/rpc/worker_main.h"
 #include "common/transport/stream_kv_sender.h"
 #include "common/transport/transport_flags.h"
 #include "common/util/signals.h"

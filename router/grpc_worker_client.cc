@@ -5,7 +5,6 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "common/rpc/engine_convert.h"
 #include "common/rpc/rpc_server.h"
 #include "common/rpc/status_convert.h"
 #include "common/util/strings.h"
@@ -58,6 +57,22 @@ class GrpcCall : public WorkerCall {
   grpc::ClientContext* ctx_;
 };
 
+void ToProto(const engine::SamplingParams& p, v1::EngineSamplingParams* out) {
+  out->set_max_tokens(p.max_tokens);
+  out->set_temperature(p.temperature);
+  out->set_top_k(p.top_k);
+  out->set_top_p(p.top_p);
+  out->set_min_p(p.min_p);
+  out->set_seed(p.seed.value_or(0));
+  out->mutable_stop_token_ids()->Assign(p.stop_token_ids.begin(), p.stop_token_ids.end());
+  out->set_repetition_penalty(p.repetition_penalty);
+  out->set_presence_penalty(p.presence_penalty);
+  out->set_frequency_penalty(p.frequency_penalty);
+  out->set_logprobs(p.logprobs);
+  out->set_ignore_eos(p.ignore_eos);
+}
+
+// An unknown reason reads as kNone (the stream must then end some other way).
 engine::FinishReason FromProto(v1::WorkerFinishReason r) {
   switch (r) {
     case v1::WORKER_FINISH_REASON_STOP:
@@ -152,7 +167,7 @@ class GrpcPrefillClient : public PrefillClient, private Channel<v1::PrefillWorke
     v1::PrefillRequest& req = op->req;
     req.set_request_id(args.request_id);
     req.mutable_prompt_token_ids()->Assign(args.prompt->begin(), args.prompt->end());
-    rpc::ToProto(*args.params, req.mutable_params());
+    ToProto(*args.params, req.mutable_params());
     req.set_cache_salt(args.cache_salt);
     const Reservation& r = *args.reservation;
     v1::KvDestination* dst = req.mutable_destination();
@@ -256,7 +271,7 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
     req.set_lease_id(args.lease_id);
     req.mutable_prompt_token_ids()->Assign(args.prompt->begin(), args.prompt->end());
     req.set_first_token_id(args.first_token);
-    rpc::ToProto(*args.params, req.mutable_params());
+    ToProto(*args.params, req.mutable_params());
     if (args.deadline.has_value()) stream->ctx.set_deadline(*args.deadline);
     std::shared_ptr<WorkerCall> call = stream->call;
     in_flight_.Add();

@@ -4,7 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_split.h"
-#include "common/engine/loaded_model.h"
+#include "common/engine/model_file.h"
 #include "common/kv/kv_layout.h"
 #include "common/rpc/process_main.h"
 #include "common/util/signals.h"
@@ -65,9 +65,7 @@ int main(int argc, char** argv) {
   if (auto st = metrics::CheckPrefix(flags.metrics_prefix); !st.ok()) return fail(st);
   if (auto st = tls.CheckServer(); !st.ok()) return fail(st);
 
-  engine::LoadOptions lo;
-  lo.weights = false;  // the router only tokenizes
-  auto model = engine::LoadModel(flags.model, lo);
+  auto model = engine::OpenModelFile(flags.model);  // the router only tokenizes
   if (!model.ok()) return fail(model.status());
   const model::ModelConfig& config = model->config;
   const std::string model_name = rpc::ServedModelName(flags);

@@ -1,6 +1,6 @@
 #include "router/request_validator.h"
 
-#include "common/engine/loaded_model.h"
+#include "common/engine/model_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
@@ -13,14 +13,12 @@ using ::testing::StartsWith;
 class RequestValidatorTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    engine::LoadOptions o;
-    o.weights = false;
-    model_ = new engine::LoadedModel(*engine::LoadModel(::tandem::testing::DefaultModelPath(), o));
+    model_ = new engine::ModelFile(*engine::OpenModelFile(::tandem::testing::DefaultModelPath()));
   }
   static void TearDownTestSuite() { delete model_; }
-  static engine::LoadedModel* model_;
+  static engine::ModelFile* model_;
 };
-engine::LoadedModel* RequestValidatorTest::model_ = nullptr;
+engine::ModelFile* RequestValidatorTest::model_ = nullptr;
 
 TEST_F(RequestValidatorTest, DefaultsFollowVllmAndSeedIsAlwaysSet) {
   RequestValidator v(*model_->tokenizer, model_->config);

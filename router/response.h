@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/engine/sequence.h"
+#include "common/engine/finish_reason.h"
 
 namespace tandem::router {
 

@@ -4,7 +4,6 @@
 
 #include "common/rpc/status_convert.h"
 #include "common/util/strings.h"
-#include "router/metered_sink.h"
 
 namespace tandem::router {
 
@@ -17,7 +16,11 @@ Router::Router(const tokenizer::Tokenizer& tokenizer, const model::ModelConfig& 
                WorkerPool* pool, RouterOptions options)
     : pool_(pool),
       options_(options),
-      env_{&tokenizer, config.eos_token_id, pool, options.max_prefill_attempts,
+      env_{&tokenizer,
+           config.eos_token_id,
+           pool,
+           options.max_prefill_attempts,
+           options.metrics,
            [this](RouterRequest* r) { Ended(r); }},
       queue_(options.queue),
       dispatcher_([this] { Dispatch(); }) {}
@@ -46,9 +49,6 @@ Router::~Router() {
 absl::StatusOr<std::shared_ptr<RouterRequest>> Router::Submit(
     RequestSpec spec, std::optional<std::chrono::system_clock::time_point> deadline,
     std::shared_ptr<ResponseSink> sink) {
-  if (options_.metrics != nullptr) {
-    sink = std::make_shared<MeteredSink>(std::move(sink), options_.metrics);
-  }
   std::string id;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,6 +1,7 @@
 #include "router/router_request.h"
 
 #include "common/kv/block_hash.h"
+#include "common/rpc/status_convert.h"
 #include "common/util/strings.h"
 
 namespace tandem::router {
@@ -62,6 +63,31 @@ bool RouterRequest::TakeEnd() {
   return true;
 }
 
+void RouterRequest::EndWith(const absl::Status& status) {
+  if (!TakeEnd()) return;
+  if (env_->metrics != nullptr) {
+    env_->metrics->RequestFailed(rpc::CodeName(rpc::ToGrpc(status).error_code()));
+  }
+  EndSink()->OnError(status);
+}
+
+void RouterRequest::EndWith(const Completion& c) {
+  if (!TakeEnd()) return;
+  if (env_->metrics != nullptr) {
+    metrics::RequestRecord r;
+    r.finished_reason = c.reason == engine::FinishReason::kLength ? "length" : "stop";
+    r.prompt_tokens = c.prompt_tokens;
+    r.generation_tokens = c.completion_tokens;
+    r.ttft = c.timings.ttft_ms / 1e3;
+    r.e2e = c.timings.e2e_ms / 1e3;
+    r.queue = c.timings.queue_ms / 1e3;
+    r.prefill = c.timings.prefill_ms / 1e3;
+    r.decode = c.timings.decode_ms / 1e3;
+    env_->metrics->RequestFinished(r);
+  }
+  EndSink()->OnComplete(c);
+}
+
 std::shared_ptr<ResponseSink> RouterRequest::EndSink() {
   // Dropped with its last call: a sink may hold what holds this request (an HTTP call
   // holds its router requests), and nothing is sent after the end.
@@ -73,7 +99,7 @@ std::shared_ptr<ResponseSink> RouterRequest::EndSink() {
 void RouterRequest::FailQueued(const absl::Status& status) {
   SetState(status.code() == absl::StatusCode::kCancelled ? RequestState::kCancelled
                                                          : RequestState::kFailed);
-  if (TakeEnd()) EndSink()->OnError(status);
+  EndWith(status);
 }
 
 void RouterRequest::MarkReserving() { SetState(RequestState::kReserving); }
@@ -201,7 +227,8 @@ void RouterRequest::OnPrefilled(Worker* prefill, uint64_t call,
   std::vector<TokenLogprobs> logprobs;
   if (result->logprobs.has_value()) logprobs.push_back(*result->logprobs);
   const bool go_on = assembler_.Add({&first_token_, 1}, logprobs, result->finish);
-  done_.timings.ttft_ms = Ms(arrival_, Clock::now());
+  last_token_at_ = Clock::now();
+  done_.timings.ttft_ms = Ms(arrival_, last_token_at_);
   if (!go_on || result->finish != engine::FinishReason::kNone) {
     Release();  // the reservation was never decoded
     Finish(result->finish);
@@ -229,6 +256,13 @@ void RouterRequest::StartDecode() {
 void RouterRequest::OnDecodeChunk(DecodeChunk chunk) {
   if (stopped_) return;  // the stream is being cancelled; later tokens are dropped
   last_finish_ = chunk.finish;
+  if (env_->metrics != nullptr && !chunk.tokens.empty()) {
+    // The gap since the previous token, spread over the tokens that arrived together.
+    const auto now = Clock::now();
+    env_->metrics->TokensArrived(std::chrono::duration<double>(now - last_token_at_).count(),
+                                 static_cast<int32_t>(chunk.tokens.size()));
+    last_token_at_ = now;
+  }
   if (assembler_.Add(chunk.tokens, chunk.logprobs, chunk.finish)) return;
   // A stop string matched: the decode worker frees the sequence within one step.
   std::shared_ptr<WorkerCall> active;
@@ -266,7 +300,7 @@ void RouterRequest::Finish(engine::FinishReason reason) {
   done_.timings.e2e_ms = Ms(arrival_, now);
   done_.timings.decode_ms = Ms(prefilled_at_, now);
   SetState(RequestState::kFinished);
-  if (TakeEnd()) EndSink()->OnComplete(done_);
+  EndWith(done_);
   env_->pool->End(decode_, 0);
   env_->ended(this);
 }
@@ -274,7 +308,7 @@ void RouterRequest::Finish(engine::FinishReason reason) {
 void RouterRequest::Fail(const absl::Status& status) {
   SetState(status.code() == absl::StatusCode::kCancelled ? RequestState::kCancelled
                                                          : RequestState::kFailed);
-  if (TakeEnd()) EndSink()->OnError(status);
+  EndWith(status);
   env_->pool->End(decode_, 0);
   env_->ended(this);
 }

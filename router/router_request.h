@@ -14,6 +14,8 @@
 // no worker). Started, it ends exactly once, in one of Finish / Fail, and then calls
 // RequestEnv::ended; every reservation it made is consumed or released on the way.
 //
+// The request records its own metrics as it goes (RequestEnv::metrics).
+//
 // No thread of its own and no blocking call: Start and Cancel return at once, the
 // rest runs in the worker clients' callbacks (serially: one call in flight at a time).
 // Thread-safe.
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/metrics/metrics.h"
 #include "common/tokenizer/tokenizer.h"
 #include "router/request_spec.h"
 #include "router/response.h"
@@ -59,6 +62,9 @@ struct RequestEnv {
   int32_t eos_token_id = -1;
   WorkerPool* pool = nullptr;
   int max_prefill_attempts = 2;
+  // Where each request's end is recorded (latencies, tokens, finish reason or error
+  // code) and each decoded token's gap; null: not recorded.
+  metrics::Metrics* metrics = nullptr;
   // A started request has ended (after its sink's last call); the router's books.
   std::function<void(RouterRequest*)> ended;
 };
@@ -109,7 +115,9 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   void SetActive(uint64_t call, std::shared_ptr<WorkerCall> active);
   void CallOver(uint64_t call);
   void SetState(RequestState s);
-  // The one terminal answer: true for the first caller, who then sends it to EndSink().
+  // The one terminal answer: the first caller records it and sends it to the sink.
+  void EndWith(const absl::Status& status);
+  void EndWith(const Completion& done);
   bool TakeEnd();
   std::shared_ptr<ResponseSink> EndSink();
 
@@ -130,7 +138,7 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   int32_t first_token_ = 0;
   engine::FinishReason last_finish_ = engine::FinishReason::kNone;
   bool stopped_ = false;  // a stop string matched; the stream is being cancelled
-  Clock::time_point reserved_at_{}, prefilled_at_{};
+  Clock::time_point reserved_at_{}, prefilled_at_{}, last_token_at_{};
   Completion done_;
 
   mutable std::mutex mu_;

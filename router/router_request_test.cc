@@ -6,6 +6,8 @@
 #include <dirent.h>
 
 #include <condition_variable>
+#include <map>
+#include <sstream>
 
 #include "gtest/gtest.h"
 #include "router/fake_workers.h"
@@ -243,6 +245,42 @@ TEST_F(RouterRequestTest, APrefillErrorIsNotRetried) {
   EXPECT_EQ(P(1)->calls(), 0);
   EXPECT_EQ(D(0)->releases(), 1);
   ExpectAtRest();
+}
+
+// The request records its own end and its tokens' gaps: one finished request counts
+// its prompt and completion tokens and the gaps after its first token, one failed
+// request counts its code, and a token that has not arrived is not a gap.
+TEST_F(RouterRequestTest, EachRequestRecordsItsMetrics) {
+  metrics::Metrics m({.model_name = "fake", .role = metrics::Role::kRouter});
+  RouterOptions o;
+  o.metrics = &m;
+  o.routing = RoutingPolicy::kRoundRobin;
+  Make(2, 1, o, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:101")->Set({.kind = FakePrefillBehaviour::kError});
+  });
+  auto ok = std::make_shared<Collect>();
+  Submit(Spec(5), ok);  // round robin: worker 0 answers
+  ASSERT_TRUE(ok->Wait());
+  ASSERT_TRUE(ok->done().has_value()) << ok->error();
+  auto failed = std::make_shared<Collect>();
+  Submit(Spec(5), failed);  // worker 1 fails it
+  ASSERT_TRUE(failed->Wait());
+  ASSERT_EQ(failed->error().code(), absl::StatusCode::kInternal) << failed->error();
+  ExpectAtRest();
+  std::map<std::string, double> got;
+  std::istringstream in(m.Scrape());
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    got[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  const std::string l = R"(model_name="fake",role="router")";
+  EXPECT_EQ(got["tandem:request_success_total{" + l + R"(,finished_reason="length"})"], 1);
+  EXPECT_EQ(got["tandem:request_errors_total{" + l + R"(,code="INTERNAL"})"], 1);
+  EXPECT_EQ(got["tandem:prompt_tokens_total{" + l + "}"], 4);
+  EXPECT_EQ(got["tandem:generation_tokens_total{" + l + "}"], 5);
+  EXPECT_EQ(got["tandem:time_to_first_token_seconds_count{" + l + "}"], 1);
+  EXPECT_EQ(got["tandem:inter_token_latency_seconds_count{" + l + "}"], 4);
+  EXPECT_EQ(got["tandem:e2e_request_latency_seconds_count{" + l + "}"], 1);
 }
 
 TEST_F(RouterRequestTest, AStreamBrokenMidwayFailsMarksTheWorkerAndReleases) {

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/engine/finish_reason.h"
 #include "common/engine/sampling_params.h"
-#include "common/engine/sequence.h"
 #include "router/response.h"
 
 namespace tandem::router {

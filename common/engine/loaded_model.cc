@@ -1,26 +1,13 @@
 #include "common/engine/loaded_model.h"
 
-#include <xxhash.h>
-
-#include <cstdio>
-
 #include "common/util/status_macros.h"
 
 namespace tandem::engine {
 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const LoadOptions& options) {
   LoadedModel m;
-  ASSIGN_OR_RETURN(m.file, model::GgufFile::Open(path));
-  ASSIGN_OR_RETURN(m.config, model::ModelConfig::FromGguf(*m.file));
-  ASSIGN_OR_RETURN(m.tokenizer, tokenizer::Tokenizer::FromGguf(*m.file));
-  if (options.weights) {
-    ASSIGN_OR_RETURN(m.weights, ModelWeights::Load(*m.file, m.config, options.progress));
-  }
-  const auto bytes = m.file->bytes();
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx",
-                static_cast<unsigned long long>(XXH3_64bits(bytes.data(), bytes.size())));
-  m.hash = hex;
+  ASSIGN_OR_RETURN(static_cast<ModelFile&>(m), OpenModelFile(path));
+  ASSIGN_OR_RETURN(m.weights, ModelWeights::Load(*m.file, m.config, options.progress));
   return m;
 }
 

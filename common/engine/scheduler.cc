@@ -6,20 +6,6 @@
 
 namespace tandem::engine {
 
-std::string_view FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone:
-      return "";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kCancelled:
-      return "cancelled";
-  }
-  return "";
-}
-
 void Scheduler::Enqueue(Sequence* seq) {
   seq->state = SequenceState::kWaiting;
   waiting_.push_back(seq);

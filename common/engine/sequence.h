@@ -11,24 +11,15 @@
 #define TANDEM_COMMON_ENGINE_SEQUENCE_H_
 
 #include <cstdint>
-#include <string_view>
 #include <vector>
 
+#include "common/engine/finish_reason.h"
 #include "common/engine/sampling_params.h"
 #include "common/kv/block_manager.h"
 
 namespace tandem::engine {
 
 enum class SequenceState { kReserved, kWaiting, kRunning, kHeld, kFinished };
-
-enum class FinishReason {
-  kNone,
-  kStop,       // EOS or a stop token id
-  kLength,     // max_tokens, or the model's context is full
-  kCancelled,  // the client cancelled
-};
-
-std::string_view FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", ""
 
 struct Sequence {
   kv::SeqId id = 0;

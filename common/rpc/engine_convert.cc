@@ -4,21 +4,6 @@
 
 namespace tandem::rpc {
 
-void ToProto(const engine::SamplingParams& p, v1::EngineSamplingParams* out) {
-  out->set_max_tokens(p.max_tokens);
-  out->set_temperature(p.temperature);
-  out->set_top_k(p.top_k);
-  out->set_top_p(p.top_p);
-  out->set_min_p(p.min_p);
-  out->set_seed(p.seed.value_or(0));
-  out->mutable_stop_token_ids()->Assign(p.stop_token_ids.begin(), p.stop_token_ids.end());
-  out->set_repetition_penalty(p.repetition_penalty);
-  out->set_presence_penalty(p.presence_penalty);
-  out->set_frequency_penalty(p.frequency_penalty);
-  out->set_logprobs(p.logprobs);
-  out->set_ignore_eos(p.ignore_eos);
-}
-
 engine::SamplingParams FromProto(const v1::EngineSamplingParams& p) {
   engine::SamplingParams s;
   s.max_tokens = p.max_tokens();
@@ -36,14 +21,6 @@ engine::SamplingParams FromProto(const v1::EngineSamplingParams& p) {
   return s;
 }
 
-void ToProto(const engine::TokenEvent& ev, v1::WorkerLogprob* out) {
-  out->set_logprob(ev.logprob);
-  for (const auto& t : ev.top_logprobs) {
-    out->add_top_token_ids(t.token);
-    out->add_top_logprobs(t.logprob);
-  }
-}
-
 v1::WorkerFinishReason ToProto(engine::FinishReason r) {
   switch (r) {
     case engine::FinishReason::kStop:
@@ -55,6 +32,14 @@ v1::WorkerFinishReason ToProto(engine::FinishReason r) {
       return v1::WORKER_FINISH_REASON_UNSPECIFIED;
   }
   return v1::WORKER_FINISH_REASON_UNSPECIFIED;
+}
+
+void ToProto(const engine::TokenEvent& ev, v1::WorkerLogprob* out) {
+  out->set_logprob(ev.logprob);
+  for (const auto& t : ev.top_logprobs) {
+    out->add_top_token_ids(t.token);
+    out->add_top_logprobs(t.logprob);
+  }
 }
 
 void ToProto(const engine::EngineStats& s, v1::WorkerStats* out) {

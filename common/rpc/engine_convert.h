@@ -1,5 +1,7 @@
-// Conversions between worker.proto / kv_transfer.proto messages and engine structs.
-// Workers' service files call these; the engine never sees a proto.
+// Conversions between worker.proto / kv_transfer.proto messages and engine structs,
+// on the workers' side (the router's side of worker.proto is in
+// router/grpc_worker_client.cc). Workers' service files call these; the engine never
+// sees a proto.
 #ifndef TANDEM_COMMON_RPC_ENGINE_CONVERT_H_
 #define TANDEM_COMMON_RPC_ENGINE_CONVERT_H_
 
@@ -14,13 +16,14 @@
 
 namespace tandem::rpc {
 
-void ToProto(const engine::SamplingParams& p, v1::EngineSamplingParams* out);
 engine::SamplingParams FromProto(const v1::EngineSamplingParams& p);
+
+// kCancelled and kNone are both UNSPECIFIED on the wire: a cancelled stream ends with
+// its status, not a reason.
+v1::WorkerFinishReason ToProto(engine::FinishReason r);
 
 // The sampled token's logprob and its top alternatives.
 void ToProto(const engine::TokenEvent& ev, v1::WorkerLogprob* out);
-
-v1::WorkerFinishReason ToProto(engine::FinishReason r);
 
 // The engine's share of a worker's stats: blocks, sequences, prefix cache, chunks,
 // tokens. The worker adds its own (queues, transfers, leases).

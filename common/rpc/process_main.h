@@ -1,7 +1,7 @@
-// What the main() of every tandem server process shares: server and engine flags,
-// the startup sequence (listen → load → ready), the port file a supervisor reads, the
-// HTTP side (/health, /metrics; the router adds the OpenAI API), engine stats as
-// Prometheus metrics, and a clean, draining shutdown on SIGINT/SIGTERM.
+// What the main() of every tandem server process shares: server flags, the startup
+// sequence (listen → load → ready), the port file a supervisor reads, the HTTP side
+// (/health, /metrics; the router adds the OpenAI API), and a clean, draining shutdown
+// on SIGINT/SIGTERM. What only processes that run an engine add is in worker_main.h.
 #ifndef TANDEM_COMMON_RPC_PROCESS_MAIN_H_
 #define TANDEM_COMMON_RPC_PROCESS_MAIN_H_
 
@@ -12,7 +12,6 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
-#include "common/engine/engine.h"
 #include "common/http/http_server.h"
 #include "common/metrics/metrics.h"
 #include "common/rpc/rpc_server.h"
@@ -37,15 +36,7 @@ struct ServerFlags {
 // The model name the process reports (OpenAI `model`, the metrics' model_name label).
 std::string ServedModelName(const ServerFlags& flags);
 
-// --kv-dtype (f32, bf16, f16).
-void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype);
-// --device (cpu, cpu-fence, cuda; the default is $TANDEM_DEVICE where set), --gpu (the
-// CUDA device index), --batch-invariant and --kv-dtype.
-void AddDeviceFlags(CLI::App& app, std::string* device, int* gpu, bool* batch_invariant,
-                    kv::KvDtype* kv_dtype);
-
 void AddServerFlags(CLI::App& app, ServerFlags* flags);
-void AddEngineFlags(CLI::App& app, engine::EngineOptions* options);
 // --tls-cert / --tls-key / --tls-client-ca (the router's public ports).
 void AddTlsFlags(CLI::App& app, TlsFiles* tls);
 
@@ -63,12 +54,6 @@ void AnnounceReady(const ServerFlags& flags);
 absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpServer(
     const ServerFlags& flags, metrics::Metrics* metrics, const TlsFiles& tls = {},
     const std::function<void(http::HttpServer*)>& mount = nullptr);
-
-// A worker engine's state as metrics: gauges (running, waiting, KV usage) and totals
-// (prefix cache, preemptions, KV transfer bytes and failures, rebuilt peer
-// communicators).
-void ExportEngineStats(const engine::EngineStats& stats, int64_t kv_transfer_bytes,
-                       int64_t kv_transfer_failures, int64_t kv_comm_rebuilds, metrics::Metrics* m);
 
 // How the HTTP side drains (the router's streams): `idle` says whether requests are
 // still open; `cancel_all` ends those left when the drain timeout is up.

@@ -1,4 +1,4 @@
-#include "router/text_stream.h"
+#include "router/response_assembler.h"
 
 #include "gtest/gtest.h"
 #include "tests/default_tokenizer.h"

@@ -1,0 +1,34 @@
+// What the main() of a process that runs an engine (the workers, `tandem serve`, the
+// engine benchmarks) adds to process_main.h: the device and engine flags, and the
+// engine's state as Prometheus metrics. The router links none of it.
+#ifndef TANDEM_COMMON_RPC_WORKER_MAIN_H_
+#define TANDEM_COMMON_RPC_WORKER_MAIN_H_
+
+#include <cstdint>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "common/engine/engine.h"
+#include "common/kv/kv_layout.h"
+#include "common/metrics/metrics.h"
+
+namespace tandem::rpc {
+
+// --kv-dtype (f32, bf16, f16).
+void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype);
+// --device (cpu, cpu-fence, cuda; the default is $TANDEM_DEVICE where set), --gpu (the
+// CUDA device index), --batch-invariant and --kv-dtype.
+void AddDeviceFlags(CLI::App& app, std::string* device, int* gpu, bool* batch_invariant,
+                    kv::KvDtype* kv_dtype);
+
+void AddEngineFlags(CLI::App& app, engine::EngineOptions* options);
+
+// A worker engine's state as metrics: gauges (running, waiting, KV usage) and totals
+// (prefix cache, preemptions, KV transfer bytes and failures, rebuilt peer
+// communicators).
+void ExportEngineStats(const engine::EngineStats& stats, int64_t kv_transfer_bytes,
+                       int64_t kv_transfer_failures, int64_t kv_comm_rebuilds, metrics::Metrics* m);
+
+}  // namespace tandem::rpc
+
+#endif  // TANDEM_COMMON_RPC_WORKER_MAIN_H_
