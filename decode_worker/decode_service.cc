@@ -80,9 +80,8 @@ class FailedStream : public grpc::ServerWriteReactor<v1::DecodeResponse> {
 
 }  // namespace
 
-grpc::Status DecodeService::Reserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
+grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveRequest* req,
                                     v1::ReserveResponse* resp) {
-  if (grpc::Status st = api_key_.Check(*ctx); !st.ok()) return st;
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
   std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
@@ -97,27 +96,23 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* ctx, const v1::ReserveR
   return grpc::Status::OK;
 }
 
-grpc::Status DecodeService::Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
+grpc::Status DecodeService::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
                                     v1::ReleaseResponse* resp) {
-  if (grpc::Status st = api_key_.Check(*ctx); !st.ok()) return st;
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
   resp->set_released(w->Release(req->lease_id()));
   return grpc::Status::OK;
 }
 
-grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(
-    grpc::CallbackServerContext* ctx, const v1::DecodeRequest* req) {
-  if (grpc::Status st = api_key_.Check(*ctx); !st.ok()) return new FailedStream(st);
+grpc::ServerWriteReactor<v1::DecodeResponse>* DecodeService::Decode(grpc::CallbackServerContext*,
+                                                                    const v1::DecodeRequest* req) {
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return new FailedStream(kLoading);
   return new DecodeStream(w, req);
 }
 
-grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext* ctx,
-                                           const v1::GetWorkerStatsRequest*,
+grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*, const v1::GetWorkerStatsRequest*,
                                            v1::WorkerStats* resp) {
-  if (grpc::Status st = api_key_.Check(*ctx); !st.ok()) return st;
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
   const DecodeWorkerStats s = w->Stats();
@@ -138,9 +133,8 @@ void KvReceiverService::SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint 
   worker_.store(worker);
 }
 
-grpc::Status KvReceiverService::Handshake(grpc::ServerContext* ctx, const v1::HandshakeRequest* req,
+grpc::Status KvReceiverService::Handshake(grpc::ServerContext*, const v1::HandshakeRequest* req,
                                           v1::HandshakeResponse* resp) {
-  if (grpc::Status st = api_key_.Check(*ctx); !st.ok()) return st;
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
   *resp->mutable_fingerprint() = fingerprint_;
@@ -205,10 +199,9 @@ absl::Status KvReceiverService::PeerChunk(DecodeWorker* w, uint64_t lease,
   return accepted;
 }
 
-grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext* ctx,
+grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext*,
                                              grpc::ServerReader<v1::KvBlocksChunk>* reader,
                                              v1::PushKvBlocksResponse* resp) {
-  if (grpc::Status st = api_key_.Check(*ctx); !st.ok()) return st;
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
   v1::KvBlocksChunk chunk;

@@ -10,7 +10,6 @@
 
 #include <atomic>
 
-#include "common/rpc/api_key.h"
 #include "common/transport/transport_choice.h"
 #include "decode_worker/decode_worker.h"
 #include "decode_worker/peer_kv_receiver.h"
@@ -22,7 +21,6 @@ namespace tandem::decode {
 class DecodeService
     : public v1::DecodeWorker::WithCallbackMethod_Decode<v1::DecodeWorker::Service> {
  public:
-  explicit DecodeService(rpc::ApiKey api_key = {}) : api_key_(std::move(api_key)) {}
   void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint) {
     fingerprint_ = std::move(fingerprint);
     worker_.store(worker);
@@ -38,7 +36,6 @@ class DecodeService
                               v1::WorkerStats* resp) override;
 
  private:
-  const rpc::ApiKey api_key_;
   std::atomic<DecodeWorker*> worker_{nullptr};
   v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
 };
@@ -54,7 +51,6 @@ struct KvTransports {
 
 class KvReceiverService : public v1::KvTransfer::Service {
  public:
-  explicit KvReceiverService(rpc::ApiKey api_key = {}) : api_key_(std::move(api_key)) {}
   void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint,
                  KvTransports transports = {});
 
@@ -70,7 +66,6 @@ class KvReceiverService : public v1::KvTransfer::Service {
   absl::Status PeerChunk(DecodeWorker* w, uint64_t lease, const v1::KvBlocksChunk& chunk,
                          bool begun);
 
-  const rpc::ApiKey api_key_;
   std::atomic<DecodeWorker*> worker_{nullptr};
   v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
   KvTransports transports_;              // likewise

@@ -35,10 +35,11 @@ int main(int argc, char** argv) {
   };
   if (auto st = metrics::CheckPrefix(flags.metrics_prefix); !st.ok()) return fail(st);
 
-  decode::DecodeService decode_service{rpc::ApiKey(flags.api_key)};
-  decode::KvReceiverService kv_service{rpc::ApiKey(flags.api_key)};
-  auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port),
-                                      {&decode_service, &kv_service}, {"tandem.v1.DecodeWorker"});
+  decode::DecodeService decode_service;
+  decode::KvReceiverService kv_service;
+  auto server =
+      rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&decode_service, &kv_service},
+                            {"tandem.v1.DecodeWorker"}, {}, flags.api_key);
   if (!server.ok()) return fail(server.status());
   metrics::Metrics metrics(
       {flags.metrics_prefix, rpc::ServedModelName(flags), metrics::Role::kDecode});

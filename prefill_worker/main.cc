@@ -31,9 +31,9 @@ int main(int argc, char** argv) {
   };
   if (auto st = metrics::CheckPrefix(flags.metrics_prefix); !st.ok()) return fail(st);
 
-  prefill::PrefillService service{rpc::ApiKey(flags.api_key)};
+  prefill::PrefillService service;
   auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&service},
-                                      {"tandem.v1.PrefillWorker"});
+                                      {"tandem.v1.PrefillWorker"}, {}, flags.api_key);
   if (!server.ok()) return fail(server.status());
   metrics::Metrics metrics(
       {flags.metrics_prefix, rpc::ServedModelName(flags), metrics::Role::kPrefill});

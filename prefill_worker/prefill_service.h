@@ -6,7 +6,6 @@
 
 #include <atomic>
 
-#include "common/rpc/api_key.h"
 #include "prefill_worker/prefill_worker.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -14,7 +13,6 @@ namespace tandem::prefill {
 
 class PrefillService : public v1::PrefillWorker::Service {
  public:
-  explicit PrefillService(rpc::ApiKey api_key = {}) : api_key_(std::move(api_key)) {}
   void SetWorker(PrefillWorker* worker, v1::KvLayoutFingerprint fingerprint);
 
   grpc::Status Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
@@ -23,7 +21,6 @@ class PrefillService : public v1::PrefillWorker::Service {
                               v1::WorkerStats* resp) override;
 
  private:
-  const rpc::ApiKey api_key_;
   std::atomic<PrefillWorker*> worker_{nullptr};
   v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
 };

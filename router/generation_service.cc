@@ -72,15 +72,6 @@ class OutboxSink : public ResponseSink {
   std::shared_ptr<rpc::StreamOutbox<v1::GenerateResponse>> outbox_;
 };
 
-// Finishes a unary call UNAUTHENTICATED when it lacks the API key; null when it may go on.
-grpc::ServerUnaryReactor* Denied(grpc::CallbackServerContext* ctx, const rpc::ApiKey& key) {
-  grpc::Status st = key.Check(*ctx);
-  if (st.ok()) return nullptr;
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(st);
-  return reactor;
-}
-
 // Chunks queued behind a write in flight are merged into one.
 bool MergeChunks(v1::GenerateResponse* into, const v1::GenerateResponse& next) {
   if (!into->has_chunk() || !next.has_chunk()) return false;
@@ -94,13 +85,9 @@ bool MergeChunks(v1::GenerateResponse* into, const v1::GenerateResponse& next) {
 class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   GenerateStream(grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req, Router* router,
-                 WorkerPool* pool, const RequestValidator* validator, const rpc::ApiKey& key)
+                 WorkerPool* pool, const RequestValidator* validator)
       : router_(router),
         outbox_(std::make_shared<rpc::StreamOutbox<v1::GenerateResponse>>(this, &MergeChunks)) {
-    if (grpc::Status st = key.Check(*ctx); !st.ok()) {
-      outbox_->End(st);
-      return;
-    }
     auto spec = validator->Validate(*req, pool->MaxDecodeCapacity());
     if (!spec.ok()) {
       router->RecordRejected(spec.status());
@@ -141,13 +128,12 @@ class GenerateStream : public grpc::ServerWriteReactor<v1::GenerateResponse> {
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) {
-  return new GenerateStream(ctx, req, router_, pool_, validator_, api_key_);
+  return new GenerateStream(ctx, req, router_, pool_, validator_);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* ctx,
                                                    const v1::AbortRequest* req,
                                                    v1::AbortResponse* resp) {
-  if (auto* denied = Denied(ctx, api_key_)) return denied;
   resp->set_found(router_->Abort(req->request_id()));
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -157,7 +143,6 @@ grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* ctx,
                                                       const v1::TokenizeRequest* req,
                                                       v1::TokenizeResponse* resp) {
-  if (auto* denied = Denied(ctx, api_key_)) return denied;
   auto* reactor = ctx->DefaultReactor();
   auto ids = validator_->Tokenize(*req);
   if (ids.ok()) resp->mutable_token_ids()->Assign(ids->begin(), ids->end());
@@ -168,7 +153,6 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* ctx,
                                                           const v1::GetModelInfoRequest*,
                                                           v1::GetModelInfoResponse* resp) {
-  if (auto* denied = Denied(ctx, api_key_)) return denied;
   resp->set_model_name(info_.name);
   resp->set_architecture(config_.architecture);
   resp->set_vocab_size(static_cast<int32_t>(config_.vocab_size));
@@ -185,7 +169,6 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerContext* ctx,
                                                            const v1::GetServerInfoRequest*,
                                                            v1::GetServerInfoResponse* resp) {
-  if (auto* denied = Denied(ctx, api_key_)) return denied;
   const RouterStats s = router_->Stats();
   resp->set_version(TANDEM_VERSION);
   resp->set_queued_requests(s.queued_requests);

@@ -6,7 +6,6 @@
 
 #include <string>
 
-#include "common/rpc/api_key.h"
 #include "router/request_validator.h"
 #include "router/router.h"
 #include "tandem/v1/generation.grpc.pb.h"
@@ -20,15 +19,13 @@ struct ModelInfo {
 
 class GenerationService : public v1::Generation::CallbackService {
  public:
-  // `api_key` (may be empty) is required on every call.
   GenerationService(Router* router, WorkerPool* pool, const RequestValidator* validator,
-                    const model::ModelConfig& config, ModelInfo info, rpc::ApiKey api_key = {})
+                    const model::ModelConfig& config, ModelInfo info)
       : router_(router),
         pool_(pool),
         validator_(validator),
         config_(config),
-        info_(std::move(info)),
-        api_key_(std::move(api_key)) {}
+        info_(std::move(info)) {}
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
                                                            const v1::GenerateRequest* req) override;
@@ -50,7 +47,6 @@ class GenerationService : public v1::Generation::CallbackService {
   const RequestValidator* validator_;
   const model::ModelConfig& config_;
   const ModelInfo info_;
-  const rpc::ApiKey api_key_;
 };
 
 }  // namespace tandem::router

@@ -87,11 +87,10 @@ int main(int argc, char** argv) {
                             static_cast<int32_t>(config.n_kv_heads),
                             static_cast<int32_t>(config.head_dim)};
   router::ModelInfo info{model_name, layout.BytesPerToken()};
-  router::GenerationService service(&router, &pool, &validator, config, info,
-                                    rpc::ApiKey(flags.api_key));
+  router::GenerationService service(&router, &pool, &validator, config, info);
 
   auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&service},
-                                      {"tandem.v1.Generation"}, tls);
+                                      {"tandem.v1.Generation"}, tls, flags.api_key);
   if (!server.ok()) return fail(server.status());
   router::OpenAiFront front(&router, &pool, &validator, *model->tokenizer, config, model_name);
   auto http =

@@ -1,11 +1,13 @@
 #include "common/rpc/rpc_server.h"
 
+#include <grpc/grpc_security.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/support/client_interceptor.h>
 
+#include "common/util/bearer_token.h"
 #include "common/util/strings.h"
 
 namespace tandem::rpc {
@@ -41,6 +43,59 @@ class ApiKeyInterceptorFactory : public grpc::experimental::ClientInterceptorFac
   const std::string header_;  // lives as long as the channel that owns the factory
 };
 
+// Calls every probe may make without the key: health checks and reflection.
+bool IsOpenMethod(std::string_view path) {
+  return path.starts_with("/grpc.health.v1.Health/") || path.starts_with("/grpc.reflection.");
+}
+
+std::string_view View(const grpc_slice& s) {
+  return {reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(s)), GRPC_SLICE_LENGTH(s)};
+}
+
+// gRPC core's auth-metadata processor: runs on every call before it is matched to a
+// handler, sees the request headers (`:path` included) and answers at once.
+void CheckApiKey(void* state, grpc_auth_context*, const grpc_metadata* md, size_t n,
+                 grpc_process_auth_metadata_done_cb done, void* user_data) {
+  const std::string& key = *static_cast<const std::string*>(state);
+  std::string_view path, authorization;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string_view name = View(md[i].key);
+    if (name == ":path") path = View(md[i].value);
+    if (name == "authorization") authorization = View(md[i].value);
+  }
+  if (IsOpenMethod(path) || BearerTokenMatches(authorization, key)) {
+    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
+  } else {
+    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
+         "missing or invalid API key (metadata authorization: Bearer <key>)");
+  }
+}
+
+// Server credentials (plaintext or TLS, from gRPC core) with the API key's processor.
+// grpc++'s InsecureServerCredentials() refuses a processor, hence this wrapper.
+class KeyedServerCredentials final : public grpc::ServerCredentials {
+ public:
+  // Takes `creds`.
+  KeyedServerCredentials(grpc_server_credentials* creds, const std::string& api_key)
+      : creds_(creds) {
+    if (api_key.empty()) return;
+    grpc_server_credentials_set_auth_metadata_processor(
+        creds_, {&CheckApiKey, [](void* s) { delete static_cast<std::string*>(s); },
+                 new std::string(api_key)});
+  }
+  ~KeyedServerCredentials() override { grpc_server_credentials_release(creds_); }
+
+  // The processor is the key's, set at construction.
+  void SetAuthMetadataProcessor(const std::shared_ptr<grpc::AuthMetadataProcessor>&) override {}
+
+ private:
+  int AddPortToServer(const std::string& addr, grpc_server* server) override {
+    return grpc_server_add_http2_port(server, addr.c_str(), creds_);
+  }
+
+  grpc_server_credentials* const creds_;
+};
+
 grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
@@ -69,28 +124,32 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
 
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(
     const std::string& address, const std::vector<grpc::Service*>& services,
-    const std::vector<std::string>& ready_services, const TlsFiles& tls) {
+    const std::vector<std::string>& ready_services, const TlsFiles& tls,
+    const std::string& api_key) {
   if (auto st = tls.CheckServer(); !st.ok()) return st;
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (tls.enabled()) {
-    grpc::SslServerCredentialsOptions ssl(
-        tls.client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-    grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  grpc_server_credentials* core_creds = nullptr;
+  if (!tls.enabled()) {
+    core_creds = grpc_insecure_server_credentials_create();
+  } else {
     auto cert = ReadPemFile("--tls-cert", tls.cert);
     if (!cert.ok()) return cert.status();
     auto key = ReadPemFile("--tls-key", tls.key);
     if (!key.ok()) return key.status();
-    pair.cert_chain = *std::move(cert);
-    pair.private_key = *std::move(key);
-    ssl.pem_key_cert_pairs.push_back(std::move(pair));
+    std::string ca;
     if (!tls.client_ca.empty()) {
-      auto ca = ReadPemFile("--tls-client-ca", tls.client_ca);
-      if (!ca.ok()) return ca.status();
-      ssl.pem_root_certs = *std::move(ca);
+      auto read = ReadPemFile("--tls-client-ca", tls.client_ca);
+      if (!read.ok()) return read.status();
+      ca = *std::move(read);
     }
-    creds = grpc::SslServerCredentials(ssl);
+    grpc_ssl_pem_key_cert_pair pair{key->c_str(), cert->c_str()};
+    core_creds = grpc_ssl_server_credentials_create_ex(
+        ca.empty() ? nullptr : ca.c_str(), &pair, 1,
+        ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                   : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+        nullptr);
+    if (core_creds == nullptr) return absl::InvalidArgumentError("--tls-cert: unusable");
   }
+  auto creds = std::make_shared<KeyedServerCredentials>(core_creds, api_key);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   std::unique_ptr<RpcServer> s(new RpcServer());

@@ -1,6 +1,10 @@
 // RpcServer: a gRPC server with what every tandem process exposes besides its own
 // services — grpc.health.v1 (service "" = live as soon as it listens; named services
-// are NOT_SERVING until SetReady) and server reflection.
+// are NOT_SERVING until SetReady) and server reflection — and the one place the API
+// key is checked: with a key, every call but health and reflection (which probes use)
+// must carry metadata `authorization: Bearer <key>` or is answered UNAUTHENTICATED
+// before any handler runs (gRPC core's auth-metadata processor, on plaintext and TLS
+// alike). MakeChannel adds the key to every call of a client.
 //
 // Thread-safe after Start.
 #ifndef TANDEM_COMMON_RPC_RPC_SERVER_H_
@@ -24,9 +28,11 @@ class RpcServer {
   // reported NOT_SERVING until SetReady(true).
   // With `tls` enabled it serves TLS only (and requires client certificates signed by
   // tls.client_ca when that is set).
+  // `api_key` empty: no key is asked for.
   static absl::StatusOr<std::unique_ptr<RpcServer>> Start(
       const std::string& address, const std::vector<grpc::Service*>& services,
-      const std::vector<std::string>& ready_services, const TlsFiles& tls = {});
+      const std::vector<std::string>& ready_services, const TlsFiles& tls = {},
+      const std::string& api_key = {});
 
   int port() const { return port_; }
   void SetReady(bool ready);

@@ -1,6 +1,6 @@
 // BearerTokenMatches: whether an "Authorization" value is "Bearer <key>", compared in
 // time independent of where it differs. The one API-key check behind both the HTTP
-// servers (common/http) and the gRPC services (common/rpc/api_key.h).
+// servers (common/http) and the gRPC servers (common/rpc/rpc_server.h).
 #ifndef TANDEM_COMMON_UTIL_BEARER_TOKEN_H_
 #define TANDEM_COMMON_UTIL_BEARER_TOKEN_H_
 
