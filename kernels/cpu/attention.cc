@@ -16,7 +16,9 @@ namespace tandem::kernels {
 //   Z   = Σ_j e_j in 16 lane partials (lane = j mod 16), then a fixed lane sum
 //   out = (Σ_j e_j·v_j, summed over j in order) / Z
 // The AVX-512 path vectorizes over 16 keys for s (K is stored transposed per block)
-// and over head_dim for out; the portable path is the same arithmetic in scalar code.
+// and over head_dim for out; the portable path is the same order of operations in
+// plain C++ (with libm's exp, where AVX-512 has its own polynomial), built once for any
+// x86-64 and once for AVX2 + FMA with identical results.
 
 namespace {
 
@@ -93,20 +95,40 @@ inline const T* VRow(const KvView& c, std::span<const int32_t> table, int32_t j,
 
 // --- portable path -------------------------------------------------------------
 
+// One body, built twice: for any x86-64, and with AVX2 and FMA for the CPUs that have
+// them but not AVX-512 (std::fma is then one instruction instead of a libm call, and
+// the compiler vectorizes the 8-key and head_dim loops). Both builds give the same bits:
+// fma rounds once either way, exp is the same function, and every sum keeps its order
+// (each score is a chain over d; keys are only computed side by side).
 template <class T>
-void AttendGeneric(const float* q, int32_t pos, std::span<const int32_t> table, int32_t layer,
-                   int32_t kvh, const AttentionShape& sh, const KvView& cache,
-                   std::vector<float>& scores, float* out) {
+__attribute__((always_inline)) inline void AttendPortable(
+    const float* q, int32_t pos, std::span<const int32_t> table, int32_t layer, int32_t kvh,
+    const AttentionShape& sh, const KvView& cache, std::vector<float>& scores, float* out) {
   const int32_t hd = sh.head_dim, bs = cache.layout.block_size;
   scores.resize(pos + 1);
   float mx = -INFINITY;
-  for (int32_t j = 0; j <= pos; ++j) {
-    const T* k = KColumn<T>(cache, table, j, layer, kvh);
-    float s = 0;
-    for (int32_t d = 0; d < hd; ++d)
-      s = std::fma(q[d], ToFloat(k[static_cast<int64_t>(d) * bs]), s);
-    scores[j] = s * sh.scale;
-    mx = std::max(mx, scores[j]);
+  for (int32_t j0 = 0; j0 <= pos;) {
+    const T* k = KColumn<T>(cache, table, j0, layer, kvh);
+    if (pos + 1 - j0 >= 8 && j0 % bs + 8 <= bs) {
+      // Eight keys of one block: their K columns are adjacent.
+      float s[8] = {};
+      for (int32_t d = 0; d < hd; ++d) {
+        const T* kd = k + static_cast<int64_t>(d) * bs;
+        for (int32_t i = 0; i < 8; ++i) s[i] = std::fma(q[d], ToFloat(kd[i]), s[i]);
+      }
+      for (int32_t i = 0; i < 8; ++i) {
+        scores[j0 + i] = s[i] * sh.scale;
+        mx = std::max(mx, scores[j0 + i]);
+      }
+      j0 += 8;
+    } else {
+      float s = 0;
+      for (int32_t d = 0; d < hd; ++d)
+        s = std::fma(q[d], ToFloat(k[static_cast<int64_t>(d) * bs]), s);
+      scores[j0] = s * sh.scale;
+      mx = std::max(mx, scores[j0]);
+      j0 += 1;
+    }
   }
   float lanes[16] = {};
   for (int32_t j = 0; j <= pos; ++j) {
@@ -122,6 +144,20 @@ void AttendGeneric(const float* q, int32_t pos, std::span<const int32_t> table, 
     for (int32_t d = 0; d < hd; ++d) out[d] = std::fma(scores[j], ToFloat(v[d]), out[d]);
   }
   for (int32_t d = 0; d < hd; ++d) out[d] *= inv;
+}
+
+template <class T>
+void AttendGeneric(const float* q, int32_t pos, std::span<const int32_t> table, int32_t layer,
+                   int32_t kvh, const AttentionShape& sh, const KvView& cache,
+                   std::vector<float>& scores, float* out) {
+  AttendPortable<T>(q, pos, table, layer, kvh, sh, cache, scores, out);
+}
+
+template <class T>
+TANDEM_AVX2 void AttendGenericAvx2(const float* q, int32_t pos, std::span<const int32_t> table,
+                                   int32_t layer, int32_t kvh, const AttentionShape& sh,
+                                   const KvView& cache, std::vector<float>& scores, float* out) {
+  AttendPortable<T>(q, pos, table, layer, kvh, sh, cache, scores, out);
 }
 
 // --- AVX-512 path ----------------------------------------------------------------
@@ -230,6 +266,7 @@ void PagedAttentionAs(const float* q, const PagedBatch& batch, const AttentionSh
   const int32_t group = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim;
   const int32_t bs = cache.layout.block_size;
   const bool fast = HaveAvx512() && hd % 16 == 0 && hd <= 256 && (bs % 16 == 0 || bs < 16);
+  const bool avx2 = !fast && HaveAvx2Fma();
   // One item = one query row × one KV head (its `group` query heads together).
   auto work = [&](int64_t begin, int64_t end, int) {
     std::vector<float> scores;
@@ -242,6 +279,11 @@ void PagedAttentionAs(const float* q, const PagedBatch& batch, const AttentionSh
       float* o = out + first_head * hd;
       if (fast) {
         AttendAvx512<T>(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o);
+      } else if (avx2) {
+        for (int32_t g = 0; g < group; ++g) {
+          AttendGenericAvx2<T>(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache,
+                               scores, o + g * hd);
+        }
       } else {
         for (int32_t g = 0; g < group; ++g) {
           AttendGeneric<T>(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores,

@@ -294,6 +294,12 @@ bool HaveAvx512() {
   return have;
 }
 
+bool HaveAvx2Fma() {
+  if (g_force_portable.load(std::memory_order_relaxed)) return false;
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return have;
+}
+
 const char* MatMulIsa() { return HaveAvx512() ? "avx512" : "generic"; }
 
 void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out, ThreadPool* pool) {

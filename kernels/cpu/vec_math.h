@@ -15,12 +15,16 @@
 #pragma GCC diagnostic pop
 
 #define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define TANDEM_AVX2 __attribute__((target("avx2,fma")))
 
 namespace tandem::kernels {
 
 // True when the CPU runs the AVX-512 kernels (checked once), unless tests forced the
 // portable kernels with ForcePortableKernels(true).
 bool HaveAvx512();
+// True when the CPU has AVX2 and FMA (for the portable kernels' AVX2 build), unless tests
+// forced the plain portable kernels.
+bool HaveAvx2Fma();
 void ForcePortableKernels(bool force);
 
 TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
