@@ -9,6 +9,10 @@
 // path added to each token: token k of a stream is due (k − 1)·interval after its first
 // decoded token; its lateness less the stream's smallest lateness is what queueing in
 // the router and the client added (the fake's own tick lateness is reported beside it).
+// "Transit" is measured directly: the fake and the client share this process's clock,
+// so each decoded token's arrival at the client less the moment the fake queued it is
+// the whole path's latency (two gRPC hops, the router, the client's own scheduling),
+// without the fake's tick lateness.
 //
 //   router_bench --router build/bin/tandem-router --model models/...gguf --streams 4000
 #include <grpcpp/grpcpp.h>
@@ -111,6 +115,7 @@ class FakeDecode : public v1::DecodeWorker::CallbackService {
     auto s = std::make_shared<Stream>();
     s->outbox = std::make_shared<rpc::StreamOutbox<v1::DecodeResponse>>(reactor, &MergeTokens);
     s->remaining = std::max(0, req->params().max_tokens() - 1);
+    s->request_id = req->request_id();
     reactor->stream = s;
     if (s->remaining == 0) {
       s->outbox->End(grpc::Status::OK);
@@ -127,6 +132,11 @@ class FakeDecode : public v1::DecodeWorker::CallbackService {
     std::lock_guard<std::mutex> lock(mu_);
     return std::move(lateness_);
   }
+  // request id → when each decoded token was queued for sending.
+  std::map<std::string, std::vector<Clock::time_point>> TakeSent() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::move(sent_);
+  }
 
  private:
   // One stream's schedule. The reactor deletes itself when the call ends; the outbox
@@ -137,6 +147,8 @@ class FakeDecode : public v1::DecodeWorker::CallbackService {
     int remaining = 0;
     int32_t next_token = 1001;
     Clock::time_point due;
+    std::string request_id;
+    std::vector<Clock::time_point> sent;
   };
   struct Reactor : grpc::ServerWriteReactor<v1::DecodeResponse> {
     void OnWriteDone(bool ok) override { stream->outbox->WriteDone(ok); }
@@ -162,10 +174,12 @@ class FakeDecode : public v1::DecodeWorker::CallbackService {
           if (--s.remaining == 0) msg.set_finish_reason(v1::WORKER_FINISH_REASON_LENGTH);
           lateness_.push_back(Seconds(now - s.due));
           s.due += interval_;
+          s.sent.push_back(Clock::now());
           s.outbox->Push(std::move(msg));
         }
         if (s.gone || s.remaining == 0) {
           s.outbox->End(grpc::Status::OK);
+          sent_[s.request_id] = std::move(s.sent);
           streams_[i] = std::move(streams_.back());
           streams_.pop_back();
         } else {
@@ -181,6 +195,7 @@ class FakeDecode : public v1::DecodeWorker::CallbackService {
   std::mutex mu_;
   std::vector<std::shared_ptr<Stream>> streams_;
   std::vector<double> lateness_;
+  std::map<std::string, std::vector<Clock::time_point>> sent_;
   std::thread ticker_;
 };
 
@@ -189,8 +204,10 @@ class FakeDecode : public v1::DecodeWorker::CallbackService {
 // One Generate stream: when each token arrived.
 class ClientStream : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
-  ClientStream(v1::Generation::Stub* stub, const v1::GenerateRequest& req, std::atomic<int>* open)
-      : req_(req), open_(open) {
+  ClientStream(v1::Generation::Stub* stub, const v1::GenerateRequest& req, std::string id,
+               std::atomic<int>* open)
+      : id(std::move(id)), req_(req), open_(open) {
+    req_.set_request_id(this->id);
     ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(10));
     stub->async()->Generate(&ctx_, &req_, this);
     StartRead(&msg_);
@@ -211,6 +228,7 @@ class ClientStream : public grpc::ClientReadReactor<v1::GenerateResponse> {
     --*open_;
   }
 
+  const std::string id;
   std::vector<Clock::time_point> arrivals;
   bool completed = false;
   std::atomic<bool> done{false};
@@ -351,7 +369,8 @@ int Main(int argc, char** argv) {
   const auto t0 = Clock::now();
   for (int i = 0; i < streams; ++i) {
     ++open;
-    clients.push_back(std::make_unique<ClientStream>(stubs[i % stubs.size()].get(), req, &open));
+    clients.push_back(std::make_unique<ClientStream>(stubs[i % stubs.size()].get(), req,
+                                                     StrCat("bench-", i), &open));
     std::this_thread::sleep_until(t0 +
                                   std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(ramp_s * (i + 1) / streams)));
@@ -366,7 +385,8 @@ int Main(int argc, char** argv) {
 
   int completed = 0, failed = 0;
   int64_t delivered = 0;
-  std::vector<double> added;
+  std::vector<double> added, transit;
+  const auto sent = decode.TakeSent();
   std::map<std::string, int> errors;
   const auto interval = std::chrono::duration<double>(interval_ms / 1000);
   for (auto& c : clients) {
@@ -381,6 +401,12 @@ int Main(int argc, char** argv) {
       ++failed;
       ++errors[StrCat(static_cast<int>(c->status.error_code()), " ",
                       c->status.error_message().substr(0, 80))];
+    }
+    // Decoded token k (k ≥ 1) was queued by the fake at sent[k − 1].
+    if (auto it = sent.find(c->id); it != sent.end()) {
+      for (size_t k = 1; k < c->arrivals.size() && k - 1 < it->second.size(); ++k) {
+        transit.push_back(Seconds(c->arrivals[k] - it->second[k - 1]));
+      }
     }
     // Token k (k ≥ 1: the decoded ones) is due (k − 1)·interval after token 1.
     if (c->arrivals.size() < 3) continue;
@@ -420,6 +446,10 @@ int Main(int argc, char** argv) {
       {"added_latency_ms_p99", Percentile(added, 0.99) * 1e3},
       {"added_latency_ms_max", Percentile(added, 1.0) * 1e3},
       {"fake_tick_lateness_ms_p99", Percentile(fake_late, 0.99) * 1e3},
+      {"transit_tokens", transit.size()},
+      {"transit_ms_p50", Percentile(transit, 0.50) * 1e3},
+      {"transit_ms_p99", Percentile(transit, 0.99) * 1e3},
+      {"transit_ms_max", Percentile(transit, 1.0) * 1e3},
       {"errors", errors}};
   std::printf("%s\n", out.dump(2).c_str());
   return completed == streams ? 0 : 2;

@@ -80,7 +80,7 @@ class FailedStream : public grpc::ServerWriteReactor<v1::DecodeResponse> {
 
 }  // namespace
 
-grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveRequest* req,
+grpc::Status DecodeService::Reserve(grpc::ServerContext* ctx, const v1::ReserveRequest* req,
                                     v1::ReserveResponse* resp) {
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
@@ -88,6 +88,12 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext*, const v1::ReserveReque
   auto r = w->Reserve(req->num_tokens(), std::chrono::milliseconds(req->lease_ms()), prompt,
                       req->cache_salt());
   if (!r.ok()) return rpc::ToGrpc(r.status());
+  if (ctx->IsCancelled()) {
+    // The router stopped waiting (its deadline passed while this worker was busy): no
+    // one will use or release the lease, so it is freed now rather than at expiry.
+    w->Release(r->lease_id);
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the caller gave up; reservation released");
+  }
   resp->set_lease_id(r->lease_id);
   resp->set_cached_blocks(r->cached_blocks);
   resp->set_epoch(r->epoch);

@@ -159,6 +159,10 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
     d->decode->Reserve(
         args, [&answer](absl::StatusOr<Reservation> res) { answer.set_value(std::move(res)); });
     absl::StatusOr<Reservation> res = answer.get_future().get();
+    const absl::StatusCode code = res.status().code();
+    // Past the deadline the worker is busy, not gone (the health poll finds dead ones):
+    // try the others first from now on, and keep this request queued if none has room.
+    pool_->MarkSlow(d, code == absl::StatusCode::kDeadlineExceeded);
     if (res.ok()) {
       queue_.PopFront(r);
       {
@@ -170,9 +174,11 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
       r->Start(d, *std::move(res), choice.worker);
       return true;
     }
-    const absl::StatusCode code = res.status().code();
-    if (code == absl::StatusCode::kResourceExhausted) continue;
-    if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded) {
+    if (code == absl::StatusCode::kResourceExhausted ||
+        code == absl::StatusCode::kDeadlineExceeded) {
+      continue;
+    }
+    if (code == absl::StatusCode::kUnavailable) {
       pool_->MarkUnhealthy(d);
       continue;
     }

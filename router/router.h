@@ -1,7 +1,8 @@
 // Router: runs validated requests through the cluster (DESIGN.md §2, steps 2–8).
 //
 //   Submit → admission queue → dispatcher: once a prefill worker has room, Reserve
-//   decode memory (best decode worker first; none has room → the request stays queued)
+//   decode memory (best decode worker first; none has room, or none answers within 2 s →
+//   the request stays queued; one that did not answer is tried last from then on)
 //   → the request's state machine (router_request.h) takes it from there: Prefill on a
 //   prefill worker (retried on another one if the first dies before answering), the
 //   Decode stream from the decode worker, ResponseAssembler (detokenize, stop strings)

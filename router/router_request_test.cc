@@ -434,7 +434,7 @@ TEST_F(RouterRequestTest, AnUnreachableDecodeWorkerIsMarkedAndTheNextTaken) {
   ExpectAtRest();
 }
 
-TEST_F(RouterRequestTest, AReserveWithoutAnswerTimesOutMarksTheWorkerAndTheNextIsTaken) {
+TEST_F(RouterRequestTest, AReserveWithoutAnswerTimesOutAndTheNextIsTakenThenFirst) {
   Make(1, 2, {}, [](FakeWorkers& f) {
     f.decode("10.0.0.2:100")->Set({.reserve = FakeDecodeBehaviour::kStall});
   });
@@ -443,9 +443,38 @@ TEST_F(RouterRequestTest, AReserveWithoutAnswerTimesOutMarksTheWorkerAndTheNextI
   ASSERT_TRUE(sink->Wait(10000ms));  // the dispatcher waits out the 2 s Reserve deadline
   ASSERT_TRUE(sink->done().has_value()) << sink->error();
   EXPECT_EQ(D(1)->streams(), 1);
+  // Busy is not dead: both stay healthy, and the slow one is now tried last, so the
+  // next request does not wait for it.
   for (const WorkerSnapshot& w : pool_->Snapshot(WorkerRole::kDecode)) {
-    EXPECT_EQ(w.healthy, w.address != "10.0.0.2:100") << w.address;
+    EXPECT_TRUE(w.healthy) << w.address;
   }
+  const int stalled_reserves = D(0)->reserves();
+  auto second = std::make_shared<Collect>();
+  const auto t0 = std::chrono::steady_clock::now();
+  Submit(Spec(3), second);
+  ASSERT_TRUE(second->Wait(10000ms));
+  ASSERT_TRUE(second->done().has_value()) << second->error();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
+  EXPECT_EQ(D(0)->reserves(), stalled_reserves);
+  EXPECT_EQ(D(1)->streams(), 2);
+  ExpectAtRest();
+}
+
+// The only decode worker is too busy to answer Reserve in time: requests wait in the
+// queue (never "no healthy decode worker") until it answers, their deadline passes or
+// their client goes.
+TEST_F(RouterRequestTest, ABusyOnlyDecodeWorkerKeepsRequestsQueued) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.decode("10.0.0.2:100")->Set({.reserve = FakeDecodeBehaviour::kStall});
+  });
+  auto sink = std::make_shared<Collect>();
+  auto r = Submit(Spec(3), sink);
+  EXPECT_FALSE(sink->Wait(4500ms));  // two Reserve deadlines went by, still queued
+  EXPECT_TRUE(pool_->Snapshot(WorkerRole::kDecode)[0].healthy);
+  D(0)->Set({});  // it answers again
+  ASSERT_TRUE(sink->Wait(10000ms));
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_EQ(sink->tokens().size(), 3u);
   ExpectAtRest();
 }
 

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/util/strings.h"
 
@@ -222,11 +223,11 @@ std::vector<Worker*> WorkerPool::DecodeCandidates() {
   for (auto& w : workers_) {
     if (w->role == WorkerRole::kDecode && w->healthy) out.push_back(w.get());
   }
-  // Free blocks as last reported, less a guess at what the router reserved since;
-  // then the fewest sequences in flight.
+  // Slow ones last; then free blocks as last reported, less a guess at what the router
+  // reserved since; then the fewest sequences in flight.
   auto score = [](const Worker* w) {
     const int32_t available = w->stats.free_blocks + w->stats.cached_blocks;
-    return std::make_pair(-(available - 4 * w->in_flight), w->in_flight);
+    return std::make_tuple(w->slow, -(available - 4 * w->in_flight), w->in_flight);
   };
   std::stable_sort(out.begin(), out.end(),
                    [&](const Worker* a, const Worker* b) { return score(a) < score(b); });
@@ -327,6 +328,11 @@ void WorkerPool::End(Worker* w, int64_t tokens, std::span<const uint64_t> hashes
 void WorkerPool::MarkUnhealthy(Worker* w) {
   std::lock_guard<std::mutex> lock(mu_);
   w->healthy = false;
+}
+
+void WorkerPool::MarkSlow(Worker* w, bool slow) {
+  std::lock_guard<std::mutex> lock(mu_);
+  w->slow = slow;
 }
 
 bool WorkerPool::Ready() {

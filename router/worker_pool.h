@@ -11,8 +11,8 @@
 // a worker that fails either is unhealthy and gets no new work until it answers
 // again. Callers report RPC failures (MarkUnhealthy) so a dead worker is dropped at
 // once rather than at the next poll. Selection: decode workers by free KV blocks
-// (fewest running sequences breaks ties), prefill workers by queued prompt tokens
-// (the worker's last report plus what the router sent since).
+// (fewest running sequences breaks ties; one that let a Reserve time out goes last), prefill
+// workers by queued prompt tokens (the worker's last report plus what the router sent since).
 //
 // Thread-safe.
 #ifndef TANDEM_ROUTER_WORKER_POOL_H_
@@ -87,6 +87,7 @@ struct Worker {
   std::unique_ptr<DecodeClient> decode;    // kDecode
   // Guarded by WorkerPool::mu_.
   bool healthy = false;
+  bool slow = false;     // decode: let a Reserve time out; tried last until it answers one
   int source = -1;       // the DNS entry that found it; -1: a fixed address
   bool retired = false;  // its DNS name no longer resolves to this address
   WorkerLoad stats;
@@ -143,6 +144,10 @@ class WorkerPool {
   void Begin(Worker* w, int64_t tokens, std::span<const uint64_t> hashes = {});
   void End(Worker* w, int64_t tokens, std::span<const uint64_t> hashes = {}, bool ok = false);
   void MarkUnhealthy(Worker* w);
+  // A decode worker that did not answer a Reserve in time is alive but busy (a long step,
+  // a recompute): it stays healthy and is tried after the others until it answers one
+  // in time (`slow` false).
+  void MarkSlow(Worker* w, bool slow);
 
   bool Ready();
   bool AnyHealthy(WorkerRole role);
