@@ -59,9 +59,14 @@ def main():
             c.close()
             if r.status == 200:
                 ok = data.rstrip().endswith("data: [DONE]") and '"error"' not in data
-                out = "complete" if ok else "broken"
+                out = "complete"
+                if not ok:  # the stream's error event, or where it stopped
+                    err = [json.loads(line[6:]).get("error", {}).get("message", "")
+                           for line in data.splitlines()
+                           if line.startswith("data: {") and '"error"' in line]
+                    out = "broken: " + (err[0][:60] if err else "no [DONE]")
             elif r.status in (429, 503):
-                out = "busy"
+                out = f"busy {r.status}"
             else:
                 out = f"http {r.status}"
         except Exception as e:  # a reset or refused connection lands here

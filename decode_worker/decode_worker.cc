@@ -278,39 +278,50 @@ absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
   return absl::OkStatus();
 }
 
+absl::Status DecodeWorker::Admit(uint64_t lease_id, std::vector<int32_t> prompt,
+                                 int32_t first_token, const engine::SamplingParams& params,
+                                 std::shared_ptr<TokenSink> sink) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end()) {
+      return absl::FailedPreconditionError(
+          StrCat("lease ", lease_id, ": unknown, expired or already decoding"));
+    }
+    if (!it->second.complete) {
+      return absl::FailedPreconditionError(
+          StrCat("lease ", lease_id, ": its KV has not fully arrived"));
+    }
+    // Every write handed over before EndKv has run by now (commands run in order).
+    if (!it->second.write_error.ok()) return it->second.write_error;
+    leases_.erase(it);
+  }
+  const absl::Status admitted =
+      engine_->AdmitPrefilled(lease_id, std::move(prompt), first_token, params);
+  if (!admitted.ok()) {
+    engine_->Release(lease_id);
+    return admitted;
+  }
+  sinks_[lease_id] = std::move(sink);
+  return absl::OkStatus();
+}
+
 absl::Status DecodeWorker::StartDecode(uint64_t lease_id, std::vector<int32_t> prompt,
                                        int32_t first_token, const engine::SamplingParams& params,
                                        std::shared_ptr<TokenSink> sink) {
   absl::Status result;
-  thread_->Run([&] {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = leases_.find(lease_id);
-      if (it == leases_.end()) {
-        result = absl::FailedPreconditionError(
-            StrCat("lease ", lease_id, ": unknown, expired or already decoding"));
-        return;
-      }
-      if (!it->second.complete) {
-        result = absl::FailedPreconditionError(
-            StrCat("lease ", lease_id, ": its KV has not fully arrived"));
-        return;
-      }
-      // Every write handed over before EndKv has run by now (commands run in order).
-      if (!it->second.write_error.ok()) {
-        result = it->second.write_error;
-        return;
-      }
-      leases_.erase(it);
-    }
-    result = engine_->AdmitPrefilled(lease_id, std::move(prompt), first_token, params);
-    if (!result.ok()) {
-      engine_->Release(lease_id);
-      return;
-    }
-    sinks_[lease_id] = std::move(sink);
-  });
+  thread_->Run([&] { result = Admit(lease_id, std::move(prompt), first_token, params, sink); });
   return result;
+}
+
+void DecodeWorker::BeginDecode(uint64_t lease_id, std::vector<int32_t> prompt, int32_t first_token,
+                               const engine::SamplingParams& params,
+                               std::shared_ptr<TokenSink> sink) {
+  thread_->Post([this, lease_id, prompt = std::move(prompt), first_token, params,
+                 sink = std::move(sink)]() mutable {
+    const absl::Status st = Admit(lease_id, std::move(prompt), first_token, params, sink);
+    if (!st.ok()) sink->OnError(st);
+  });
 }
 
 void DecodeWorker::CancelDecode(uint64_t lease_id) {

@@ -127,6 +127,10 @@ class DecodeWorker {
   // has taken it (next step boundary). The sink then gets every token after `first_token`.
   absl::Status StartDecode(uint64_t lease_id, std::vector<int32_t> prompt, int32_t first_token,
                            const engine::SamplingParams& params, std::shared_ptr<TokenSink> sink);
+  // The same without waiting (for gRPC callback threads, which must not block): a
+  // refusal reaches the sink's OnError.
+  void BeginDecode(uint64_t lease_id, std::vector<int32_t> prompt, int32_t first_token,
+                   const engine::SamplingParams& params, std::shared_ptr<TokenSink> sink);
   // Ends a decoding sequence at the next step boundary (its sink gets kCancelled).
   void CancelDecode(uint64_t lease_id);
 
@@ -134,6 +138,9 @@ class DecodeWorker {
   const kv::KvLayout& layout() const { return layout_; }
 
  private:
+  // StartDecode's work, on the engine thread.
+  absl::Status Admit(uint64_t lease_id, std::vector<int32_t> prompt, int32_t first_token,
+                     const engine::SamplingParams& params, std::shared_ptr<TokenSink> sink);
   struct Lease {
     std::vector<int32_t> blocks;  // the engine's table, copied: RPC threads may not read the engine
     std::chrono::steady_clock::time_point expires;
