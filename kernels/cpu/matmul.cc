@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "common/model/dequantize.h"
@@ -235,6 +237,196 @@ TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatr
 }
 
 // ---------------------------------------------------------------------------
+// AVX2 + FMA path: the AVX-512 path's arithmetic in 8-wide halves. An output keeps the
+// same 16 lanes (two registers: lanes 0–7 and 8–15), each takes the same fused
+// multiply-adds in the same order, the weights decode to the same floats and the lanes
+// are summed by the same tree, so both paths give the same bits (matmul_test states
+// that arithmetic in scalar code and holds each path to it).
+
+constexpr int kMaxM2 = 3;  // 3 × 2 outputs × 2 registers = 12 accumulators of 16
+constexpr int kMaxN2 = 2;
+
+// A block's f16 scale as a broadcast float (F16C: exact, as HalfToFloat).
+TANDEM_AVX2 inline __m256 Scale8(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+// ReduceAdd512 of the 16 lanes held in (a, b): l + l⊕8, then ⊕4, ⊕2, ⊕1.
+TANDEM_AVX2 inline float ReduceAdd256x2(__m256 a, __m256 b) {
+  const __m256 s = _mm256_add_ps(a, b);
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  q = _mm_add_ps(q, _mm_permute_ps(q, 0x4E));
+  q = _mm_add_ps(q, _mm_permute_ps(q, 0xB1));
+  return _mm_cvtss_f32(q);
+}
+
+// Block b of a row (weights 32b … 32b + 31) as four registers of eight.
+template <GgmlType T>
+TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, __m256* w) {
+  if constexpr (T == GgmlType::kF32) {
+    const float* f = reinterpret_cast<const float*>(row) + 32 * b;
+    for (int q = 0; q < 4; ++q) w[q] = _mm256_loadu_ps(f + 8 * q);
+  } else if constexpr (T == GgmlType::kQ8_0) {
+    const uint8_t* blk = row + 34 * b;
+    const __m256 d = Scale8(blk);
+    for (int h = 0; h < 2; ++h) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + 16 * h));
+      w[2 * h] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+      w[2 * h + 1] =
+          _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), d);
+    }
+  } else {
+    // Element e < 16 of a block is the low nibble of byte e, element 16 + e its high
+    // nibble; values as dequantize.cc computes them (multiply, then add).
+    static_assert(T == GgmlType::kQ4_0 || T == GgmlType::kQ4_1);
+    constexpr int kBytes = T == GgmlType::kQ4_0 ? 18 : 20;
+    const uint8_t* blk = row + kBytes * b;
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBytes - 16));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m128i nib[2] = {_mm_and_si128(bytes, mask),
+                            _mm_and_si128(_mm_srli_epi16(bytes, 4), mask)};
+    const __m256 d = Scale8(blk);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nib[h]));
+      const __m256 v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nib[h], 8)));
+      if constexpr (T == GgmlType::kQ4_0) {
+        const __m256 eight = _mm256_set1_ps(8.0f);
+        w[2 * h] = _mm256_mul_ps(_mm256_sub_ps(v0, eight), d);
+        w[2 * h + 1] = _mm256_mul_ps(_mm256_sub_ps(v1, eight), d);
+      } else {
+        const __m256 m = Scale8(blk + 2);
+        w[2 * h] = _mm256_add_ps(_mm256_mul_ps(v0, d), m);
+        w[2 * h + 1] = _mm256_add_ps(_mm256_mul_ps(v1, d), m);
+      }
+    }
+  }
+}
+
+// out[i][j] for MT rows of x and NT weight rows decoded on the fly, a block at a time.
+template <GgmlType T, int MT, int NT>
+TANDEM_AVX2 void TileDirect2(const float* x, int64_t k, const uint8_t* const* wrows, float* out,
+                             int64_t ldo) {
+  __m256 acc[MT][NT][2];
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < k / 32; ++b) {
+    __m256 w[NT][4];
+    for (int j = 0; j < NT; ++j) DecodeBlock2<T>(wrows[j], b, w[j]);
+    for (int i = 0; i < MT; ++i) {
+      const float* xb = x + i * k + 32 * b;
+      for (int q = 0; q < 4; ++q) {
+        const __m256 xv = _mm256_loadu_ps(xb + 8 * q);
+        for (int j = 0; j < NT; ++j)
+          acc[i][j][q & 1] = _mm256_fmadd_ps(xv, w[j][q], acc[i][j][q & 1]);
+      }
+    }
+  }
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(acc[i][j][0], acc[i][j][1]);
+}
+
+// Same arithmetic with weights already decoded into `panel` rows of k floats.
+template <int MT, int NT>
+TANDEM_AVX2 void TilePanel2(const float* x, int64_t k, const float* panel, float* out,
+                            int64_t ldo) {
+  __m256 acc[MT][NT][2];
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
+  for (int64_t kk = 0; kk < k; kk += 16) {
+    __m256 w[NT][2];
+    for (int j = 0; j < NT; ++j) {
+      w[j][0] = _mm256_loadu_ps(panel + j * k + kk);
+      w[j][1] = _mm256_loadu_ps(panel + j * k + kk + 8);
+    }
+    for (int i = 0; i < MT; ++i) {
+      const __m256 x0 = _mm256_loadu_ps(x + i * k + kk);
+      const __m256 x1 = _mm256_loadu_ps(x + i * k + kk + 8);
+      for (int j = 0; j < NT; ++j) {
+        acc[i][j][0] = _mm256_fmadd_ps(x0, w[j][0], acc[i][j][0]);
+        acc[i][j][1] = _mm256_fmadd_ps(x1, w[j][1], acc[i][j][1]);
+      }
+    }
+  }
+  for (int i = 0; i < MT; ++i)
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(acc[i][j][0], acc[i][j][1]);
+}
+
+template <GgmlType T>
+TANDEM_AVX2 void DecodeRow2(const uint8_t* row, int64_t k, float* dst) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    __m256 w[4];
+    DecodeBlock2<T>(row, b, w);
+    for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 32 * b + 8 * q, w[q]);
+  }
+}
+
+// A tile of runtime size (mt ≤ kMaxM2, nt ≤ kMaxN2) to its instantiation.
+template <GgmlType T, int MT = kMaxM2>
+TANDEM_AVX2 void DirectDispatch2(int mt, int nt, const float* x, int64_t k,
+                                 const uint8_t* const* wrows, float* out, int64_t ldo) {
+  if constexpr (MT > 0) {
+    if (mt == MT) {
+      return nt == 1 ? TileDirect2<T, MT, 1>(x, k, wrows, out, ldo)
+                     : TileDirect2<T, MT, 2>(x, k, wrows, out, ldo);
+    }
+    DirectDispatch2<T, MT - 1>(mt, nt, x, k, wrows, out, ldo);
+  }
+}
+
+template <int MT = kMaxM2>
+TANDEM_AVX2 void PanelDispatch2(int mt, int nt, const float* x, int64_t k, const float* panel,
+                                float* out, int64_t ldo) {
+  if constexpr (MT > 0) {
+    if (mt == MT) {
+      return nt == 1 ? TilePanel2<MT, 1>(x, k, panel, out, ldo)
+                     : TilePanel2<MT, 2>(x, k, panel, out, ldo);
+    }
+    PanelDispatch2<MT - 1>(mt, nt, x, k, panel, out, ldo);
+  }
+}
+
+// MatMulRangeAvx512's loop structure with the AVX2 tiles.
+template <GgmlType T>
+TANDEM_AVX2 void MatMulRangeAvx2(const float* x, int64_t m, const WeightMatrix& w, float* out,
+                                 int64_t n0, int64_t n1) {
+  const int64_t k = w.cols, n = w.rows;
+  const size_t rb = w.RowBytes();
+  if (m < kPanelMinM) {
+    for (int64_t j = n0; j < n1; j += kMaxN2) {
+      const int nt = static_cast<int>(std::min<int64_t>(kMaxN2, n1 - j));
+      const int64_t ahead = j + 2 * kMaxN2;
+      if (ahead < n1) {
+        const uint8_t* p = w.data + ahead * rb;
+        const uint8_t* end = w.data + std::min<int64_t>(n1, ahead + kMaxN2) * rb;
+        for (; p < end; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+      }
+      const uint8_t* rows[kMaxN2];
+      for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
+      for (int64_t i = 0; i < m; i += kMaxM2) {
+        const int mt = static_cast<int>(std::min<int64_t>(kMaxM2, m - i));
+        DirectDispatch2<T>(mt, nt, x + i * k, k, rows, out + i * n + j, n);
+      }
+    }
+    return;
+  }
+  thread_local std::vector<float> panel;
+  panel.resize(static_cast<size_t>(kPanelRows) * k);
+  for (int64_t j0 = n0; j0 < n1; j0 += kPanelRows) {
+    const int64_t pr = std::min<int64_t>(kPanelRows, n1 - j0);
+    for (int64_t t = 0; t < pr; ++t) DecodeRow2<T>(w.data + (j0 + t) * rb, k, panel.data() + t * k);
+    for (int64_t i = 0; i < m; i += kMaxM2) {
+      const int mt = static_cast<int>(std::min<int64_t>(kMaxM2, m - i));
+      for (int64_t j = 0; j < pr; j += kMaxN2) {
+        const int nt = static_cast<int>(std::min<int64_t>(kMaxN2, pr - j));
+        PanelDispatch2(mt, nt, x + i * k, k, panel.data() + j * k, out + i * n + j0 + j, n);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Portable path: the same lane structure in plain C++ (16 partial sums per output).
 
 void DecodeRowGeneric(const WeightMatrix& w, const uint8_t* row, float* dst) {
@@ -262,7 +454,22 @@ void MatMulRangeGeneric(const float* x, int64_t m, const WeightMatrix& w, float*
 
 void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
                  int64_t n1) {
-  if (!HaveAvx512() || w.cols % 32 != 0) return MatMulRangeGeneric(x, m, w, out, n0, n1);
+  if (w.cols % 32 != 0) return MatMulRangeGeneric(x, m, w, out, n0, n1);
+  if (!HaveAvx512()) {
+    if (!HaveAvx2Fma()) return MatMulRangeGeneric(x, m, w, out, n0, n1);
+    switch (w.type) {
+      case GgmlType::kF32:
+        return MatMulRangeAvx2<GgmlType::kF32>(x, m, w, out, n0, n1);
+      case GgmlType::kQ8_0:
+        return MatMulRangeAvx2<GgmlType::kQ8_0>(x, m, w, out, n0, n1);
+      case GgmlType::kQ4_0:
+        return MatMulRangeAvx2<GgmlType::kQ4_0>(x, m, w, out, n0, n1);
+      case GgmlType::kQ4_1:
+        return MatMulRangeAvx2<GgmlType::kQ4_1>(x, m, w, out, n0, n1);
+      default:
+        TANDEM_CHECK(false);
+    }
+  }
   switch (w.type) {
     case GgmlType::kF32:
       return MatMulRangeAvx512<GgmlType::kF32>(x, m, w, out, n0, n1);
@@ -280,13 +487,28 @@ void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, i
 }  // namespace
 
 namespace {
-std::atomic<bool> g_force_portable{false};
+
+// 0: no cap, 1: AVX2 at most, 2: portable only; -1: as TANDEM_CPU_ISA says.
+std::atomic<int> g_isa_cap{-1};
+
+int IsaCap() {
+  const int cap = g_isa_cap.load(std::memory_order_relaxed);
+  if (cap >= 0) return cap;
+  static const int from_env = [] {
+    const char* e = std::getenv("TANDEM_CPU_ISA");
+    const std::string_view v = e == nullptr ? "" : e;
+    return v == "portable" ? 2 : v == "avx2" ? 1 : 0;
+  }();
+  return from_env;
+}
+
 }  // namespace
 
-void ForcePortableKernels(bool force) { g_force_portable = force; }
+void ForcePortableKernels(bool force) { g_isa_cap = force ? 2 : -1; }
+void ForceAvx2Kernels(bool force) { g_isa_cap = force ? 1 : -1; }
 
 bool HaveAvx512() {
-  if (g_force_portable.load(std::memory_order_relaxed)) return false;
+  if (IsaCap() >= 1) return false;
   static const bool have =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -295,12 +517,13 @@ bool HaveAvx512() {
 }
 
 bool HaveAvx2Fma() {
-  if (g_force_portable.load(std::memory_order_relaxed)) return false;
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (IsaCap() >= 2) return false;
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
   return have;
 }
 
-const char* MatMulIsa() { return HaveAvx512() ? "avx512" : "generic"; }
+const char* MatMulIsa() { return HaveAvx512() ? "avx512" : HaveAvx2Fma() ? "avx2" : "generic"; }
 
 void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out, ThreadPool* pool) {
   MatMulGroup(x, m, {&w}, {&out}, pool);

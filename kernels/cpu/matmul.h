@@ -11,6 +11,13 @@
 // W[j] — never on m, on the other rows, or on how work is split across threads. That
 // is what makes the engine batch-invariant.
 //
+// The AVX-512 and AVX2 + FMA kernels share one arithmetic, so they give the same bits:
+// weights decoded exactly as model::Dequantize decodes them; lane l (0…15) of an output
+// accumulates x[16t + l]·w[16t + l] for t = 0, 1, … by fused multiply-add; the lanes are
+// then summed as (l + l⊕8), (+ l⊕4), (+ l⊕2), (+ l⊕1). matmul.cc is compiled with
+// -ffp-contract=off so that no other multiply-add is fused. The portable kernel (no
+// AVX2) keeps the 16 lanes but rounds products and sums separately.
+//
 // MatMulReference is the plain definition (double accumulation) the tests compare
 // against. Both are thread-safe for distinct outputs.
 #ifndef TANDEM_KERNELS_CPU_MATMUL_H_
@@ -45,7 +52,7 @@ void MatMulGroup(const float* x, int64_t m, std::initializer_list<const WeightMa
 
 void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* out);
 
-// The instruction set MatMul uses on this machine ("avx512" or "generic").
+// The instruction set MatMul uses on this machine ("avx512", "avx2" or "generic").
 const char* MatMulIsa();
 
 }  // namespace tandem::kernels

@@ -1,10 +1,12 @@
 #include "kernels/cpu/matmul.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "common/model/dequantize.h"
 #include "common/util/half.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/vec_math.h"
@@ -95,6 +97,58 @@ TEST_P(MatMulTest, EachRowIsIndependentOfTheBatchAndThreads) {
   }
 }
 
+// The SIMD kernels' arithmetic as matmul.h states it, in scalar code: weights from
+// model::Dequantize; 16 lanes, each a chain of correctly rounded fused multiply-adds;
+// the lanes summed as (l + l⊕8), (+ l⊕4), (+ l⊕2), (+ l⊕1).
+std::vector<float> LaneModel(const float* x, int64_t m, GgmlType type, const uint8_t* data,
+                             int64_t n, int64_t k) {
+  const WeightMatrix w{type, n, k, data};
+  std::vector<float> out(m * n), row(k);
+  for (int64_t j = 0; j < n; ++j) {
+    EXPECT_TRUE(model::Dequantize(type, {data + j * w.RowBytes(), w.RowBytes()}, row).ok());
+    for (int64_t i = 0; i < m; ++i) {
+      float lanes[16] = {};
+      for (int64_t t = 0; t < k; t += 16)
+        for (int l = 0; l < 16; ++l) lanes[l] = std::fma(x[i * k + t + l], row[t + l], lanes[l]);
+      for (int width = 8; width >= 1; width /= 2)
+        for (int l = 0; l < width; ++l) lanes[l] = lanes[l] + lanes[l + width];
+      out[i * n + j] = lanes[0];
+    }
+  }
+  return out;
+}
+
+// (type, cap the kernels to AVX2 + FMA)
+class MatMulSimdTest : public ::testing::TestWithParam<std::tuple<GgmlType, bool>> {
+ protected:
+  void SetUp() override { ForceAvx2Kernels(std::get<1>(GetParam())); }
+  void TearDown() override { ForceAvx2Kernels(false); }
+  GgmlType type() const { return std::get<0>(GetParam()); }
+};
+
+// AVX-512 where the CPU has it, and AVX2 + FMA: both give the stated bits.
+TEST_P(MatMulSimdTest, GivesTheStatedArithmeticsBits) {
+  if (!HaveAvx512() && !HaveAvx2Fma()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  std::mt19937 rng(11);
+  ThreadPool two(2);
+  for (int64_t k : {32, 576}) {
+    const int64_t n = 37;
+    auto wdata = RandomWeights(type(), n, k, rng);
+    WeightMatrix w{type(), n, k, wdata.data()};
+    for (int64_t m : {1, 2, 3, 4, 7, 8, 19}) {  // direct tiles of every height, then panels
+      auto x = RandomX(m, k, rng);
+      std::vector<float> got(m * n, NAN);
+      MatMul(x.data(), m, w, got.data(), &two);
+      const std::vector<float> want = LaneModel(x.data(), m, type(), wdata.data(), n, k);
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << MatMulIsa() << " m=" << m << " k=" << k << " output " << i << ": " << got[i]
+            << " vs " << want[i];
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, MatMulTest,
                          ::testing::Combine(::testing::Values(GgmlType::kF32, GgmlType::kQ8_0,
                                                               GgmlType::kQ4_0, GgmlType::kQ4_1),
@@ -102,6 +156,14 @@ INSTANTIATE_TEST_SUITE_P(Types, MatMulTest,
                          [](const auto& info) {
                            return std::string(model::GgmlTypeName(std::get<0>(info.param))) +
                                   (std::get<1>(info.param) ? "_portable" : "_native");
+                         });
+INSTANTIATE_TEST_SUITE_P(Types, MatMulSimdTest,
+                         ::testing::Combine(::testing::Values(GgmlType::kF32, GgmlType::kQ8_0,
+                                                              GgmlType::kQ4_0, GgmlType::kQ4_1),
+                                            ::testing::Values(false, true)),
+                         [](const auto& info) {
+                           return std::string(model::GgmlTypeName(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_avx2" : "_native");
                          });
 
 }  // namespace

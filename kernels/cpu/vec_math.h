@@ -15,17 +15,20 @@
 #pragma GCC diagnostic pop
 
 #define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
-#define TANDEM_AVX2 __attribute__((target("avx2,fma")))
+#define TANDEM_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace tandem::kernels {
 
-// True when the CPU runs the AVX-512 kernels (checked once), unless tests forced the
-// portable kernels with ForcePortableKernels(true).
+// True when the CPU runs the AVX-512 kernels (checked once), unless capped below.
 bool HaveAvx512();
-// True when the CPU has AVX2 and FMA (for the portable kernels' AVX2 build), unless tests
-// forced the plain portable kernels.
+// True when the CPU has AVX2, FMA and F16C, unless capped below (the AVX2 kernels run where
+// there is no AVX-512).
 bool HaveAvx2Fma();
+// Caps the kernels to the portable ones, or to AVX2 + FMA, so that tests and benchmarks
+// run a slower path on a faster CPU; false: back to the default, which the environment
+// sets at start (TANDEM_CPU_ISA=avx2 or portable; unset or anything else: no cap).
 void ForcePortableKernels(bool force);
+void ForceAvx2Kernels(bool force);
 
 TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)),
