@@ -87,11 +87,12 @@ grpc::Status DecodeService::Reserve(grpc::ServerContext* ctx, const v1::ReserveR
   if (w == nullptr) return kLoading;
   std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
   auto r = w->Reserve(req->num_tokens(), std::chrono::milliseconds(req->lease_ms()), prompt,
-                      req->cache_salt());
+                      req->cache_salt(), req->reservation_key());
   if (!r.ok()) return rpc::ToGrpc(r.status());
   if (ctx->IsCancelled()) {
     // The router stopped waiting (its deadline passed while this worker was busy): no
-    // one will use or release the lease, so it is freed now rather than at expiry.
+    // one will use the lease, so it is freed now rather than at expiry. (Where the
+    // deadline passes after this check, the router's Release by reservation_key frees it.)
     w->Release(r->lease_id);
     return grpc::Status(grpc::StatusCode::CANCELLED, "the caller gave up; reservation released");
   }
@@ -107,7 +108,14 @@ grpc::Status DecodeService::Release(grpc::ServerContext*, const v1::ReleaseReque
                                     v1::ReleaseResponse* resp) {
   DecodeWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
-  resp->set_released(w->Release(req->lease_id()));
+  if (req->lease_id() != 0) {
+    resp->set_released(w->Release(req->lease_id()));
+  } else if (req->reservation_key() != 0) {
+    resp->set_released(w->Abandon(req->reservation_key()));
+  } else {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "lease_id: 0 and no reservation_key; name the reservation to release");
+  }
   return grpc::Status::OK;
 }
 

@@ -33,13 +33,20 @@ DecodeWorker::~DecodeWorker() {
 absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
                                                   std::chrono::milliseconds lease,
                                                   std::span<const int32_t> prompt,
-                                                  uint64_t cache_salt) {
+                                                  uint64_t cache_salt, uint64_t key) {
   if (lease <= std::chrono::milliseconds(0) || lease > options_.max_lease) {
     return absl::InvalidArgumentError(
         StrCat("lease_ms: must be in [1, ", options_.max_lease.count(), "]"));
   }
   absl::StatusOr<Reservation> result;
   thread_->Run([&] {
+    if (key != 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (abandoned_.contains(key)) {
+        result = absl::CancelledError("the caller abandoned this reservation before it was made");
+        return;
+      }
+    }
     int32_t cached = 0;
     auto id = engine_->Reserve(num_tokens, prompt, cache_salt, &cached);
     if (!id.ok()) {
@@ -54,6 +61,7 @@ absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
     l.expires = Clock::now() + lease;
     l.duration = lease;
     l.layer_received.assign(layout_.n_layers, 0);
+    l.key = key;
     result = std::move(r);
   });
   return result;
@@ -66,6 +74,32 @@ bool DecodeWorker::Release(uint64_t lease_id) {
     if (leases_.erase(lease_id) == 0) return;
     released = engine_->Release(lease_id);
     TANDEM_CHECK(released);
+  });
+  return released;
+}
+
+bool DecodeWorker::Abandon(uint64_t key) {
+  if (key == 0) return false;
+  bool released = false;
+  thread_->Run([&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = leases_.begin(); it != leases_.end(); ++it) {
+      if (it->second.key != key) continue;
+      // Past BeginKv the caller did learn of the lease: it is no longer abandoned.
+      if (it->second.expected_blocks >= 0) return;
+      released = engine_->Release(it->first);
+      TANDEM_CHECK(released);
+      leases_.erase(it);
+      return;
+    }
+    // Not made yet (or already gone): a Reserve under this key that runs later fails.
+    if (abandoned_.insert(key).second) {
+      abandoned_order_.push_back(key);
+      if (abandoned_order_.size() > kAbandonedKeys) {
+        abandoned_.erase(abandoned_order_.front());
+        abandoned_order_.pop_front();
+      }
+    }
   });
   return released;
 }

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -42,6 +43,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "common/engine/engine.h"
 #include "common/engine/engine_thread.h"
@@ -89,11 +91,17 @@ class DecodeWorker {
   // Blocks for `num_tokens` tokens, held for `lease`; the leading blocks of `prompt`
   // that this worker's prefix cache holds are shared rather than allocated (they are
   // then neither sent nor written). ResourceExhausted when they do not fit now.
+  // `key` (nonzero; 0: none) is the caller's name for the reservation (see Abandon);
+  // Cancelled when the key was abandoned already.
   absl::StatusOr<Reservation> Reserve(int64_t num_tokens, std::chrono::milliseconds lease,
-                                      std::span<const int32_t> prompt = {},
-                                      uint64_t cache_salt = 0);
+                                      std::span<const int32_t> prompt = {}, uint64_t cache_salt = 0,
+                                      uint64_t key = 0);
   // Frees an unused reservation; false when the lease is unknown.
   bool Release(uint64_t lease_id);
+  // The caller never got Reserve's answer: frees the unused reservation made under
+  // `key`, or, when none was made yet, makes a later Reserve under it fail (the last
+  // kAbandonedKeys keys are remembered). True when a lease was freed.
+  bool Abandon(uint64_t key);
 
   // One KV push: BeginKv with the destination block ids (the reservation's, in order,
   // possibly fewer), WriteKv per (layer, run of blocks), EndKv to check completeness.
@@ -151,6 +159,7 @@ class DecodeWorker {
     absl::Status write_error;               // a handed-over write the engine refused
     int32_t peer_in_flight = 0;             // accepted peer payloads not yet arrived or failed
     bool complete = false;
+    uint64_t key = 0;  // Reserve's key
   };
   DecodeWorker() = default;
   // One turn of the engine thread: expire leases, step, hand tokens to sinks.
@@ -179,8 +188,13 @@ class DecodeWorker {
   // Received KV handed to the engine thread and not yet written, at most about this much.
   static constexpr int64_t kMaxPendingKvBytes = int64_t{64} << 20;
 
+  static constexpr size_t kAbandonedKeys = 4096;
+
   mutable std::mutex mu_;
   absl::flat_hash_map<uint64_t, Lease> leases_ ABSL_GUARDED_BY(mu_);
+  // Keys abandoned before their Reserve ran, oldest first (at most kAbandonedKeys).
+  absl::flat_hash_set<uint64_t> abandoned_ ABSL_GUARDED_BY(mu_);
+  std::deque<uint64_t> abandoned_order_ ABSL_GUARDED_BY(mu_);
   int64_t pending_kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::condition_variable kv_drained_;  // pending_kv_bytes_ or a peer_in_flight went down
   DecodeWorkerStats stats_ ABSL_GUARDED_BY(mu_);

@@ -232,7 +232,8 @@ void FakeDecodeClient::Reserve(const ReserveArgs& args,
   {
     std::lock_guard<std::mutex> lock(mu_);
     switch (behaviour_.reserve) {
-      case FakeDecodeBehaviour::kReserve: {
+      case FakeDecodeBehaviour::kReserve:
+      case FakeDecodeBehaviour::kReserveLate: {
         Reservation r;
         r.lease_id = next_lease_++;
         const int32_t blocks =
@@ -240,19 +241,23 @@ void FakeDecodeClient::Reserve(const ReserveArgs& args,
         for (int32_t i = 0; i < blocks; ++i) r.block_ids.push_back(i);
         r.epoch = 7;
         leases_.insert(r.lease_id);
-        answer = std::move(r);
-        break;
+        if (args.key != 0) lease_of_key_[args.key] = r.lease_id;
+        if (behaviour_.reserve == FakeDecodeBehaviour::kReserve) {
+          answer = std::move(r);
+          break;
+        }
+        [[fallthrough]];  // reserved, but answered past the deadline
       }
+      case FakeDecodeBehaviour::kStall:  // no answer: the caller's deadline ends it
+        answer = absl::DeadlineExceededError("fake decode: reserve deadline");
+        when += std::chrono::duration_cast<FakeScheduler::Clock::duration>(
+            args.deadline - std::chrono::system_clock::now());
+        break;
       case FakeDecodeBehaviour::kExhausted:
         answer = absl::ResourceExhaustedError("fake decode: no room");
         break;
       case FakeDecodeBehaviour::kUnavailable:
         answer = absl::UnavailableError("fake decode: unreachable");
-        break;
-      case FakeDecodeBehaviour::kStall:  // no answer: the caller's deadline ends it
-        answer = absl::DeadlineExceededError("fake decode: reserve deadline");
-        when += std::chrono::duration_cast<FakeScheduler::Clock::duration>(
-            args.deadline - std::chrono::system_clock::now());
         break;
     }
   }
@@ -265,6 +270,15 @@ void FakeDecodeClient::Release(uint64_t lease_id) {
   ++counts_->releases;
   std::lock_guard<std::mutex> lock(mu_);
   leases_.erase(lease_id);
+}
+
+void FakeDecodeClient::Abandon(uint64_t key) {
+  ++counts_->abandons;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = lease_of_key_.find(key); it != lease_of_key_.end()) {
+    leases_.erase(it->second);
+    lease_of_key_.erase(it);
+  }
 }
 
 std::shared_ptr<WorkerCall> FakeDecodeClient::Decode(const DecodeArgs& args,

@@ -92,7 +92,9 @@ class FakePrefillClient : public PrefillClient {
 };
 
 struct FakeDecodeBehaviour {
-  enum Reserve { kReserve, kExhausted, kUnavailable, kStall } reserve = kReserve;
+  // kStall: no answer before the caller's deadline. kReserveLate: the same, but the
+  // worker does reserve (as a busy worker answering too late does): only Abandon frees it.
+  enum Reserve { kReserve, kExhausted, kUnavailable, kStall, kReserveLate } reserve = kReserve;
   // Tokens after the first, one per chunk: tokens[i % size] (empty: 1000 + i).
   std::vector<int32_t> tokens;
   std::chrono::microseconds interval{100};  // between chunks
@@ -112,6 +114,7 @@ class FakeDecodeClient : public DecodeClient {
   int cancels() const { return counts_->cancels; }
   int live_streams() const { return counts_->live; }
   int releases() const { return counts_->releases; }
+  int abandons() const { return counts_->abandons; }
   // Leases reserved and not yet consumed by a Decode or released.
   int outstanding_leases();
   bool HoldsLease(uint64_t lease_id);
@@ -120,18 +123,20 @@ class FakeDecodeClient : public DecodeClient {
   void Reserve(const ReserveArgs& args,
                std::function<void(absl::StatusOr<Reservation>)> done) override;
   void Release(uint64_t lease_id) override;
+  void Abandon(uint64_t key) override;
   std::shared_ptr<WorkerCall> Decode(const DecodeArgs& args, std::function<void(DecodeChunk)> chunk,
                                      std::function<void(absl::Status)> done) override;
 
  private:
   struct Counts {
-    std::atomic<int> reserves{0}, streams{0}, cancels{0}, live{0}, releases{0};
+    std::atomic<int> reserves{0}, streams{0}, cancels{0}, live{0}, releases{0}, abandons{0};
   };
   struct Stream;
   FakeScheduler* scheduler_;
   std::mutex mu_;
   FakeDecodeBehaviour behaviour_;
   absl::flat_hash_set<uint64_t> leases_;
+  absl::flat_hash_map<uint64_t, uint64_t> lease_of_key_;  // Reserve's key → lease
   uint64_t next_lease_ = 1;
   std::atomic<bool> healthy_{true};
   std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();

@@ -227,6 +227,7 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
     op->req.set_lease_ms(static_cast<int32_t>(args.lease.count()));
     op->req.mutable_prompt_token_ids()->Assign(args.prompt->begin(), args.prompt->end());
     op->req.set_cache_salt(args.cache_salt);
+    op->req.set_reservation_key(args.key);
     in_flight_.Add();
     stub_->async()->Reserve(&op->ctx, &op->req, &op->resp,
                             [this, op, done = std::move(done)](grpc::Status s) {
@@ -247,7 +248,10 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
                             });
   }
 
-  void Release(uint64_t lease_id) override {
+  void Release(uint64_t lease_id) override { SendRelease(lease_id, 0); }
+  void Abandon(uint64_t key) override { SendRelease(0, key); }
+
+  void SendRelease(uint64_t lease_id, uint64_t key) {
     struct Op {
       grpc::ClientContext ctx;
       v1::ReleaseRequest req;
@@ -256,6 +260,7 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
     auto* op = new Op;
     op->ctx.set_deadline(std::chrono::system_clock::now() + kReleaseTimeout);
     op->req.set_lease_id(lease_id);
+    op->req.set_reservation_key(key);
     in_flight_.Add();
     stub_->async()->Release(&op->ctx, &op->req, &op->resp, [this, op](grpc::Status) {
       delete op;

@@ -3,6 +3,7 @@
 #include <future>
 
 #include "common/rpc/status_convert.h"
+#include "common/util/random_id.h"
 #include "common/util/strings.h"
 
 namespace tandem::router {
@@ -155,11 +156,18 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
   r->MarkReserving();
   for (Worker* d : candidates) {
     args.deadline = std::chrono::system_clock::now() + kReserveTimeout;
+    args.key = RandomNonZero64();
     std::promise<absl::StatusOr<Reservation>> answer;
     d->decode->Reserve(
         args, [&answer](absl::StatusOr<Reservation> res) { answer.set_value(std::move(res)); });
     absl::StatusOr<Reservation> res = answer.get_future().get();
     const absl::StatusCode code = res.status().code();
+    // No answer: the worker may have reserved anyway (busy past the deadline, or the
+    // answer lost with the connection); it frees what it made under the key at once.
+    if (code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable ||
+        code == absl::StatusCode::kCancelled) {
+      d->decode->Abandon(args.key);
+    }
     // Past the deadline the worker is busy, not gone (the health poll finds dead ones):
     // try the others first from now on, and keep this request queued if none has room.
     pool_->MarkSlow(d, code == absl::StatusCode::kDeadlineExceeded);

@@ -434,9 +434,10 @@ TEST_F(RouterRequestTest, AnUnreachableDecodeWorkerIsMarkedAndTheNextTaken) {
   ExpectAtRest();
 }
 
+// The first decode worker is busy: it reserves, but answers past the deadline.
 TEST_F(RouterRequestTest, AReserveWithoutAnswerTimesOutAndTheNextIsTakenThenFirst) {
   Make(1, 2, {}, [](FakeWorkers& f) {
-    f.decode("10.0.0.2:100")->Set({.reserve = FakeDecodeBehaviour::kStall});
+    f.decode("10.0.0.2:100")->Set({.reserve = FakeDecodeBehaviour::kReserveLate});
   });
   auto sink = std::make_shared<Collect>();
   Submit(Spec(3), sink);
@@ -457,6 +458,10 @@ TEST_F(RouterRequestTest, AReserveWithoutAnswerTimesOutAndTheNextIsTakenThenFirs
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms);
   EXPECT_EQ(D(0)->reserves(), stalled_reserves);
   EXPECT_EQ(D(1)->streams(), 2);
+  // The reservation it made without answering was abandoned by its key at once (not
+  // left to its lease): ExpectAtRest finds no lease outstanding.
+  EXPECT_EQ(D(0)->abandons(), stalled_reserves);
+  EXPECT_EQ(D(0)->releases(), 0);
   ExpectAtRest();
 }
 

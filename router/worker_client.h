@@ -55,6 +55,7 @@ struct ReserveArgs {
   int32_t num_tokens = 0;                        // tokens the blocks must hold
   std::chrono::milliseconds lease{0};
   uint64_t cache_salt = 0;
+  uint64_t key = 0;  // nonzero, unique per attempt: what Abandon names
   Deadline deadline;
 };
 
@@ -122,6 +123,9 @@ class DecodeClient : public WorkerClient {
                        std::function<void(absl::StatusOr<Reservation>)> done) = 0;
   // Best effort, answer ignored: an unknown lease is fine.
   virtual void Release(uint64_t lease_id) = 0;
+  // Releases the reservation a Reserve under `key` made though its answer never came
+  // (deadline, lost connection), or stops one not made yet. Best effort, as Release.
+  virtual void Abandon(uint64_t key) = 0;
   // Streams the reservation's tokens: `chunk` for each message, then `done` once
   // (OK after the chunk that carried a finish reason). Cancelling frees the sequence
   // on the worker within one step.

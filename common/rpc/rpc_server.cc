@@ -8,6 +8,7 @@
 #include <grpcpp/support/client_interceptor.h>
 
 #include "common/util/bearer_token.h"
+#include "common/util/check.h"
 #include "common/util/strings.h"
 
 namespace tandem::rpc {
@@ -85,8 +86,11 @@ class KeyedServerCredentials final : public grpc::ServerCredentials {
   }
   ~KeyedServerCredentials() override { grpc_server_credentials_release(creds_); }
 
-  // The processor is the key's, set at construction.
-  void SetAuthMetadataProcessor(const std::shared_ptr<grpc::AuthMetadataProcessor>&) override {}
+  // The processor is the key's, set at construction; a second one would silently lose
+  // to it, so none may be given.
+  void SetAuthMetadataProcessor(const std::shared_ptr<grpc::AuthMetadataProcessor>&) override {
+    TANDEM_CHECK(false);
+  }
 
  private:
   int AddPortToServer(const std::string& addr, grpc_server* server) override {

@@ -511,6 +511,65 @@ TEST_F(ClusterTest, ExpiredReservationsFreeTheirBlocksAndRefuseLateKv) {
   EXPECT_EQ(during.expired_leases_total(), 1);
 }
 
+// A Reserve whose answer the caller never got (its deadline passed while the worker
+// was busy) is released by the key it was made under, at once, not when its lease
+// runs out; a key abandoned before its Reserve runs makes that Reserve fail.
+TEST_F(ClusterTest, AnAbandonedReservationIsFreedByItsKey) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  v1::WorkerStats before;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &before));
+  auto reserve = [&](uint64_t key, v1::ReserveResponse* resp) {
+    v1::ReserveRequest rq;
+    rq.set_num_tokens(100);
+    rq.set_lease_ms(600000);  // far longer than the test: only the key can free it
+    rq.set_reservation_key(key);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return cluster_->decode_stub(0)->Reserve(&ctx, rq, resp);
+  };
+  auto release = [&](uint64_t lease_id, uint64_t key, v1::ReleaseResponse* resp) {
+    v1::ReleaseRequest rq;
+    rq.set_lease_id(lease_id);
+    rq.set_reservation_key(key);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return cluster_->decode_stub(0)->Release(&ctx, rq, resp);
+  };
+  v1::ReserveResponse made;
+  ASSERT_TRUE(reserve(0x5eed01, &made).ok());
+  v1::WorkerStats during;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &during));
+  EXPECT_EQ(during.reserved(), 1);
+  EXPECT_EQ(during.free_blocks(), before.free_blocks() - 7);
+
+  v1::ReleaseResponse released;
+  ASSERT_TRUE(release(0, 0x5eed02, &released).ok());  // another key: nothing of it yet
+  EXPECT_FALSE(released.released());
+  ASSERT_TRUE(release(0, 0x5eed01, &released).ok());
+  EXPECT_TRUE(released.released());
+  v1::WorkerStats after;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &after));
+  EXPECT_EQ(after.reserved(), 0);
+  EXPECT_EQ(after.free_blocks(), before.free_blocks());
+  EXPECT_EQ(after.expired_leases_total(), 0);
+  ASSERT_TRUE(release(made.lease_id(), 0, &released).ok());  // gone already
+  EXPECT_FALSE(released.released());
+
+  // The key abandoned before its Reserve ran: that Reserve fails and holds nothing.
+  v1::ReserveResponse late;
+  const grpc::Status st = reserve(0x5eed02, &late);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("abandoned"));
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &after));
+  EXPECT_EQ(after.reserved(), 0);
+  EXPECT_EQ(after.free_blocks(), before.free_blocks());
+
+  // A Release naming nothing is refused, naming the field.
+  const grpc::Status none = release(0, 0, &released);
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(none.error_message(), HasSubstr("lease_id"));
+}
+
 // Workers started with different KV dtypes or block sizes never pair: the request
 // fails with FAILED_PRECONDITION naming the field, and no KV byte moves.
 TEST_F(ClusterTest, WorkersWithDifferentKvLayoutsRefuseToPair) {
