@@ -95,6 +95,9 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--http-max-connections", o->http_max_connections,
                   "The router's HTTP connections open at once (past it: 503 with Retry-After)")
       ->capture_default_str();
+  cmd->add_option("--http-max-connections-per-client", o->http_max_connections_per_client,
+                  "… from one client address (0: no bound, e.g. behind a proxy)")
+      ->capture_default_str();
   cmd->add_flag("--prefix-caching,!--no-prefix-caching", o->prefix_caching,
                 "Reuse cached prompt prefixes on the workers")
       ->capture_default_str();
@@ -215,6 +218,8 @@ int RunServe(const ServeOptions& o) {
                  std::to_string(o.http_threads),
                  "--http-max-connections",
                  std::to_string(o.http_max_connections),
+                 "--http-max-connections-per-client",
+                 std::to_string(o.http_max_connections_per_client),
                  "--metrics-prefix",
                  o.metrics_prefix,
                  "--ready-file",

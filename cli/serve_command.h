@@ -36,8 +36,9 @@ struct ServeOptions {
   int64_t decode_kv_cache_bytes = int64_t{512} << 20;
   int64_t prefill_kv_cache_bytes = int64_t{256} << 20;
   int drain_timeout_ms = 10000;
-  int http_threads = 4;             // serve the router's HTTP connections
-  int http_max_connections = 4096;  // the router's HTTP connections open at once
+  int http_threads = 4;                        // serve the router's HTTP connections
+  int http_max_connections = 4096;             // the router's HTTP connections open at once
+  int http_max_connections_per_client = 1024;  // … from one client address (0: no bound)
   int max_queued_requests = 256;
   bool prefix_caching = true;                  // on every worker
   std::string routing_policy = "cache_aware";  // router

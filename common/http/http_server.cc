@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "common/metrics/metrics.h"
 #include "common/util/bearer_token.h"
 #include "common/util/strings.h"
@@ -30,7 +31,6 @@ using Executor = net::any_io_executor;
 
 namespace {
 
-constexpr auto kIdleTimeout = std::chrono::seconds(30);  // keep-alive, and a slow request
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);
 constexpr auto kLingerTimeout = std::chrono::seconds(2);  // draining before a close
 constexpr size_t kReadChunk = 16 << 10;
@@ -38,6 +38,9 @@ constexpr size_t kMaxBufferedWhileAnswering = 1 << 20;  // pipelined bytes kept 
 constexpr size_t kMaxUnsentBytes = 64 << 20;            // a stream whose client stopped reading
 constexpr size_t kMaxHeaderBytes = 64 << 10;
 constexpr int kMaxBuffersPerWrite = 64;
+
+// Why a connection is answered 503 whatever it asks (the probes excepted).
+enum class Rejection { kNone, kTotal, kPerClient };
 
 std::string StatusLine(int status) {
   const auto r = bhttp::obsolete_reason(bhttp::int_to_status(status));
@@ -145,6 +148,7 @@ class HttpServer::Impl {
   const HttpServerOptions options_;
   metrics::Metrics* const metrics_;
   std::atomic<bool> ready_{false};
+  std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> open_{0}, rejecting_{0}, rejected_total_{0};
   std::map<std::string, std::vector<std::pair<std::string, Handler>>, std::less<>> routes_;
@@ -161,10 +165,35 @@ class HttpServer::Impl {
   int port_ = 0;
   std::vector<std::thread> threads_;
 
+  // Open connections per client address (served ones only).
+  std::mutex clients_mu_;
+  absl::flat_hash_map<std::string, int> clients_ ABSL_GUARDED_BY(clients_mu_);
+
+  static bool IsProbe(const Request& req) {
+    return req.path == "/health" || req.path == "/metrics" || req.path == "/ping";
+  }
+
   bool Authorized(const Request& req) const {
-    if (options_.api_key.empty()) return true;
-    if (req.path == "/health" || req.path == "/metrics" || req.path == "/ping") return true;
+    if (options_.api_key.empty() || IsProbe(req)) return true;
     return BearerTokenMatches(req.Header("Authorization"), options_.api_key);
+  }
+
+  // Counts a new connection from `client` unless it is past a bound: why, then.
+  Rejection Admit(const std::string& client) {
+    if (open_ >= options_.max_connections) return Rejection::kTotal;
+    if (options_.max_connections_per_client > 0) {
+      std::lock_guard<std::mutex> lock(clients_mu_);
+      int& n = clients_[client];
+      if (n >= options_.max_connections_per_client) return Rejection::kPerClient;
+      ++n;
+    }
+    return Rejection::kNone;
+  }
+  void Leave(const std::string& client) {
+    if (options_.max_connections_per_client <= 0) return;
+    std::lock_guard<std::mutex> lock(clients_mu_);
+    auto it = clients_.find(client);
+    if (it != clients_.end() && --it->second == 0) clients_.erase(it);
   }
 
   // The answer a request gets before (or instead of) its handler; nullopt: run `*handler`.
@@ -219,11 +248,13 @@ class Session : public SessionBase {
  public:
   static constexpr bool kTls = !std::is_same_v<Stream, tcp::socket>;
 
-  Session(HttpServer::Impl* server, Stream stream, bool reject)
+  Session(HttpServer::Impl* server, Stream stream, Rejection rejection, std::string client)
       : server_(server),
         stream_(std::move(stream)),
         timer_(stream_.get_executor()),
-        reject_(reject) {}
+        rejection_(rejection),
+        reject_(rejection != Rejection::kNone),
+        client_(std::move(client)) {}
 
   Executor executor() override { return stream_.get_executor(); }
 
@@ -331,7 +362,7 @@ class Session : public SessionBase {
     parser_->eager(true);
     parser_->body_limit(server_->options_.max_body_bytes);
     parser_->header_limit(kMaxHeaderBytes);
-    ArmTimer(kIdleTimeout);
+    ArmTimer(server_->options_.request_timeout);
     Parse();
   }
 
@@ -437,17 +468,25 @@ class Session : public SessionBase {
 
     const Handler* handler = nullptr;
     std::optional<Response> early;
-    if (reject_ || server_->stopping_) {
-      server_->rejected_total_ += reject_ ? 1 : 0;
+    const bool probe = HttpServer::Impl::IsProbe(req);
+    if (server_->stopping_ || (!probe && (reject_ || server_->draining_))) {
+      if (reject_) ++server_->rejected_total_;
       keep_alive_ = false;
-      early =
-          JsonError(503,
-                    reject_ ? StrCat("server busy: ", server_->options_.max_connections,
-                                     " connections are open (--http-max-connections); retry later")
-                            : std::string("server shutting down"),
-                    "service_unavailable");
+      std::string why = "server shutting down";
+      if (rejection_ == Rejection::kTotal) {
+        why = StrCat("server busy: ", server_->options_.max_connections,
+                     " connections are open (--http-max-connections); retry later");
+      } else if (rejection_ == Rejection::kPerClient) {
+        why = StrCat("too many connections from ", client_, ": ",
+                     server_->options_.max_connections_per_client,
+                     " are open (--http-max-connections-per-client); retry later");
+      } else if (server_->draining_) {
+        why = "server draining: it takes no new requests (retry on another replica)";
+      }
+      early = JsonError(503, why, "service_unavailable");
       early->headers.emplace_back("Retry-After", "1");
     } else {
+      if (reject_) keep_alive_ = false;  // a probe on a connection past a bound
       early = server_->Route(req, &handler);
     }
     if (early.has_value()) return Answer(gen_, *std::move(early));
@@ -523,6 +562,7 @@ class Session : public SessionBase {
     unsent_ = 0;
     hold_.reset();
     (reject_ ? server_->rejecting_ : server_->open_) -= 1;
+    if (!reject_) server_->Leave(client_);
     server_->Unregister(this);
   }
 
@@ -576,7 +616,9 @@ class Session : public SessionBase {
   HttpServer::Impl* const server_;
   Stream stream_;
   net::steady_timer timer_;
-  const bool reject_;  // past max_connections: every request is answered 503
+  const Rejection rejection_;  // past a connection bound: requests but probes get 503
+  const bool reject_;
+  const std::string client_;  // the peer's address
 
   Phase phase_ = Phase::kReading;
   uint64_t gen_ = 0;              // requests dispatched on this connection
@@ -597,42 +639,43 @@ class Session : public SessionBase {
 }  // namespace
 
 void HttpServer::Impl::Accept() {
-  acceptor_.async_accept(
-      net::make_strand(io_), [this](boost::system::error_code ec, tcp::socket socket) {
-        if (!acceptor_.is_open() || stopping_) return;
-        if (ec) {
-          // Out of descriptors (or similar): wait a moment rather than spin.
-          accept_pause_.expires_after(std::chrono::milliseconds(50));
-          accept_pause_.async_wait([this](boost::system::error_code e) {
-            if (!e) Accept();
-          });
-          return;
-        }
-        boost::system::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);  // tokens are small writes
-        const bool reject = open_ >= options_.max_connections;
-        (reject ? rejecting_ : open_) += 1;
-        std::shared_ptr<SessionBase> s;
-        if (ssl_.has_value()) {
-          auto t = std::make_shared<Session<ssl::stream<tcp::socket>>>(
-              this, ssl::stream<tcp::socket>(std::move(socket), *ssl_), reject);
-          Register(t);
-          net::dispatch(t->executor(), [t] { t->Start(); });
-        } else {
-          auto t = std::make_shared<Session<tcp::socket>>(this, std::move(socket), reject);
-          Register(t);
-          net::dispatch(t->executor(), [t] { t->Start(); });
-        }
-        if (rejecting_ >= options_.max_connections) {
-          // Even the 503s are past their bound: the backlog holds the rest for a moment.
-          accept_pause_.expires_after(std::chrono::milliseconds(20));
-          accept_pause_.async_wait([this](boost::system::error_code e) {
-            if (!e) Accept();
-          });
-          return;
-        }
-        Accept();
+  acceptor_.async_accept(net::make_strand(io_), [this](boost::system::error_code ec,
+                                                       tcp::socket socket) {
+    if (!acceptor_.is_open() || stopping_) return;
+    if (ec) {
+      // Out of descriptors (or similar): wait a moment rather than spin.
+      accept_pause_.expires_after(std::chrono::milliseconds(50));
+      accept_pause_.async_wait([this](boost::system::error_code e) {
+        if (!e) Accept();
       });
+      return;
+    }
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // tokens are small writes
+    std::string client = socket.remote_endpoint(ignored).address().to_string();
+    const Rejection rejection = Admit(client);
+    (rejection != Rejection::kNone ? rejecting_ : open_) += 1;
+    if (ssl_.has_value()) {
+      auto t = std::make_shared<Session<ssl::stream<tcp::socket>>>(
+          this, ssl::stream<tcp::socket>(std::move(socket), *ssl_), rejection, std::move(client));
+      Register(t);
+      net::dispatch(t->executor(), [t] { t->Start(); });
+    } else {
+      auto t = std::make_shared<Session<tcp::socket>>(this, std::move(socket), rejection,
+                                                      std::move(client));
+      Register(t);
+      net::dispatch(t->executor(), [t] { t->Start(); });
+    }
+    if (rejecting_ >= options_.max_connections) {
+      // Even the 503s are past their bound: the backlog holds the rest for a moment.
+      accept_pause_.expires_after(std::chrono::milliseconds(20));
+      accept_pause_.async_wait([this](boost::system::error_code e) {
+        if (!e) Accept();
+      });
+      return;
+    }
+    Accept();
+  });
 }
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -645,6 +688,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpServerO
   if (options.threads < 1) return absl::InvalidArgumentError("--http-threads: at least 1");
   if (options.max_connections < 1) {
     return absl::InvalidArgumentError("--http-max-connections: at least 1");
+  }
+  if (options.max_connections_per_client < 0) {
+    return absl::InvalidArgumentError("--http-max-connections-per-client: 0 (no bound) or more");
+  }
+  if (options.request_timeout < std::chrono::milliseconds(1)) {
+    return absl::InvalidArgumentError("request timeout: at least 1 ms");
   }
   auto impl = std::make_unique<Impl>(options, metrics);
   if (options.tls.enabled()) {
@@ -735,7 +784,12 @@ absl::Status HttpServer::Listen() {
 
 int HttpServer::port() const { return impl_->port_; }
 bool HttpServer::tls() const { return impl_->ssl_.has_value(); }
-void HttpServer::SetReady(bool ready) { impl_->ready_ = ready; }
+void HttpServer::SetReady(bool ready) { impl_->ready_ = ready && !impl_->draining_; }
+
+void HttpServer::Drain() {
+  impl_->draining_ = true;
+  impl_->ready_ = false;
+}
 
 HttpServerStats HttpServer::Stats() const {
   return {.open_connections = impl_->open_, .rejected_total = impl_->rejected_total_};

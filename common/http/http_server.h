@@ -10,14 +10,23 @@
 // certificate and key it serves HTTPS; with a client CA as well it requires and
 // verifies client certificates (mTLS).
 //
-// HTTP/1.1 with keep-alive (idle connections close after 30 s), `Expect: 100-continue`,
-// bodies up to max_body_bytes (413 past it), errors as OpenAI-shaped JSON (400 for a
-// malformed request, 404 for no route, 405 for a known path with another method).
-// Connections past max_connections are still accepted and read, then answered 503 with
-// `Retry-After: 1` and closed — never reset; past twice that many the server stops
-// accepting for a moment and the kernel's backlog holds the rest. Every close after an
-// answer is graceful (the client's unread bytes are drained first, so the kernel sends
-// no reset).
+// HTTP/1.1 with keep-alive, `Expect: 100-continue`, bodies up to max_body_bytes (413
+// past it), errors as OpenAI-shaped JSON (400 for a malformed request, 404 for no route,
+// 405 for a known path with another method). A request's head and body must arrive
+// within request_timeout of its first byte being awaited, and an idle keep-alive
+// connection closes after as long: a client trickling bytes (slowloris) holds a
+// connection that long at most, and no thread at all.
+//
+// Connections past max_connections in total, or past max_connections_per_client from
+// one address, are still accepted and read, then answered 503 with `Retry-After: 1`
+// and closed — never reset; past twice max_connections the server stops accepting for
+// a moment and the kernel's backlog holds the rest. The probes (/health, /ping,
+// /metrics) are answered on such connections too, so an attack that fills the server
+// does not fail its liveness checks. Every close after an answer is graceful (the
+// client's unread bytes are drained first, so the kernel sends no reset).
+//
+// Drain (on SIGTERM) stops taking work: from then on every request but the probes gets
+// 503, /health says 503, and exchanges already running go on until Stop.
 //
 // Usage: Create → Handle(…) for each route → Listen (binds, starts the threads) → … →
 // Stop. Handle only before Listen; the rest is thread-safe.
@@ -25,6 +34,7 @@
 #define TANDEM_COMMON_HTTP_HTTP_SERVER_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,12 +57,16 @@ struct HttpServerOptions {
   TlsFiles tls;
   int threads = 4;             // serve every connection; handlers run on them
   int max_connections = 4096;  // open at once; past it: 503
+  // Open at once from one client address; past it: 503 (0: no bound, e.g. behind a
+  // proxy whose connections all come from one address).
+  int max_connections_per_client = 1024;
+  std::chrono::milliseconds request_timeout{30000};  // see above
   size_t max_body_bytes = 8 << 20;
 };
 
 struct HttpServerStats {
   int64_t open_connections = 0;  // served ones, not those being answered 503
-  int64_t rejected_total = 0;    // answered 503 for being past max_connections
+  int64_t rejected_total = 0;    // requests answered 503 for being past a connection bound
 };
 
 class HttpServer {
@@ -71,6 +85,8 @@ class HttpServer {
   int port() const;
   bool tls() const;
   void SetReady(bool ready);
+  // Not ready from now on, and new requests but the probes are answered 503.
+  void Drain();
   HttpServerStats Stats() const;
   // Stops accepting, tells every open exchange its client is gone, closes every
   // connection and joins the threads. Exchanges still held elsewhere become no-ops.

@@ -1,7 +1,9 @@
 // HttpServer over real loopback sockets: routes and errors, keep-alive and pipelining,
 // the body limit, streams written from other threads, a client's hang-up reaching the
 // handler, the connection bound answered 503 (never reset), a fixed thread count under
-// hundreds of open streams, and a stop with exchanges still held elsewhere.
+// hundreds of open streams, and a stop with exchanges still held elsewhere; slow clients
+// (slowloris) cut at the request timeout with the probes answering throughout, the
+// per-client bound, probes answered past every bound, and the drain.
 #include "common/http/http_server.h"
 
 #include <arpa/inet.h>
@@ -38,8 +40,15 @@ int ThreadCount() {
 // A raw client socket: bytes in, bytes out, so the tests see exactly what the server sends.
 class Raw {
  public:
-  explicit Raw(int port) {
+  // From `source` (another loopback address stands for another client).
+  explicit Raw(int port, const char* source = nullptr) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (source != nullptr) {
+      sockaddr_in s{};
+      s.sin_family = AF_INET;
+      inet_pton(AF_INET, source, &s.sin_addr);
+      if (bind(fd_, reinterpret_cast<sockaddr*>(&s), sizeof(s)) != 0) return;
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -75,6 +84,15 @@ class Raw {
   void Close() {
     if (fd_ >= 0) close(fd_);
     fd_ = -1;
+  }
+  // Whether the server has closed this connection (read end: EOF or a reset).
+  bool ClosedByServer(std::chrono::milliseconds wait = 0ms) {
+    const auto until = std::chrono::steady_clock::now() + wait;
+    do {
+      int error = 0;
+      if (!ReadSome(10, &error)) return true;
+    } while (std::chrono::steady_clock::now() < until);
+    return false;
   }
 
  private:
@@ -357,6 +375,142 @@ TEST_F(HttpServerTest, ConnectionsPastTheBoundGet503NotAReset) {
   auto r = c.Post("/echo", "room again", "text/plain");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
+}
+
+// Slowloris: clients trickling a request one byte at a time hold no thread, the probes
+// and the API answer at once throughout, and each slow connection is closed when its
+// request has not arrived within the request timeout.
+TEST_F(HttpServerTest, SlowClientsHoldNoThreadAndAreCutAtTheRequestTimeout) {
+  HttpServerOptions o;
+  o.request_timeout = 1000ms;
+  Start(o);
+  server_->SetReady(true);
+  const int threads_before = ThreadCount();
+  const std::string request = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi";
+  std::vector<std::unique_ptr<Raw>> slow;
+  for (int i = 0; i < 100; ++i) {
+    slow.push_back(std::make_unique<Raw>(server_->port()));
+    ASSERT_TRUE(slow.back()->connected());
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<bool> trickling{true};
+  std::thread trickle([&] {
+    for (size_t byte = 0; trickling && byte < request.size(); ++byte) {
+      for (auto& s : slow) s->Send(request.substr(byte, 1));
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  auto c = Client();
+  std::chrono::steady_clock::duration worst{0};
+  while (std::chrono::steady_clock::now() - t0 < 1500ms) {
+    const auto start = std::chrono::steady_clock::now();
+    auto health = c.Get("/health");
+    auto echo = c.Post("/echo", "ok", "text/plain");
+    worst = std::max(worst, std::chrono::steady_clock::now() - start);
+    ASSERT_TRUE(health && echo);
+    EXPECT_EQ(health->status, 200);
+    EXPECT_EQ(echo->status, 200);
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_LT(worst, 250ms) << "a probe waited behind the slow clients";
+  EXPECT_LE(ThreadCount(), threads_before + 1);  // + the trickling thread
+  // Every slow request was cut at ~1 s (its 56 bytes would take 5.6 s to arrive).
+  for (auto& s : slow) EXPECT_TRUE(s->ClosedByServer(1000ms));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3000ms);
+  trickling = false;
+  trickle.join();
+  for (int i = 0; i < 500 && server_->Stats().open_connections > 1; ++i) {
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_LE(server_->Stats().open_connections, 1);  // the probing client's own
+}
+
+// One address past its bound gets 503 (never a reset) while another is served, and the
+// probes are answered on a connection past either bound.
+TEST_F(HttpServerTest, OneClientPastItsBoundGets503AndProbesStillAnswer) {
+  HttpServerOptions o;
+  o.max_connections = 5;
+  o.max_connections_per_client = 3;
+  Start(o);
+  server_->SetReady(true);
+  std::vector<std::unique_ptr<Raw>> held;
+  for (int i = 0; i < 3; ++i) {
+    held.push_back(std::make_unique<Raw>(server_->port()));
+    held.back()->Send("POST /park HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  }
+  ASSERT_TRUE(parked_.WaitFor(3));
+  {
+    Raw fourth(server_->port());
+    fourth.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+    int error = 0;
+    const std::string got = fourth.ReadToClose(&error);
+    EXPECT_EQ(error, 0) << "reset";
+    EXPECT_EQ(got.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0), 0u) << got;
+    EXPECT_NE(got.find("too many connections from 127.0.0.1"), std::string::npos) << got;
+    EXPECT_NE(got.find("--http-max-connections-per-client"), std::string::npos) << got;
+  }
+  {
+    Raw probe(server_->port());
+    probe.Send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string got = probe.ReadToClose();
+    EXPECT_EQ(got.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << got;
+    EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
+  }
+  // Another client is served: two connections from 127.0.0.2 fill the total bound.
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(std::make_unique<Raw>(server_->port(), "127.0.0.2"));
+    ASSERT_TRUE(held.back()->connected());
+    held.back()->Send("POST /park HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  }
+  ASSERT_TRUE(parked_.WaitFor(5));
+  {
+    Raw over(server_->port(), "127.0.0.3");
+    over.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+    const std::string got = over.ReadToClose();
+    EXPECT_EQ(got.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0), 0u) << got;
+    EXPECT_NE(got.find("--http-max-connections)"), std::string::npos) << got;
+    Raw probe(server_->port(), "127.0.0.3");
+    probe.Send("GET /ping HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(probe.ReadToClose().rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  }
+  EXPECT_EQ(server_->Stats().rejected_total, 2);  // the probes are not counted as refused
+  for (auto& ex : parked_.Take()) ex->Reply(Response{});
+  for (auto& h : held) EXPECT_NE(h->ReadUntil("200 OK").find("200 OK"), std::string::npos);
+  held.clear();
+  for (int i = 0; i < 500 && server_->Stats().open_connections > 0; ++i) {
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(server_->Stats().open_connections, 0);
+  Raw again(server_->port());  // the address's count went back down
+  again.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+  EXPECT_EQ(again.ReadUntil("hi").rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+}
+
+// After Drain a new request gets 503 (the probes say not ready), and an exchange that
+// was running goes on to its answer.
+TEST_F(HttpServerTest, DrainRefusesNewRequestsAndFinishesRunningOnes) {
+  Start();
+  server_->SetReady(true);
+  Raw running(server_->port());
+  running.Send("POST /park HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  ASSERT_TRUE(parked_.WaitFor(1));
+  server_->Drain();
+  server_->SetReady(true);  // a late readiness report does not undo the drain
+  auto c = Client();
+  auto r = c.Post("/echo", "hi", "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_NE(r->body.find("draining"), std::string::npos) << r->body;
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  for (auto& ex : parked_.Take()) {
+    Response done;
+    done.body = "finished";
+    ex->Reply(std::move(done));
+  }
+  EXPECT_NE(running.ReadUntil("finished").find("finished"), std::string::npos);
 }
 
 TEST_F(HttpServerTest, HundredsOfOpenStreamsHoldNoThread) {

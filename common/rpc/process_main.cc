@@ -40,6 +40,10 @@ void AddServerFlags(CLI::App& app, ServerFlags* f) {
                  "HTTP connections open at once; past it a request is answered 503 with "
                  "Retry-After")
       ->capture_default_str();
+  app.add_option("--http-max-connections-per-client", f->http_max_connections_per_client,
+                 "HTTP connections open at once from one client address; past it: 503 "
+                 "(0: no bound, e.g. behind a proxy)")
+      ->capture_default_str();
 }
 
 std::string ServedModelName(const ServerFlags& f) {
@@ -96,6 +100,7 @@ absl::StatusOr<std::unique_ptr<http::HttpServer>> StartHttpServer(
   o.tls = tls;
   o.threads = f.http_threads;
   o.max_connections = f.http_max_connections;
+  o.max_connections_per_client = f.http_max_connections_per_client;
   auto server = http::HttpServer::Create(o, metrics);
   if (!server.ok()) return server.status();
   if (mount) mount(server->get());
@@ -111,7 +116,7 @@ void ServeUntilSignal(const std::string& name, RpcServer* server, const ServerFl
   const auto until =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(f.drain_timeout_ms);
   server->SetReady(false);
-  if (http.server != nullptr) http.server->SetReady(false);
+  if (http.server != nullptr) http.server->Drain();  // new HTTP requests get 503 from now on
   server->Shutdown(std::chrono::milliseconds(f.drain_timeout_ms));
   if (http.server == nullptr) return;
   while (http.idle && !http.idle() && std::chrono::steady_clock::now() < until) {

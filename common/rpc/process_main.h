@@ -30,6 +30,7 @@ struct ServerFlags {
   std::string api_key;  // --api-key or $TANDEM_API_KEY
   int http_threads = 4;
   int http_max_connections = 4096;
+  int http_max_connections_per_client = 1024;
   std::string served_model_name;  // empty: the model file's name without .gguf
 };
 

@@ -66,13 +66,13 @@ def free_port():
 class Cluster:
     """`tandem serve` with 1 prefill + 1 decode worker on free ports."""
 
-    def __init__(self, extra=(), env=None):
+    def __init__(self, extra=(), env=None, drain_ms=3000):
         self.dir = tempfile.mkdtemp(prefix="tandem-serving-")
         self.endpoints_file = os.path.join(self.dir, "endpoints.json")
         self.log_path = os.path.join(self.dir, "serve.log")
         self.log = open(self.log_path, "w")
         cmd = [ARGS.tandem_bin, "serve", "--model", ARGS.model, "--grpc-port", "0",
-               "--http-port", "0", "--threads-per-worker", "1", "--drain-timeout-ms", "3000",
+               "--http-port", "0", "--threads-per-worker", "1", "--drain-timeout-ms", str(drain_ms),
                "--endpoints-file", self.endpoints_file, *extra]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=env, start_new_session=True)
@@ -614,6 +614,45 @@ class BurstTest(unittest.TestCase):
         status, raw = post(self.cluster.http + "/v1/completions",
                            {"prompt": "Hi", "max_tokens": 2})
         self.assertEqual(status, 200, raw)
+
+
+class DrainTest(unittest.TestCase):
+    """SIGTERM: the router takes no new HTTP request (503, as gRPC refuses) while a
+    stream that was running finishes."""
+
+    def test_new_requests_get_503_while_a_running_stream_finishes(self):
+        cluster = Cluster(drain_ms=120000)
+        try:
+            host, port = urllib.parse.urlparse(cluster.http).netloc.rsplit(":", 1)
+            c = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)
+            c.request("POST", "/v1/completions",
+                      json.dumps({"prompt": "Count slowly:", "max_tokens": 400, "stream": True,
+                                  "ignore_eos": True}),
+                      {"Content-Type": "application/json"})
+            running = c.getresponse()
+            self.assertEqual(running.status, 200)
+            self.assertTrue(running.readline().startswith(b"data: "))  # it is decoding
+            os.kill(cluster.proc.pid, signal.SIGTERM)  # tandem serve drains the router
+            deadline = time.time() + 20
+            while True:
+                status, raw = post(cluster.http + "/v1/completions",
+                                   {"prompt": "Hi", "max_tokens": 2})
+                if status == 503:
+                    break
+                self.assertEqual(status, 200, raw)  # before the router saw the signal
+                self.assertLess(time.time(), deadline, "new requests were still taken")
+                time.sleep(0.05)
+            err = json.loads(raw)["error"]
+            self.assertEqual(err["type"], "service_unavailable")
+            self.assertIn("draining", err["message"])
+            status, _ = get(cluster.http + "/health")
+            self.assertEqual(status, 503)
+            rest = running.read().decode()
+            self.assertTrue(rest.rstrip().endswith("data: [DONE]"), rest[-300:])
+            self.assertIn('"finish_reason":"length"', rest.replace(" ", ""))
+            c.close()
+        finally:
+            cluster.stop()
 
 
 class SecurityTest(unittest.TestCase):
