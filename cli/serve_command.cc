@@ -10,10 +10,12 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "cli/exit_status.h"
+#include "cli/log_relay.h"
 #include "common/rpc/worker_main.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
@@ -27,13 +29,21 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+// How long a restarted child must stay up before its crashes stop counting as a loop.
+constexpr auto kStableUptime = std::chrono::seconds(60);
+constexpr auto kMaxRestartBackoff = std::chrono::seconds(30);
+
 struct Child {
   std::string name;  // "prefill-0", "decode-1", "router"
   std::vector<std::string> args;
   std::string port_file;
+  std::string log;  // its stdout and stderr, relayed to ours
   int port = 0;
   int http_port = 0;
   Subprocess process;
+  Clock::time_point started;
+  int quick_deaths = 0;                         // in a row, each within kStableUptime of its start
+  std::optional<Clock::time_point> restart_at;  // dead, to be restarted then
 };
 
 std::string SelfDir() {
@@ -108,6 +118,15 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
                   "Prompt tokens one sequence computes per step (chunked prefill; 0: whole prompt)")
       ->capture_default_str();
   rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
+  cmd->add_option("--max-restarts", o->max_restarts,
+                  "A process that dies within 60 s of starting this many times in a row stops "
+                  "the cluster (non-zero exit, its last messages)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  cmd->add_option("--restart-backoff-ms", o->restart_backoff_ms,
+                  "Pause before restarting a dead process; doubles per quick death, up to 30 s")
+      ->check(CLI::Range(1, 600000))
+      ->capture_default_str();
   cmd->add_option("--bin-dir", o->bin_dir,
                   "Where the tandem-* binaries are (default: beside this one)");
 }
@@ -130,6 +149,7 @@ int RunServe(const ServeOptions& o) {
     Child& c = workers.emplace_back();
     c.name = StrCat(role, "-", i);
     c.port_file = StrCat(run_dir, "/", c.name, ".port");
+    c.log = StrCat(run_dir, "/", c.name, ".log");
     c.args = {StrCat(bin, "/tandem-", role, "-worker"),
               "--model",
               o.model,
@@ -164,15 +184,22 @@ int RunServe(const ServeOptions& o) {
   for (int i = 0; i < o.prefill_workers; ++i) add_worker("prefill", i, o.prefill_kv_cache_bytes);
   for (int i = 0; i < o.decode_workers; ++i) add_worker("decode", i, o.decode_kv_cache_bytes);
 
+  LogRelay relay;
+  auto start = [&relay](Child* c) {
+    relay.Add(c->name, c->log);
+    c->process.Start(c->args, c->log);
+    c->started = Clock::now();
+  };
   auto stop_all = [&](Child* router) {
     if (router != nullptr)
       router->process.Stop(std::chrono::milliseconds(o.drain_timeout_ms + 5000));
     for (Child& c : workers) c.process.Stop(std::chrono::milliseconds(5000));
+    relay.Stop();  // the last of their messages, before the files go
     std::error_code ec;
     fs::remove_all(run_dir, ec);
   };
 
-  for (Child& c : workers) c.process.Start(c.args);
+  for (Child& c : workers) start(&c);
   std::vector<std::string> prefill_addrs, decode_addrs;
   const std::string worker_addr = o.worker_host == "0.0.0.0" ? "127.0.0.1" : o.worker_host;
   for (Child& c : workers) {
@@ -193,6 +220,7 @@ int RunServe(const ServeOptions& o) {
   Child router;
   router.name = "router";
   router.port_file = run_dir + "/router.port";
+  router.log = run_dir + "/router.log";
   router.args = {StrCat(bin, "/tandem-router"),
                  "--model",
                  o.model,
@@ -232,7 +260,7 @@ int RunServe(const ServeOptions& o) {
   if (!o.tls.client_ca.empty()) {
     router.args.insert(router.args.end(), {"--tls-client-ca", o.tls.client_ca});
   }
-  router.process.Start(router.args);
+  start(&router);
   router.port = WaitForPortFile(router.port_file, &router.process, std::chrono::seconds(60));
   if (router.port == 0) {
     stop_all(&router);
@@ -281,20 +309,54 @@ int RunServe(const ServeOptions& o) {
   }
   std::fflush(stdout);
 
-  // Supervise: restart what dies, until a termination signal.
+  // Supervise: restart what dies, until a termination signal. A child that keeps dying
+  // soon after it starts is restarted after a growing pause, and past --max-restarts
+  // such deaths in a row the cluster stops with its last error.
   const sigset_t term = TerminationSignals();
   const timespec tick{0, 100 * 1000 * 1000};
   for (;;) {
     const int sig = sigtimedwait(&term, nullptr, &tick);
     if (sig == SIGINT || sig == SIGTERM) break;
+    const auto now = Clock::now();
     for (Child* c : all) {
-      const pid_t pid = c->process.pid();
-      if (auto status = c->process.Poll()) {
-        std::fprintf(stderr, "tandem serve: %s (pid %d) died (%s %d); restarting it on port %d\n",
-                     c->name.c_str(), pid, WIFSIGNALED(*status) ? "signal" : "exit code",
-                     WIFSIGNALED(*status) ? WTERMSIG(*status) : WEXITSTATUS(*status), c->port);
-        c->process.Start(c->args);
+      if (c->restart_at.has_value()) {
+        if (now < *c->restart_at) continue;
+        c->restart_at.reset();
+        start(c);
+        continue;
       }
+      const pid_t pid = c->process.pid();
+      const auto status = c->process.Poll();
+      if (!status.has_value()) continue;
+      const double up_s = std::chrono::duration<double>(now - c->started).count();
+      c->quick_deaths = now - c->started < kStableUptime ? c->quick_deaths + 1 : 1;
+      const std::string how =
+          StrCat(WIFSIGNALED(*status) ? "signal " : "exit code ",
+                 WIFSIGNALED(*status) ? WTERMSIG(*status) : WEXITSTATUS(*status));
+      if (c->quick_deaths > o.max_restarts) {
+        const std::string last = relay.LastLines(c->name);
+        std::fprintf(stderr,
+                     "tandem serve: %s died %d times in a row, each within %lld s of starting "
+                     "(the last: %s after %.1f s); giving up (--max-restarts %d)\n",
+                     c->name.c_str(), c->quick_deaths,
+                     static_cast<long long>(
+                         std::chrono::duration_cast<std::chrono::seconds>(kStableUptime).count()),
+                     how.c_str(), up_s, o.max_restarts);
+        stop_all(&router);
+        return Fail(absl::UnavailableError(StrCat(c->name, " keeps dying; its last messages:\n",
+                                                  last.empty() ? std::string("(none)") : last)));
+      }
+      const auto backoff =
+          std::min<Clock::duration>(std::chrono::milliseconds(o.restart_backoff_ms) *
+                                        (1LL << std::min(c->quick_deaths - 1, 20)),
+                                    kMaxRestartBackoff);
+      std::fprintf(stderr,
+                   "tandem serve: %s (pid %d) died (%s) after %.1f s; restarting it on port %d in "
+                   "%lld ms\n",
+                   c->name.c_str(), pid, how.c_str(), up_s, c->port,
+                   static_cast<long long>(
+                       std::chrono::duration_cast<std::chrono::milliseconds>(backoff).count()));
+      c->restart_at = now + backoff;
     }
   }
   std::fprintf(stderr, "tandem serve: draining (up to %d ms), then stopping the workers\n",

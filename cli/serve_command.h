@@ -39,6 +39,8 @@ struct ServeOptions {
   int http_threads = 4;                        // serve the router's HTTP connections
   int http_max_connections = 4096;             // the router's HTTP connections open at once
   int http_max_connections_per_client = 1024;  // … from one client address (0: no bound)
+  int max_restarts = 5;          // quick deaths in a row of one child before serve gives up
+  int restart_backoff_ms = 500;  // the pause before the first restart; doubles per quick death
   int max_queued_requests = 256;
   bool prefix_caching = true;                  // on every worker
   std::string routing_policy = "cache_aware";  // router

@@ -269,5 +269,61 @@ TEST(CliServe, ClientAnswersLikeGenerateAndSigtermDrains) {
   std::filesystem::remove_all(dir);
 }
 
+// A worker that dies at every start (its model file replaced by a truncated one while
+// the cluster ran) is restarted after growing pauses, and past --max-restarts `tandem
+// serve` stops the cluster and exits non-zero quoting the worker's own last error,
+// instead of restarting it forever.
+TEST(CliServe, ACrashLoopingWorkerStopsServeWithItsLastError) {
+  char dir[] = "/tmp/tandem-serve-crash-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string model = std::string(dir) + "/model.gguf";
+  std::filesystem::copy_file(DefaultModelPath(), model);
+  const std::string log = std::string(dir) + "/serve.log";
+  const std::string endpoints = std::string(dir) + "/endpoints.json";
+  Subprocess serve;
+  ASSERT_TRUE(serve.Start(
+      {std::string(TANDEM_BIN_DIR) + "/tandem", "serve", "--model", model, "--grpc-port", "0",
+       "--http-port", "-1", "--threads-per-worker", "1", "--drain-timeout-ms", "2000",
+       "--max-restarts", "3", "--restart-backoff-ms", "100", "--endpoints-file", endpoints},
+      log));
+  for (int i = 0; i < 3000 && !std::filesystem::exists(endpoints); ++i) {
+    ASSERT_TRUE(serve.running()) << "tandem serve exited before it was ready";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(std::filesystem::exists(endpoints)) << "tandem serve never became ready";
+  pid_t decode_pid = 0;
+  const nlohmann::json procs = nlohmann::json::parse(std::ifstream(endpoints)).at("processes");
+  for (const auto& p : procs) {
+    if (p.at("name") == "decode-0") decode_pid = p.at("pid").get<pid_t>();
+  }
+  ASSERT_GT(decode_pid, 0) << procs.dump();
+  // A new file under the same name: running processes keep the old one mapped.
+  {
+    std::ifstream in(model, std::ios::binary);
+    std::string head(4096, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    std::ofstream(model + ".tmp", std::ios::binary) << head;
+  }
+  std::filesystem::rename(model + ".tmp", model);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(decode_pid, SIGKILL), 0);
+  const auto status = serve.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value()) << "tandem serve kept restarting the worker";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1);
+  // Backoff 0.1 + 0.2 + 0.4 s and three failed loads: seconds, not a minute.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  std::stringstream text;
+  text << std::ifstream(log).rdbuf();
+  const std::string out = text.str();
+  EXPECT_THAT(out, ::testing::HasSubstr("decode-0 died 4 times in a row"));
+  EXPECT_THAT(out, ::testing::HasSubstr("giving up (--max-restarts 3)"));
+  EXPECT_THAT(out, ::testing::HasSubstr("error: decode-0 keeps dying; its last messages:"));
+  // The worker's own reason, quoted after the summary.
+  const std::string tail = out.substr(out.find("keeps dying"));
+  EXPECT_THAT(tail, ::testing::HasSubstr("tandem-decode-worker"));
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n') < 400, true) << "restarted too often";
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tandem
