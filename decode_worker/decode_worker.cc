@@ -108,7 +108,7 @@ absl::StatusOr<DecodeWorker::Lease*> DecodeWorker::WritableLease(uint64_t lease_
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     ++stats_.kv_failures;
-    return absl::FailedPreconditionError(
+    return absl::NotFoundError(
         StrCat("lease ", lease_id, ": unknown, expired or already decoding; KV refused"));
   }
   return &it->second;
@@ -119,7 +119,7 @@ absl::Status DecodeWorker::BeginKv(uint64_t lease_id, uint64_t epoch,
   std::lock_guard<std::mutex> lock(mu_);
   if (epoch != epoch_) {
     ++stats_.kv_failures;
-    return absl::FailedPreconditionError(
+    return absl::NotFoundError(
         StrCat("epoch: ", epoch, " is not this decode worker's (", epoch_,
                "): the reservation was made in an earlier process; KV refused"));
   }
@@ -295,8 +295,7 @@ absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) {
     ++stats_.kv_failures;
-    return absl::FailedPreconditionError(
-        StrCat("lease ", lease_id, ": expired during the transfer"));
+    return absl::NotFoundError(StrCat("lease ", lease_id, ": expired during the transfer"));
   }
   Lease& l = it->second;
   if (!l.write_error.ok()) return l.write_error;
@@ -319,7 +318,7 @@ absl::Status DecodeWorker::Admit(uint64_t lease_id, std::vector<int32_t> prompt,
     std::lock_guard<std::mutex> lock(mu_);
     auto it = leases_.find(lease_id);
     if (it == leases_.end()) {
-      return absl::FailedPreconditionError(
+      return absl::NotFoundError(
           StrCat("lease ", lease_id, ": unknown, expired or already decoding"));
     }
     if (!it->second.complete) {

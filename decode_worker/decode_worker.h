@@ -25,6 +25,9 @@
 //
 // Every reservation carries the worker's epoch (random per process): lease ids
 // restart with the process, so KV naming another epoch is refused before any write.
+// A reservation that is gone (unknown, expired, another epoch's) is NOT_FOUND: the
+// request's resource vanished, not the request's fault (the router answers such
+// failures UNAVAILABLE so that clients retry).
 //
 // A forward pass that fails ends the requests of that step (their sinks get the
 // error); the worker keeps serving.

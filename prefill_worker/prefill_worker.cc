@@ -129,6 +129,15 @@ absl::StatusOr<PrefillResult> PrefillWorker::Prefill(std::vector<int32_t> prompt
 }
 
 bool PrefillWorker::Iterate() {
+  // No more chunks for a prompt whose KV has nowhere to go: the next Step reports it
+  // ended (cancelled), and its answer is the transfer's failure.
+  for (auto& [id, p] : pending_) {
+    if (p->stopped) continue;
+    if (!p->error.ok() || (p->transfer != nullptr && p->transfer->Failed())) {
+      engine_->Cancel(id);
+      p->stopped = true;
+    }
+  }
   if (engine_->HasWork()) {
     const std::vector<engine::TokenEvent> events = engine_->Step(observer_.get());
     const auto now = Clock::now();

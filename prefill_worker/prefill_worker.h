@@ -7,7 +7,9 @@
 // once the decode worker has acknowledged them. Prefill returns the first token, or
 // the error that stopped the request: a failed transfer fails the request, and so does
 // a failed forward pass (the engine ends that step's requests; the worker goes on
-// serving the others and the next ones).
+// serving the others and the next ones). A prompt computed in chunks whose transfer
+// has failed (the decode worker died or its reservation is gone) stops at the next
+// chunk instead of running to its end.
 //
 // Thread-safe: Prefill blocks its caller (an RPC thread) until the request is done.
 #ifndef TANDEM_PREFILL_WORKER_PREFILL_WORKER_H_
@@ -77,7 +79,8 @@ class PrefillWorker {
     Clock::time_point started_at;
     int64_t prompt_tokens = 0;
     std::unique_ptr<transport::KvTransfer> transfer;
-    absl::Status error;  // the transfer could not start, or the forward pass failed
+    absl::Status error;    // the transfer could not start, or the forward pass failed
+    bool stopped = false;  // cancelled in the engine: its transfer failed before its last chunk
     PrefillResult result;
   };
   class Observer;

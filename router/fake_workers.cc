@@ -111,7 +111,7 @@ struct FakeDecodeClient::Stream {
       return;
     }
     if (st->b.break_after >= 0 && st->chunks >= st->b.break_after) {
-      st->End(absl::UnavailableError("fake decode: connection reset"));
+      st->End(st->b.break_status);
       return;
     }
     DecodeChunk c;

@@ -98,7 +98,8 @@ struct FakeDecodeBehaviour {
   // Tokens after the first, one per chunk: tokens[i % size] (empty: 1000 + i).
   std::vector<int32_t> tokens;
   std::chrono::microseconds interval{100};  // between chunks
-  int break_after = -1;                     // chunks, then the stream ends UNAVAILABLE (-1: never)
+  int break_after = -1;  // chunks, then the stream ends with break_status (-1: never)
+  absl::Status break_status = absl::UnavailableError("fake decode: connection reset");
   bool stall = false;  // the stream sends nothing until cancelled or past its deadline
   int32_t num_blocks = 1024, block_size = 16;
 };

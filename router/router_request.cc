@@ -17,6 +17,21 @@ double Ms(Clock::time_point a, Clock::time_point b) {
 
 }  // namespace
 
+absl::Status RouterRequest::ClientStatus(const absl::Status& s) const {
+  switch (s.code()) {
+    case absl::StatusCode::kDeadlineExceeded:
+      if (expired()) return s;  // the client's own deadline
+      [[fallthrough]];
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kDataLoss:
+      return absl::UnavailableError(
+          StrCat(s.message(), " (", absl::StatusCodeToString(s.code()), "; retry)"));
+    default:
+      return s;
+  }
+}
+
 RouterRequest::RouterRequest(const RequestEnv* env, std::string id, RequestSpec spec,
                              std::optional<Deadline> deadline, std::shared_ptr<ResponseSink> sink)
     : env_(env),
@@ -209,7 +224,7 @@ void RouterRequest::OnPrefilled(Worker* prefill, uint64_t call,
       }
     }
     Release();
-    Fail(result.status());
+    Fail(ClientStatus(result.status()));
     return;
   }
   prefilled_at_ = Clock::now();
@@ -288,7 +303,7 @@ void RouterRequest::OnDecodeDone(uint64_t call, const absl::Status& status) {
     Release();
     Fail(status.ok() ? absl::InternalError(StrCat("decode on ", decode_->address,
                                                   ": stream ended without a finish reason"))
-                     : status);
+                     : ClientStatus(status));
   }
 }
 

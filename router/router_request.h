@@ -107,6 +107,14 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   void OnDecodeDone(uint64_t call, const absl::Status& status);
   void Finish(engine::FinishReason reason);
   void Fail(const absl::Status& status);
+  // What the client sees of a worker call that failed. Codes about the request itself
+  // (a bad field, too large, the client's own deadline or cancel) and a failed forward
+  // pass (INTERNAL) pass through. A decode reservation that vanished (NOT_FOUND: the
+  // decode worker restarted, or the lease lapsed), a KV transfer that broke, stalled or
+  // lost data (ABORTED, DATA_LOSS, DEADLINE_EXCEEDED before the client's deadline) and
+  // a worker that went away are the cluster's failures, not the request's: UNAVAILABLE
+  // (HTTP 503), which clients retry.
+  absl::Status ClientStatus(const absl::Status& s) const;
   void Release();
 
   // The call in flight: BeginCall before starting one, SetActive with what it returned,

@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "router/fake_workers.h"
 #include "router/router.h"
@@ -244,6 +245,53 @@ TEST_F(RouterRequestTest, APrefillErrorIsNotRetried) {
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kInternal) << sink->error();
   EXPECT_EQ(P(1)->calls(), 0);
   EXPECT_EQ(D(0)->releases(), 1);
+  ExpectAtRest();
+}
+
+// A decode reservation that vanished under the prefill (the decode worker restarted:
+// NOT_FOUND) or a transfer that stalled is the cluster's failure, not the request's:
+// the client gets UNAVAILABLE (HTTP 503, retryable) with the worker's reason, and the
+// reservation is released.
+TEST_F(RouterRequestTest, AVanishedReservationOrStalledTransferIsUnavailableToTheClient) {
+  const std::pair<absl::Status, absl::StatusCode> cases[] = {
+      {absl::NotFoundError("epoch: the decode worker restarted"), absl::StatusCode::kUnavailable},
+      {absl::DeadlineExceededError("KV transfer stalled"), absl::StatusCode::kUnavailable},
+      {absl::DataLossError("layer 3 got 2 of 4 blocks"), absl::StatusCode::kUnavailable},
+      {absl::InvalidArgumentError("prompt: too long for this worker"),
+       absl::StatusCode::kInvalidArgument},
+      {absl::InternalError("the forward pass failed"), absl::StatusCode::kInternal},
+  };
+  for (const auto& [worker_error, client_code] : cases) {
+    SCOPED_TRACE(worker_error.ToString());
+    router_.reset();
+    pool_.reset();
+    Make(1, 1, {}, [e = worker_error](FakeWorkers& f) {
+      f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kError, .error = e});
+    });
+    auto sink = std::make_shared<Collect>();
+    Submit(Spec(), sink);
+    ASSERT_TRUE(sink->Wait());
+    EXPECT_EQ(sink->error().code(), client_code) << sink->error();
+    EXPECT_THAT(std::string(sink->error().message()),
+                ::testing::HasSubstr(std::string(worker_error.message())));
+    EXPECT_EQ(D(0)->releases(), 1);
+    ExpectAtRest();
+  }
+}
+
+// The decode worker restarted between the prefill and the Decode call: the lease is
+// unknown there (NOT_FOUND), and the client is told UNAVAILABLE, with the reason.
+TEST_F(RouterRequestTest, ADecodeIntoAVanishedLeaseIsUnavailableToTheClient) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.decode("10.0.0.2:100")
+        ->Set({.break_after = 0, .break_status = absl::NotFoundError("lease 1: unknown")});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(5), sink);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
+  EXPECT_THAT(std::string(sink->error().message()), ::testing::HasSubstr("lease 1: unknown"));
+  EXPECT_THAT(std::string(sink->error().message()), ::testing::HasSubstr("NOT_FOUND"));
   ExpectAtRest();
 }
 

@@ -59,6 +59,10 @@ class KvTransfer {
                          std::shared_ptr<kernels::Event> ready) = 0;
   // After the last SendLayer: `done` runs (on a transport thread) with the outcome.
   virtual void Finish(std::function<void(absl::Status, KvTransferStats)> done) = 0;
+  // Whether the transfer has failed already (Finish will say why), so that a prompt
+  // computed in chunks stops at the next one instead of running to its end. Once true,
+  // the transfer reads no more of its blocks. Callable from any thread.
+  virtual bool Failed() const { return false; }
 };
 
 class KvSender {

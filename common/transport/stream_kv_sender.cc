@@ -1,6 +1,7 @@
 #include "common/transport/stream_kv_sender.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "common/rpc/engine_convert.h"
@@ -37,6 +38,7 @@ class StreamKvSender::Transfer : public KvTransfer {
     finish_called_ = Clock::now();
     Enqueue(peer_, {this, -1, 0, 0, nullptr});
   }
+  bool Failed() const override { return failed_.load(std::memory_order_acquire); }
 
  private:
   friend class StreamKvSender;
@@ -49,6 +51,7 @@ class StreamKvSender::Transfer : public KvTransfer {
   std::unique_ptr<grpc::ClientWriter<v1::KvBlocksChunk>> writer_;
   bool header_sent_ = false;
   absl::Status error_;
+  std::atomic<bool> failed_{false};  // error_ is set and no task will read the blocks again
   KvTransferStats stats_;
   Clock::time_point finish_called_;  // set before the finish task is queued
   std::function<void(absl::Status, KvTransferStats)> done_;
@@ -190,17 +193,18 @@ void StreamKvSender::Run(Peer* peer) {
     if (task.layer < 0) {
       Complete(task.transfer);
     } else if (task.transfer->error_.ok()) {
-      if (task.ready != nullptr) {
-        if (absl::Status st = task.ready->Wait(); !st.ok()) {
-          task.transfer->error_ = st;
-          continue;
-        }
-      }
-      if (peer->kind == TransportKind::kHost) {
+      absl::Status ready = task.ready != nullptr ? task.ready->Wait() : absl::OkStatus();
+      if (!ready.ok()) {
+        task.transfer->error_ = ready;
+      } else if (peer->kind == TransportKind::kHost) {
         WriteLayer(task.transfer, task);
       } else {
         SendLayer(task.transfer, task);
       }
+    }
+    // After the task that failed it: later tasks of this transfer are skipped.
+    if (task.layer >= 0 && !task.transfer->error_.ok()) {
+      task.transfer->failed_.store(true, std::memory_order_release);
     }
   }
   if (peer->comm != nullptr) peer->comm->Abort(absl::CancelledError("KV sender stopping"));
@@ -278,9 +282,9 @@ void StreamKvSender::SendLayer(Transfer* t, const Task& task) {
   }
   if (p->epoch != t->dst_.epoch) {
     // The reservation is not the live process's: nothing is written or sent.
-    t->error_ = absl::FailedPreconditionError(
-        StrCat("epoch: the reservation names ", t->dst_.epoch, ", the decode worker at ",
-               p->address, " is at ", p->epoch, " (it restarted); KV not sent"));
+    t->error_ = absl::NotFoundError(StrCat("epoch: the reservation names ", t->dst_.epoch,
+                                           ", the decode worker at ", p->address, " is at ",
+                                           p->epoch, " (it restarted); KV not sent"));
     return;
   }
   const int64_t slice_bytes = kv_->layout().LayerBytes();

@@ -373,6 +373,43 @@ TEST_F(ClusterTest, KilledDecodeWorkerFailsItsRequestsFastOthersFinish) {
   EXPECT_TRUE(after.status.ok()) << after.status.error_message();
 }
 
+// The decode worker dies while its request's long prompt is being prefilled in chunks:
+// the prefill worker stops computing it at the next chunk (not after the whole prompt),
+// the client gets UNAVAILABLE (HTTP 503, retryable), and the prefill worker holds
+// nothing afterwards.
+TEST_F(ClusterTest, ADecodeWorkerKilledDuringAChunkedPrefillFailsItUnavailableAtOnce) {
+  ClusterConfig config = Topology(1, 1);
+  config.prefill_flags = {"--max-prefill-chunk", "128"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(config));
+  const std::vector<int32_t> pool = TokenPool();
+  Case c{Window(pool, 2000, 5), Params(true, 4, 5)};  // 15 partial chunks, then the last
+  v1::WorkerStats before;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &before));
+  GenerateResult r;
+  std::thread client(
+      [&] { r = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
+  // Once the first chunk has been computed (its KV is on the way), kill the receiver.
+  v1::WorkerStats s;
+  const auto t0 = Clock::now();
+  while (MsSince(t0) < 60000) {
+    if (cluster_->Stats(Cluster::kPrefill, 0, &s) &&
+        s.prefill_chunks_total() > before.prefill_chunks_total())
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_GT(s.prefill_chunks_total(), before.prefill_chunks_total()) << "the prefill never began";
+  const int64_t chunks_at_kill = s.prefill_chunks_total() - before.prefill_chunks_total();
+  cluster_->Kill(Cluster::kDecode, 0);
+  client.join();
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &s));
+  // A chunk or two past the kill (the one running, the one that found the stream
+  // broken), not the 15 − chunks_at_kill a prefill to its end would have computed.
+  EXPECT_LE(s.prefill_chunks_total() - before.prefill_chunks_total(), chunks_at_kill + 3);
+  EXPECT_LT(chunks_at_kill + 3, 15) << "the kill came too late to tell";
+  EXPECT_EQ(cluster_->WaitForBaseline(), "");
+}
+
 TEST_F(ClusterTest, KilledPrefillWorkerIsRetriedOnAnother) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(Topology(2, 1)));
   const std::vector<int32_t> pool = TokenPool();
@@ -455,7 +492,8 @@ TEST_F(ClusterTest, ExpiredReservationsFreeTheirBlocksAndRefuseLateKv) {
     writer->Write(chunk);
     writer->WritesDone();
     const grpc::Status st = writer->Finish();
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(st.error_code(),
+              grpc::StatusCode::NOT_FOUND);  // the reservation is not this process's
     EXPECT_THAT(st.error_message(), HasSubstr("epoch"));
   }
   // A CPU decode worker has no peer transport: a sender that only speaks NCCL is told.
@@ -505,8 +543,7 @@ TEST_F(ClusterTest, ExpiredReservationsFreeTheirBlocksAndRefuseLateKv) {
 
   // The lease runs out: the blocks come back and late KV is refused.
   EXPECT_EQ(cluster_->WaitForBaseline(std::chrono::seconds(3)), "");
-  EXPECT_EQ(push(theirs, reservation.fingerprint()).error_code(),
-            grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(push(theirs, reservation.fingerprint()).error_code(), grpc::StatusCode::NOT_FOUND);
   ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &during));
   EXPECT_EQ(during.expired_leases_total(), 1);
 }

@@ -394,11 +394,12 @@ TEST_F(PeerTransportTest, AnExpiredReletOrForeignReservationIsRefusedWithNoWrite
   EXPECT_EQ(sorted(relet->block_ids), sorted(expired->block_ids)) << "the blocks were not re-let";
   const int64_t received = decode_->Stats().kv_bytes_received;
 
+  // A reservation that is gone (expired, or another process's) is NOT_FOUND.
   grpc::Status st = push(*expired, expired->epoch);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr("expired"));
   st = push(*relet, relet->epoch + 1);
-  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
   EXPECT_THAT(st.error_message(), HasSubstr("epoch"));
   EXPECT_EQ(decode_->Stats().kv_bytes_received, received) << "a refused push was written";
 
@@ -433,7 +434,7 @@ TEST_F(PeerTransportTest, AReservationOfAnotherEpochFailsItsRequestAndTheNextSuc
                                  {address_, r->lease_id, r->block_ids, 0, r->epoch + 1});
   ASSERT_FALSE(stale.ok());
   EXPECT_LT(Clock::now() - t0, kTimeout) << "nothing should have waited for a deadline";
-  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition) << stale.status();
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kNotFound) << stale.status();
   EXPECT_THAT(stale.status().message(), HasSubstr("epoch"));
   EXPECT_EQ(decode_->Stats().kv_bytes_received, received);
   // It rendezvoused once before sending (and learnt the live epoch), then sent nothing.

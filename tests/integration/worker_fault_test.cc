@@ -25,8 +25,11 @@ using ::testing::HasSubstr;
 // KV from a prefill worker's storage straight into a decode worker's reservation.
 class LoopbackSender : public transport::KvSender {
  public:
-  LoopbackSender(const kernels::KvStorage* kv, decode::DecodeWorker* decode)
-      : kv_(kv), decode_(decode) {}
+  // `fail_after_layers` (≥ 0): every transfer fails UNAVAILABLE once it has sent that
+  // many layer pieces, as when the decode worker dies mid-transfer.
+  LoopbackSender(const kernels::KvStorage* kv, decode::DecodeWorker* decode,
+                 int fail_after_layers = -1)
+      : kv_(kv), decode_(decode), fail_after_layers_(fail_after_layers) {}
   absl::Status Connect(const std::string&) override { return absl::OkStatus(); }
   absl::StatusOr<std::unique_ptr<transport::KvTransfer>> Begin(const transport::KvDestination& dst,
                                                                std::vector<int32_t> src) override {
@@ -43,6 +46,10 @@ class LoopbackSender : public transport::KvSender {
     void SendLayer(int32_t layer, int32_t first, int32_t count,
                    std::shared_ptr<kernels::Event> ready) override {
       if (!status_.ok()) return;
+      if (s_->fail_after_layers_ >= 0 && sent_++ >= s_->fail_after_layers_) {
+        status_ = absl::UnavailableError("injected: the decode worker went away");
+        return;
+      }
       if (absl::Status st = ready->Wait(); !st.ok()) {
         status_ = st;
         return;
@@ -59,6 +66,7 @@ class LoopbackSender : public transport::KvSender {
       if (status_.ok()) status_ = s_->decode_->EndKv(dst_.lease_id);
       done(status_, {.bytes = bytes_});
     }
+    bool Failed() const override { return !status_.ok(); }  // engine thread only, as SendLayer
 
    private:
     LoopbackSender* s_;
@@ -66,9 +74,11 @@ class LoopbackSender : public transport::KvSender {
     std::vector<int32_t> src_;
     absl::Status status_;
     int64_t bytes_ = 0;
+    int sent_ = 0;
   };
   const kernels::KvStorage* kv_;
   decode::DecodeWorker* decode_;
+  const int fail_after_layers_;
 };
 
 class WorkerFaultTest : public ::testing::Test {
@@ -183,6 +193,57 @@ TEST_F(WorkerFaultTest, FailedDecodePassFailsTheStreamAndTheWorkerGoesOn) {
   EXPECT_EQ(*next, Reference(prompt, ::tandem::testing::Greedy(6)));
   // Read after the next request: the stats are published at the end of an engine turn.
   EXPECT_EQ(decode_->Stats().engine.failed_steps, 1);
+}
+
+// A prompt computed in chunks whose transfer fails midway (the decode worker went away,
+// or its reservation is gone) stops at the next chunk instead of computing the rest,
+// fails with the transfer's reason, and leaks nothing on either side.
+TEST_F(WorkerFaultTest, APromptWhoseTransferFailsStopsAtTheNextChunk) {
+  kernels::CpuBackend* unused = nullptr;
+  engine::EngineOptions o = Options(&unused);
+  o.scheduler.max_prefill_chunk = 64;
+  const int n_layers = static_cast<int>(model_->weights->config().n_layers);
+  // Fails during the second chunk's layers.
+  auto chunked =
+      *prefill::PrefillWorker::Create(*model_->weights, o, [&](const kernels::KvStorage& kv) {
+        return std::make_unique<LoopbackSender>(&kv, decode_.get(), n_layers + n_layers / 2);
+      });
+  std::vector<int32_t> prompt;
+  const std::vector<int32_t> words = *model_->tokenizer->Encode(" the quick brown fox jumps");
+  while (prompt.size() < 640) prompt.insert(prompt.end(), words.begin(), words.end());
+  prompt.resize(640);  // 10 chunks of 64
+  auto r = decode_->Reserve(641, std::chrono::seconds(60));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int64_t chunks_before = chunked->Stats().engine.prefill_chunks;
+  auto first = chunked->Prefill(prompt, ::tandem::testing::Greedy(4),
+                                {"loopback", r->lease_id, r->block_ids, 0, r->epoch});
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kUnavailable) << first.status();
+  EXPECT_THAT(std::string(first.status().message()), HasSubstr("went away"));
+  // Chunks 1 and 2 ran (2 failed midway); without the stop, all 9 partial ones would.
+  EXPECT_EQ(chunked->Stats().engine.prefill_chunks - chunks_before, 2);
+  decode_->Release(r->lease_id);  // as the router does after a failed prefill
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  auto free = [&] {
+    const engine::EngineStats e = chunked->Stats().engine;
+    return e.blocks.free_blocks + e.blocks.cached_blocks == e.blocks.num_blocks;
+  };
+  while (!free() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(free()) << "the stopped prompt's blocks leaked";
+  // And a prompt whose destination is gone before it starts computes one chunk at most.
+  auto gone = decode_->Reserve(641, std::chrono::seconds(60));
+  ASSERT_TRUE(gone.ok());
+  decode_->Release(gone->lease_id);
+  auto plain =
+      *prefill::PrefillWorker::Create(*model_->weights, o, [&](const kernels::KvStorage& kv) {
+        return std::make_unique<LoopbackSender>(&kv, decode_.get());
+      });
+  const int64_t plain_before = plain->Stats().engine.prefill_chunks;
+  auto refused = plain->Prefill(prompt, ::tandem::testing::Greedy(4),
+                                {"loopback", gone->lease_id, gone->block_ids, 0, gone->epoch});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kNotFound) << refused.status();
+  EXPECT_LE(plain->Stats().engine.prefill_chunks - plain_before, 1);
 }
 
 }  // namespace
