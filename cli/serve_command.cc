@@ -16,6 +16,8 @@
 
 #include "cli/exit_status.h"
 #include "cli/log_relay.h"
+#include "common/engine/model_file.h"
+#include "common/kv/kv_layout.h"
 #include "common/rpc/worker_main.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
@@ -90,10 +92,17 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--threads-per-worker", o->threads_per_worker,
                   "Compute threads per worker (0: the cores shared out)")
       ->capture_default_str();
-  cmd->add_option("--kv-cache-bytes", o->decode_kv_cache_bytes, "KV cache per decode worker")
+  cmd->add_option("--kv-cache-bytes", o->decode_kv_cache_bytes,
+                  "KV cache per decode worker (0: 512 MiB, or what one --max-model-len request "
+                  "needs if more)")
       ->capture_default_str();
   cmd->add_option("--prefill-kv-cache-bytes", o->prefill_kv_cache_bytes,
-                  "KV cache per prefill worker")
+                  "KV cache per prefill worker (0: 256 MiB, or what one --max-model-len request "
+                  "needs if more)")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", o->max_model_len,
+                  "Longest request (prompt + max_tokens) served and advertised (0: the model's "
+                  "context length)")
       ->capture_default_str();
   cmd->add_option("--drain-timeout-ms", o->drain_timeout_ms,
                   "On SIGINT/SIGTERM, how long running requests may take to finish")
@@ -131,8 +140,54 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
                   "Where the tandem-* binaries are (default: beside this one)");
 }
 
+// The KV pools every worker gets: the defaults, raised where one request of the longest
+// length served needs more; a pool set explicitly below that is refused, so the
+// advertised max_model_len is one the cluster can serve.
+struct KvPools {
+  int64_t max_model_len = 0, prefill_bytes = 0, decode_bytes = 0;
+};
+absl::StatusOr<KvPools> SizeKvPools(const ServeOptions& o) {
+  auto file = engine::OpenModelFile(o.model);
+  if (!file.ok()) return file.status();
+  const model::ModelConfig& c = file->config;
+  KvPools p;
+  p.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.context_length;
+  if (o.max_model_len < 0 || p.max_model_len > static_cast<int64_t>(c.context_length)) {
+    return absl::InvalidArgumentError(StrCat("--max-model-len: ", o.max_model_len,
+                                             " is outside 1 .. ", c.context_length,
+                                             " (the model's context length); 0 means all of it"));
+  }
+  const kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
+                            static_cast<int32_t>(c.head_dim), kv::KvLayout{}.block_size,
+                            o.kv_dtype};
+  const int64_t bs = layout.block_size;
+  // The prefill worker holds prompt + first token; the decode worker the whole request.
+  const int64_t need = (p.max_model_len + 1 + bs - 1) / bs * layout.BlockBytes();
+  auto size = [&](int64_t given, int64_t fallback,
+                  std::string_view flag) -> absl::StatusOr<int64_t> {
+    if (given == 0) return std::max(fallback, need);
+    if (given < need) {
+      return absl::InvalidArgumentError(
+          StrCat(flag, " ", given, ": holds ", given / layout.BlockBytes() * bs,
+                 " tokens, fewer than one ", p.max_model_len,
+                 "-token request needs (--max-model-len); give at least ", need, " (",
+                 layout.BytesPerToken(), " bytes per token), or lower --max-model-len"));
+    }
+    return given;
+  };
+  auto prefill = size(o.prefill_kv_cache_bytes, int64_t{256} << 20, "--prefill-kv-cache-bytes");
+  if (!prefill.ok()) return prefill.status();
+  auto decode = size(o.decode_kv_cache_bytes, int64_t{512} << 20, "--kv-cache-bytes");
+  if (!decode.ok()) return decode.status();
+  p.prefill_bytes = *prefill;
+  p.decode_bytes = *decode;
+  return p;
+}
+
 int RunServe(const ServeOptions& o) {
   BlockTerminationSignals();  // before any thread starts; waited for below
+  const absl::StatusOr<KvPools> pools = SizeKvPools(o);
+  if (!pools.ok()) return Fail(pools.status());
   const std::string bin = o.bin_dir.empty() ? SelfDir() : o.bin_dir;
   char tmpl[] = "/tmp/tandem-serve-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return Fail(absl::InternalError("cannot create a temp directory"));
@@ -181,8 +236,8 @@ int RunServe(const ServeOptions& o) {
     }
     if (o.batch_invariant) c.args.push_back("--batch-invariant");
   };
-  for (int i = 0; i < o.prefill_workers; ++i) add_worker("prefill", i, o.prefill_kv_cache_bytes);
-  for (int i = 0; i < o.decode_workers; ++i) add_worker("decode", i, o.decode_kv_cache_bytes);
+  for (int i = 0; i < o.prefill_workers; ++i) add_worker("prefill", i, pools->prefill_bytes);
+  for (int i = 0; i < o.decode_workers; ++i) add_worker("decode", i, pools->decode_bytes);
 
   LogRelay relay;
   auto start = [&relay](Child* c) {
@@ -251,7 +306,9 @@ int RunServe(const ServeOptions& o) {
                  "--metrics-prefix",
                  o.metrics_prefix,
                  "--ready-file",
-                 run_dir + "/router.ready"};
+                 run_dir + "/router.ready",
+                 "--max-model-len",
+                 std::to_string(pools->max_model_len)};
   if (!o.served_model_name.empty()) {
     router.args.insert(router.args.end(), {"--served-model-name", o.served_model_name});
   }

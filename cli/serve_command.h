@@ -33,8 +33,12 @@ struct ServeOptions {
   std::string served_model_name;
   std::string endpoints_file;  // JSON: every process's ports, once ready
   int threads_per_worker = 0;  // 0: the machine's cores shared out among the workers
-  int64_t decode_kv_cache_bytes = int64_t{512} << 20;
-  int64_t prefill_kv_cache_bytes = int64_t{256} << 20;
+  // 0: 512 MiB per decode worker and 256 MiB per prefill worker, or more where one
+  // request of --max-model-len tokens needs more. Set explicitly, a pool too small for
+  // one such request is refused at start.
+  int64_t decode_kv_cache_bytes = 0;
+  int64_t prefill_kv_cache_bytes = 0;
+  int64_t max_model_len = 0;  // 0: the model's context length
   int drain_timeout_ms = 10000;
   int http_threads = 4;                        // serve the router's HTTP connections
   int http_max_connections = 4096;             // the router's HTTP connections open at once

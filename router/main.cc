@@ -53,6 +53,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-prompt-bytes", limits.max_prompt_bytes, "Largest prompt text accepted")
       ->capture_default_str();
+  int64_t max_model_len = 0;
+  app.add_option("--max-model-len", max_model_len,
+                 "Longest request (prompt + max_tokens) accepted and advertised (0: the model's "
+                 "context length)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   options.lease = std::chrono::milliseconds(lease_ms);
   auto fail = [](const absl::Status& st) {
@@ -67,7 +72,14 @@ int main(int argc, char** argv) {
 
   auto model = engine::OpenModelFile(flags.model);  // the router only tokenizes
   if (!model.ok()) return fail(model.status());
-  const model::ModelConfig& config = model->config;
+  // What this router serves: the model's context, or less (--max-model-len).
+  model::ModelConfig config = model->config;
+  if (max_model_len < 0 || max_model_len > static_cast<int64_t>(config.context_length)) {
+    return fail(absl::InvalidArgumentError(
+        StrCat("--max-model-len: ", max_model_len, " is outside 1 .. ", config.context_length,
+               " (the model's context length); 0 means all of it")));
+  }
+  if (max_model_len > 0) config.context_length = max_model_len;
   const std::string model_name = rpc::ServedModelName(flags);
 
   metrics::Metrics metrics({flags.metrics_prefix, model_name, metrics::Role::kRouter});

@@ -269,6 +269,28 @@ TEST(CliServe, ClientAnswersLikeGenerateAndSigtermDrains) {
   std::filesystem::remove_all(dir);
 }
 
+// A KV pool that cannot hold one request of the advertised length is refused before
+// anything starts, naming the flag, what it holds and what it needs; so is a
+// --max-model-len past the model's context. (With default flags the pools are sized to
+// hold it: tests/serving checks each worker's pool against /v1/models' max_model_len.)
+TEST(CliServe, APoolThatCannotHoldOneFullRequestIsRefusedAtStart) {
+  const std::string serve = "serve --grpc-port 0 --http-port -1 --model " + DefaultModelPath();
+  RunResult small = Tandem(serve + " --prefill-kv-cache-bytes 268435456");
+  EXPECT_EQ(small.exit_code, 1) << small.out;
+  EXPECT_THAT(small.out, ::testing::HasSubstr(
+                             "--prefill-kv-cache-bytes 268435456: holds 5824 tokens, fewer than "
+                             "one 8192-token request needs (--max-model-len); give at least "
+                             "378224640"));
+  RunResult decode = Tandem(serve + " --kv-cache-bytes 100000000");
+  EXPECT_EQ(decode.exit_code, 1) << decode.out;
+  EXPECT_THAT(decode.out, ::testing::HasSubstr("--kv-cache-bytes 100000000: holds"));
+  RunResult too_long = Tandem(serve + " --max-model-len 9000");
+  EXPECT_EQ(too_long.exit_code, 1) << too_long.out;
+  EXPECT_THAT(too_long.out, ::testing::HasSubstr("--max-model-len: 9000 is outside 1 .. 8192"));
+  EXPECT_THAT(small.out + decode.out + too_long.out,
+              ::testing::Not(::testing::HasSubstr("listening")));  // nothing was started
+}
+
 // A worker that dies at every start (its model file replaced by a truncated one while
 // the cluster ran) is restarted after growing pauses, and past --max-restarts `tandem
 // serve` stops the cluster and exits non-zero quoting the worker's own last error,

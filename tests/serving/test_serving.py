@@ -192,6 +192,18 @@ class OpenAiApiTest(unittest.TestCase):
         for name in ("prefill-0", "decode-0"):
             port = self.cluster.ports[name]["http_port"]
             self.assertEqual(get(f"http://127.0.0.1:{port}/health")[0], 200, name)
+        # The advertised context is servable with default flags: each worker's KV pool
+        # holds one request of max_model_len tokens (prompt, then the first token).
+        max_model_len = data[0]["max_model_len"]
+        self.assertGreater(max_model_len, 0)
+        for name in ("prefill-0", "decode-0"):
+            _, text = get(self.cluster.metrics_url(name))
+            info = [labels for (metric, labels) in parse_metrics(text.decode())
+                    if metric.endswith("cache_config_info")]
+            self.assertEqual(len(info), 1, name)
+            labels = dict(info[0])
+            tokens = int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+            self.assertGreaterEqual(tokens, max_model_len + 1, (name, labels))
 
     def test_02_chat_streams_the_engines_answer(self):
         question = "What is the capital of France? Answer in one sentence."
