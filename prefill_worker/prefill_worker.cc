@@ -103,6 +103,20 @@ absl::StatusOr<PrefillResult> PrefillWorker::Prefill(std::vector<int32_t> prompt
                                                      const engine::SamplingParams& params,
                                                      const transport::KvDestination& destination,
                                                      uint64_t cache_salt) {
+  // The destination must name a block for each of the prompt's blocks, and may say that
+  // its leading ones are cached there already; checked before anything is computed.
+  const int64_t bs = layout().block_size;
+  const int64_t n = (static_cast<int64_t>(prompt.size()) + bs - 1) / bs;
+  if (static_cast<int64_t>(destination.block_ids.size()) < n) {
+    return absl::InvalidArgumentError(
+        StrCat("destination.block_ids: ", destination.block_ids.size(), " blocks for a ",
+               prompt.size(), "-token prompt that needs ", n));
+  }
+  if (destination.cached_blocks < 0 || destination.cached_blocks > n) {
+    return absl::InvalidArgumentError(StrCat("destination.cached_blocks: must be between 0 and ", n,
+                                             " (the prompt's blocks), got ",
+                                             destination.cached_blocks));
+  }
   RETURN_IF_ERROR(sender_->Connect(destination.address));
   auto p = std::make_unique<Pending>();
   p->destination = destination;

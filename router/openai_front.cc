@@ -599,6 +599,11 @@ http::Response OpenAiFront::Detokenize(std::string_view body_text) const {
     if (!t.is_number_integer()) {
       return ErrorResponse(FieldError("tokens", "an array of token ids is required"));
     }
+    // One past int64 (sent unsigned) is out of range, echoed as sent.
+    if (t.is_number_unsigned() &&
+        t.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return ErrorResponse(FieldError("tokens", StrCat("token id ", t.dump(), " is out of range")));
+    }
     const int64_t id = t.get<int64_t>();
     if (absl::Status st = model::CheckTokenId("tokens", id, tokenizer_.vocab_size()); !st.ok()) {
       return ErrorResponse(st);

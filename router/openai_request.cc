@@ -35,11 +35,30 @@ absl::StatusOr<bool> ReadNumber(const json& body, const char* key, double* out) 
   return true;
 }
 
+// A JSON integer in [lo, hi] into *out; false for any other value, including one past
+// int64's range (errors echo such a value as sent, e.dump(), never wrapped negative).
+bool IntIn(const json& e, int64_t lo, int64_t hi, int64_t* out) {
+  if (e.is_number_unsigned()) {
+    const uint64_t u = e.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    *out = static_cast<int64_t>(u);
+  } else if (e.is_number_integer()) {
+    *out = e.get<int64_t>();
+  } else {
+    return false;
+  }
+  return *out >= lo && *out <= hi;
+}
+
 absl::StatusOr<bool> ReadInt(const json& body, const char* key, int64_t* out) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return false;
   if (it->is_number_integer()) {
-    *out = it->get<int64_t>();
+    if (!IntIn(*it, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+               out)) {
+      return Bad(key, StrCat("must be at most ", std::numeric_limits<int64_t>::max(), ", got ",
+                             it->dump()));
+    }
     return true;
   }
   if (it->is_number_float()) {
@@ -106,8 +125,19 @@ absl::Status ReadSampling(const json& body, v1::SamplingParams* s, bool* max_tok
   if (has) s->set_presence_penalty(static_cast<float>(d));
   ASSIGN_OR_RETURN(has, ReadNumber(body, "frequency_penalty", &d));
   if (has) s->set_frequency_penalty(static_cast<float>(d));
-  ASSIGN_OR_RETURN(has, ReadInt(body, "seed", &i));
-  if (has) s->set_seed(static_cast<uint64_t>(i));
+  if (auto it = body.find("seed"); it != body.end() && !it->is_null()) {
+    // Any 64-bit seed: 0 … 2^64 − 1 as sent, or a negative one as its two's complement.
+    if (it->is_number_unsigned()) {
+      s->set_seed(it->get<uint64_t>());
+    } else {
+      ASSIGN_OR_RETURN(has, ReadInt(body, "seed", &i));
+      s->set_seed(static_cast<uint64_t>(i));
+    }
+  }
+  ASSIGN_OR_RETURN(has, ReadInt(body, "min_tokens", &i));
+  if (has && i != 0) {
+    return Bad("min_tokens", "is not supported by tandem (0 or absent only)");
+  }
   ASSIGN_OR_RETURN(has, ReadBool(body, "ignore_eos", &b));
   if (has) s->set_ignore_eos(b);
 
@@ -127,9 +157,9 @@ absl::Status ReadSampling(const json& body, v1::SamplingParams* s, bool* max_tok
     if (!it->is_array()) return Bad("stop_token_ids", "must be an array of integers");
     for (const json& e : *it) {
       if (!e.is_number_integer()) return Bad("stop_token_ids", "must be an array of integers");
-      const int64_t id = e.get<int64_t>();
-      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-        return Bad("stop_token_ids", StrCat("id ", id, " is out of range"));
+      int64_t id = 0;
+      if (!IntIn(e, 0, std::numeric_limits<int32_t>::max(), &id)) {
+        return Bad("stop_token_ids", StrCat("id ", e.dump(), " is out of range"));
       }
       s->add_stop_token_ids(static_cast<int32_t>(id));
     }
@@ -147,9 +177,9 @@ absl::StatusOr<std::vector<v1::GenerateRequest>> ReadPrompts(const json& body) {
   auto token_ids = [](const json& arr, v1::GenerateRequest* req) -> absl::Status {
     for (const json& e : arr) {
       if (!e.is_number_integer()) return Bad("prompt", "token ids must be integers");
-      const int64_t id = e.get<int64_t>();
-      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
-        return Bad("prompt", StrCat("token id ", id, " is out of range"));
+      int64_t id = 0;
+      if (!IntIn(e, 0, std::numeric_limits<int32_t>::max(), &id)) {
+        return Bad("prompt", StrCat("token id ", e.dump(), " is out of range"));
       }
       req->mutable_token_ids()->add_ids(static_cast<int32_t>(id));
     }

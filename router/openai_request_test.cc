@@ -146,6 +146,29 @@ TEST(OpenAiRequest, BadValuesAreRefused) {
   }
 }
 
+// Integers past int64 are refused and echoed as sent, never wrapped negative; a seed
+// takes the whole 64-bit range; min_tokens (not implemented) is refused, not ignored.
+TEST(OpenAiRequest, HugeIntegersAreEchoedAsSentAndMinTokensIsRefused) {
+  EXPECT_EQ(Error(kText, R"({"prompt": "a", "max_tokens": 18446744073709551615})"),
+            "max_tokens: must be at most 9223372036854775807, got 18446744073709551615");
+  EXPECT_EQ(Error(kText, R"({"prompt": "a", "max_tokens": 9223372036854775808})"),
+            "max_tokens: must be at most 9223372036854775807, got 9223372036854775808");
+  EXPECT_EQ(Error(kText, R"({"prompt": "a", "max_tokens": 9223372036854775807})"),
+            "max_tokens: must be between 1 and 2147483647, got 9223372036854775807");
+  EXPECT_EQ(Error(kText, R"({"prompt": [18446744073709551615]})"),
+            "prompt: token id 18446744073709551615 is out of range");
+  EXPECT_EQ(Error(kText, R"({"prompt": "a", "stop_token_ids": [9223372036854775808]})"),
+            "stop_token_ids: id 9223372036854775808 is out of range");
+  EXPECT_EQ(Error(kText, R"({"prompt": "a", "min_tokens": 5})"),
+            "min_tokens: is not supported by tandem (0 or absent only)");
+  EXPECT_EQ(Parse(kText, R"({"prompt": "a", "min_tokens": 0})").choices.size(), 1u);
+  const OpenAiRequest seeded = Parse(kText, R"({"prompt": "a", "seed": 18446744073709551615})");
+  ASSERT_EQ(seeded.choices.size(), 1u);
+  EXPECT_EQ(seeded.choices[0].sampling_params().seed(), 18446744073709551615ull);
+  const OpenAiRequest negative = Parse(kText, R"({"prompt": "a", "seed": -1})");
+  EXPECT_EQ(negative.choices[0].sampling_params().seed(), 18446744073709551615ull);
+}
+
 TEST(OpenAiRequest, TokenizeBodiesParseOnce) {
   auto text = ParseTokenizeRequest(R"({"prompt": "hello"})");
   ASSERT_TRUE(text.ok()) << text.status();

@@ -195,6 +195,35 @@ TEST_F(WorkerFaultTest, FailedDecodePassFailsTheStreamAndTheWorkerGoesOn) {
   EXPECT_EQ(decode_->Stats().engine.failed_steps, 1);
 }
 
+// A Prefill whose destination cannot hold the prompt (too few blocks, cached_blocks past
+// the prompt's blocks or negative) is refused naming the field before anything is
+// computed; it was INTERNAL (50) or accepted (−1) before.
+TEST_F(WorkerFaultTest, ADestinationThatCannotHoldThePromptIsRefusedNamingTheField) {
+  const std::vector<int32_t> prompt = *model_->tokenizer->Encode("The capital of France is");
+  auto r = decode_->Reserve(static_cast<int64_t>(prompt.size()) + 1, std::chrono::seconds(60));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int64_t computed = prefill_->Stats().engine.prompt_tokens_computed;
+  const std::pair<transport::KvDestination, const char*> cases[] = {
+      {{"loopback", r->lease_id, r->block_ids, 50, r->epoch},
+       "destination.cached_blocks: must be between 0 and 1 (the prompt's blocks), got 50"},
+      {{"loopback", r->lease_id, r->block_ids, -1, r->epoch},
+       "destination.cached_blocks: must be between 0 and 1 (the prompt's blocks), got -1"},
+      {{"loopback", r->lease_id, {}, 0, r->epoch},
+       "destination.block_ids: 0 blocks for a 5-token prompt that needs 1"},
+  };
+  for (const auto& [dst, message] : cases) {
+    auto got = prefill_->Prefill(prompt, ::tandem::testing::Greedy(2), dst);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_EQ(got.status().message(), message);
+  }
+  EXPECT_EQ(prefill_->Stats().engine.prompt_tokens_computed, computed);
+  decode_->Release(r->lease_id);
+  // The worker goes on: the same reservation's proper request answers.
+  auto ok = Run(prompt, ::tandem::testing::Greedy(4));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(*ok, Reference(prompt, ::tandem::testing::Greedy(4)));
+}
+
 // A prompt computed in chunks whose transfer fails midway (the decode worker went away,
 // or its reservation is gone) stops at the next chunk instead of computing the rest,
 // fails with the transfer's reason, and leaks nothing on either side.
