@@ -14,11 +14,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "cli/exit_status.h"
 #include "cli/log_relay.h"
 #include "common/engine/model_file.h"
 #include "common/kv/kv_layout.h"
 #include "common/rpc/worker_main.h"
+#include "common/util/random_id.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "common/util/subprocess.h"
@@ -192,8 +194,16 @@ int RunServe(const ServeOptions& o) {
   char tmpl[] = "/tmp/tandem-serve-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return Fail(absl::InternalError("cannot create a temp directory"));
   const std::string run_dir = tmpl;
-  // Children read the key from the environment, so it never shows in a process list.
+  // Children read the keys from the environment, so they never show in a process list.
   if (!o.api_key.empty()) setenv("TANDEM_API_KEY", o.api_key.c_str(), 1);
+  // The processes require a key of each other, API key or not: a random one, known only
+  // to them, so that nobody else on the host can call a worker (Release a lease, make a
+  // prefill worker push KV to an address of their choosing).
+  if (const char* given = std::getenv("TANDEM_INTERNAL_KEY"); given == nullptr || *given == 0) {
+    const std::string internal = absl::StrCat(absl::Hex(RandomNonZero64(), absl::kZeroPad16),
+                                              absl::Hex(RandomNonZero64(), absl::kZeroPad16));
+    setenv("TANDEM_INTERNAL_KEY", internal.c_str(), 1);
+  }
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = o.threads_per_worker > 0
                           ? o.threads_per_worker

@@ -1,5 +1,7 @@
 #include "decode_worker/decode_worker.h"
 
+#include <optional>
+
 #include "common/util/check.h"
 #include "common/util/random_id.h"
 #include "common/util/status_macros.h"
@@ -27,7 +29,7 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
 
 DecodeWorker::~DecodeWorker() {
   thread_->Stop();
-  for (auto& [id, sink] : sinks_) sink->OnError(absl::UnavailableError("decode worker stopping"));
+  for (auto& [id, d] : sinks_) d.sink->OnError(absl::UnavailableError("decode worker stopping"));
 }
 
 absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
@@ -53,9 +55,13 @@ absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
       result = id.status();
       return;
     }
-    Reservation r{*id, epoch_, engine_->BlockTable(*id), cached};
     std::lock_guard<std::mutex> lock(mu_);
-    Lease& l = leases_[*id];
+    // A random id, not the engine's sequential one: a lease cannot be guessed.
+    uint64_t lease_id = RandomNonZero64();
+    while (leases_.contains(lease_id) || decoding_.contains(lease_id)) lease_id = RandomNonZero64();
+    Reservation r{lease_id, epoch_, engine_->BlockTable(*id), cached};
+    Lease& l = leases_[lease_id];
+    l.seq = *id;
     l.blocks = r.block_ids;
     l.cached_blocks = cached;
     l.expires = Clock::now() + lease;
@@ -71,9 +77,11 @@ bool DecodeWorker::Release(uint64_t lease_id) {
   bool released = false;
   thread_->Run([&] {
     std::lock_guard<std::mutex> lock(mu_);
-    if (leases_.erase(lease_id) == 0) return;
-    released = engine_->Release(lease_id);
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end()) return;
+    released = engine_->Release(it->second.seq);
     TANDEM_CHECK(released);
+    leases_.erase(it);
   });
   return released;
 }
@@ -87,7 +95,7 @@ bool DecodeWorker::Abandon(uint64_t key) {
       if (it->second.key != key) continue;
       // Past BeginKv the caller did learn of the lease: it is no longer abandoned.
       if (it->second.expected_blocks >= 0) return;
-      released = engine_->Release(it->first);
+      released = engine_->Release(it->second.seq);
       TANDEM_CHECK(released);
       leases_.erase(it);
       return;
@@ -196,25 +204,25 @@ absl::Status DecodeWorker::WriteKv(uint64_t lease_id, int32_t layer, int32_t fir
   // The lease's block ids are the reservation's table in order, as BeginKv checked.
   // Leases are removed only on the engine thread, so one found here stays while the
   // copy runs outside `mu_`.
-  thread_->Post(
-      [this, lease_id, layer, first_block, num_blocks, size, payload = std::move(payload)] {
-        bool live;
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          live = leases_.contains(lease_id);  // else expired or released: nothing to write
-        }
-        const absl::Status st =
-            live ? engine_->WriteReservedKv(
-                       lease_id, layer, first_block, num_blocks,
-                       {reinterpret_cast<const uint8_t*>(payload.data()), payload.size()})
-                 : absl::OkStatus();
-        {
-          std::lock_guard<std::mutex> l(mu_);
-          pending_kv_bytes_ -= size;
-          RecordWriteError(lease_id, st);
-        }
-        kv_drained_.notify_all();
-      });
+  thread_->Post([this, lease_id, layer, first_block, num_blocks, size,
+                 payload = std::move(payload)] {
+    std::optional<kv::SeqId> seq;  // none: expired or released, nothing to write
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (auto it = leases_.find(lease_id); it != leases_.end()) seq = it->second.seq;
+    }
+    const absl::Status st =
+        seq.has_value() ? engine_->WriteReservedKv(
+                              *seq, layer, first_block, num_blocks,
+                              {reinterpret_cast<const uint8_t*>(payload.data()), payload.size()})
+                        : absl::OkStatus();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      pending_kv_bytes_ -= size;
+      RecordWriteError(lease_id, st);
+    }
+    kv_drained_.notify_all();
+  });
   return absl::OkStatus();
 }
 
@@ -233,14 +241,14 @@ void DecodeWorker::PeerKvArrived(uint64_t lease_id, int32_t layer, int32_t first
   // Posted before the count goes down, so StartDecode (posted after EndKv saw the count
   // at zero) runs after this write.
   thread_->Post([this, lease_id, layer, first_block, num_blocks, staging = std::move(staging)] {
-    bool live;
+    std::optional<kv::SeqId> seq;  // none: expired or released, nothing to write
     {
       std::lock_guard<std::mutex> l(mu_);
-      live = leases_.contains(lease_id);  // else expired or released: nothing to write
+      if (auto it = leases_.find(lease_id); it != leases_.end()) seq = it->second.seq;
     }
-    const absl::Status st =
-        live ? engine_->WriteReservedKv(lease_id, layer, first_block, num_blocks, *staging, 0)
-             : absl::OkStatus();
+    const absl::Status st = seq.has_value() ? engine_->WriteReservedKv(*seq, layer, first_block,
+                                                                       num_blocks, *staging, 0)
+                                            : absl::OkStatus();
     std::lock_guard<std::mutex> l(mu_);
     RecordWriteError(lease_id, st);
   });
@@ -314,6 +322,7 @@ absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
 absl::Status DecodeWorker::Admit(uint64_t lease_id, std::vector<int32_t> prompt,
                                  int32_t first_token, const engine::SamplingParams& params,
                                  std::shared_ptr<TokenSink> sink) {
+  kv::SeqId seq = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = leases_.find(lease_id);
@@ -327,15 +336,17 @@ absl::Status DecodeWorker::Admit(uint64_t lease_id, std::vector<int32_t> prompt,
     }
     // Every write handed over before EndKv has run by now (commands run in order).
     if (!it->second.write_error.ok()) return it->second.write_error;
+    seq = it->second.seq;
     leases_.erase(it);
   }
   const absl::Status admitted =
-      engine_->AdmitPrefilled(lease_id, std::move(prompt), first_token, params);
+      engine_->AdmitPrefilled(seq, std::move(prompt), first_token, params);
   if (!admitted.ok()) {
-    engine_->Release(lease_id);
+    engine_->Release(seq);
     return admitted;
   }
-  sinks_[lease_id] = std::move(sink);
+  sinks_[seq] = {std::move(sink), lease_id};
+  decoding_[lease_id] = seq;
   return absl::OkStatus();
 }
 
@@ -358,7 +369,9 @@ void DecodeWorker::BeginDecode(uint64_t lease_id, std::vector<int32_t> prompt, i
 }
 
 void DecodeWorker::CancelDecode(uint64_t lease_id) {
-  thread_->Post([this, lease_id] { engine_->Cancel(lease_id); });
+  thread_->Post([this, lease_id] {
+    if (auto it = decoding_.find(lease_id); it != decoding_.end()) engine_->Cancel(it->second);
+  });
 }
 
 DecodeWorkerStats DecodeWorker::Stats() const {
@@ -373,7 +386,7 @@ void DecodeWorker::ExpireLeases() {
   for (auto it = leases_.begin(); it != leases_.end();) {
     auto next = std::next(it);
     if (it->second.expires <= now) {
-      TANDEM_CHECK(engine_->Release(it->first));
+      TANDEM_CHECK(engine_->Release(it->second.seq));
       ++stats_.expired_leases;
       leases_.erase(it);
     }
@@ -391,11 +404,14 @@ bool DecodeWorker::Iterate() {
       auto it = sinks_.find(ev.id);
       if (it == sinks_.end()) continue;
       if (ev.error.ok()) {
-        it->second->OnToken(ev);
+        it->second.sink->OnToken(ev);
       } else {
-        it->second->OnError(ev.error);
+        it->second.sink->OnError(ev.error);
       }
-      if (ev.finished) sinks_.erase(it);
+      if (ev.finished) {
+        decoding_.erase(it->second.lease_id);
+        sinks_.erase(it);
+      }
     }
   }
   std::lock_guard<std::mutex> lock(mu_);

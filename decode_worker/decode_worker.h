@@ -23,8 +23,9 @@
 // with PeerKvArrived (the engine thread scatters it into the blocks) or reports
 // PeerKvFailed; EndKv waits until every accepted payload has done one or the other.
 //
-// Every reservation carries the worker's epoch (random per process): lease ids
-// restart with the process, so KV naming another epoch is refused before any write.
+// Lease ids are random 64-bit values (not the engine's sequential ids), so a caller
+// cannot guess another's lease; every reservation also carries the worker's epoch
+// (random per process), so KV naming another epoch is refused before any write.
 // A reservation that is gone (unknown, expired, another epoch's) is NOT_FOUND: the
 // request's resource vanished, not the request's fault (the router answers such
 // failures UNAVAILABLE so that clients retry).
@@ -162,7 +163,12 @@ class DecodeWorker {
     absl::Status write_error;               // a handed-over write the engine refused
     int32_t peer_in_flight = 0;             // accepted peer payloads not yet arrived or failed
     bool complete = false;
-    uint64_t key = 0;  // Reserve's key
+    uint64_t key = 0;   // Reserve's key
+    kv::SeqId seq = 0;  // the engine's id of the reserved sequence
+  };
+  struct Decoding {
+    std::shared_ptr<TokenSink> sink;
+    uint64_t lease_id = 0;
   };
   DecodeWorker() = default;
   // One turn of the engine thread: expire leases, step, hand tokens to sinks.
@@ -202,8 +208,9 @@ class DecodeWorker {
   std::condition_variable kv_drained_;  // pending_kv_bytes_ or a peer_in_flight went down
   DecodeWorkerStats stats_ ABSL_GUARDED_BY(mu_);
   // Engine thread only.
-  absl::flat_hash_map<kv::SeqId, std::shared_ptr<TokenSink>> sinks_;
-  std::unique_ptr<engine::EngineThread> thread_;  // last: stopped first
+  absl::flat_hash_map<kv::SeqId, Decoding> sinks_;
+  absl::flat_hash_map<uint64_t, kv::SeqId> decoding_;  // lease id → sequence, once admitted
+  std::unique_ptr<engine::EngineThread> thread_;       // last: stopped first
 };
 
 }  // namespace tandem::decode

@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   decode::KvReceiverService kv_service;
   auto server =
       rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&decode_service, &kv_service},
-                            {"tandem.v1.DecodeWorker"}, {}, flags.api_key);
+                            {"tandem.v1.DecodeWorker"}, {}, flags.InternalKey());
   if (!server.ok()) return fail(server.status());
   metrics::Metrics metrics(
       {flags.metrics_prefix, rpc::ServedModelName(flags), metrics::Role::kDecode});

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
 
   prefill::PrefillService service;
   auto server = rpc::RpcServer::Start(StrCat(flags.host, ":", flags.port), {&service},
-                                      {"tandem.v1.PrefillWorker"}, {}, flags.api_key);
+                                      {"tandem.v1.PrefillWorker"}, {}, flags.InternalKey());
   if (!server.ok()) return fail(server.status());
   metrics::Metrics metrics(
       {flags.metrics_prefix, rpc::ServedModelName(flags), metrics::Role::kPrefill});
@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
       [&](const kernels::KvStorage& kv) -> absl::StatusOr<std::unique_ptr<transport::KvSender>> {
         return transport::StreamKvSender::Create(&kv,
                                                  rpc::MakeFingerprint(kv.layout(), model->hash),
-                                                 {.api_key = flags.api_key,
+                                                 {.api_key = flags.InternalKey(),
                                                   .device = transports->device,
                                                   .offered = transports->kinds,
                                                   .nccl = transports->nccl.get(),

@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
   options.metrics = &metrics;
   std::vector<std::string> prefill_addrs = absl::StrSplit(prefill, ',', absl::SkipEmpty());
   std::vector<std::string> decode_addrs = absl::StrSplit(decode, ',', absl::SkipEmpty());
-  router::WorkerPool pool(prefill_addrs, decode_addrs, router::GrpcWorkerClients(flags.api_key),
+  router::WorkerPool pool(prefill_addrs, decode_addrs,
+                          router::GrpcWorkerClients(flags.InternalKey()),
                           {.poll_interval = std::chrono::milliseconds(poll_ms),
                            .discovery_interval = std::chrono::milliseconds(discovery_ms)});
   router::RequestValidator validator(*model->tokenizer, config, limits);

@@ -31,6 +31,10 @@ void AddServerFlags(CLI::App& app, ServerFlags* f) {
                  "Require this key on every call (HTTP Authorization: Bearer, gRPC metadata "
                  "authorization); probes and /metrics stay open")
       ->envname("TANDEM_API_KEY");
+  app.add_option("--internal-key", f->internal_key,
+                 "Key the cluster's processes require of each other: worker RPCs and KV "
+                 "transfers (default: --api-key; `tandem serve` makes a random one)")
+      ->envname("TANDEM_INTERNAL_KEY");
   app.add_option("--served-model-name", f->served_model_name,
                  "The model's name in the API and metrics (default: the file name without .gguf)");
   app.add_option("--http-threads", f->http_threads,

@@ -28,6 +28,10 @@ struct ServerFlags {
   int drain_timeout_ms = 10000;
   std::string metrics_prefix = "tandem:";
   std::string api_key;  // --api-key or $TANDEM_API_KEY
+  // --internal-key or $TANDEM_INTERNAL_KEY: what the cluster's processes require of each
+  // other (worker RPCs, KV transfers); empty: the api key. InternalKey() picks.
+  std::string internal_key;
+  const std::string& InternalKey() const { return internal_key.empty() ? api_key : internal_key; }
   int http_threads = 4;
   int http_max_connections = 4096;
   int http_max_connections_per_client = 1024;

@@ -369,6 +369,11 @@ class OverlayChecks:
                 ref = api_key[0]["valueFrom"]["secretKeyRef"]
                 self.assertEqual(ref["name"], "tandem-api-key")
                 self.assertTrue(ref.get("optional"), "the API key Secret must be optional")
+                internal = [e for e in c.get("env", []) if e["name"] == "TANDEM_INTERNAL_KEY"]
+                self.assertEqual(len(internal), 1, "TANDEM_INTERNAL_KEY env")
+                ref = internal[0]["valueFrom"]["secretKeyRef"]
+                self.assertEqual(ref["name"], "tandem-internal-key")
+                self.assertTrue(ref.get("optional"), "the internal key Secret must be optional")
 
     def test_resources(self):
         for name, d, c in self.containers():

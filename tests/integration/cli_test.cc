@@ -8,16 +8,21 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
 
 #include "common/model/gguf_file.h"
+#include "common/rpc/rpc_server.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/strings.h"
 #include "common/util/subprocess.h"
 #include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tandem/v1/worker.grpc.pb.h"
 #include "tests/test_paths.h"
 
 namespace tandem {
@@ -266,6 +271,74 @@ TEST(CliServe, ClientAnswersLikeGenerateAndSigtermDrains) {
   // And the cluster is gone: no one answers on the endpoint any more.
   RunResult after = Tandem("client --timeout 2 --endpoint " + endpoint + " --prompt hi -n 1");
   EXPECT_EQ(after.exit_code, 1);
+  std::filesystem::remove_all(dir);
+}
+
+// Without --api-key the router's API is open, but the workers are not: `tandem serve`
+// gives its processes a random key of their own, so nobody else on the host can release
+// a lease (cancelling someone's request) or make a prefill worker push KV to an address
+// of their choosing. Health checks stay open; the cluster serves as before.
+TEST(CliServe, WorkersRequireTheClustersOwnKeyEvenWithoutAnApiKey) {
+  char dir[] = "/tmp/tandem-serve-key-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string log = std::string(dir) + "/serve.log";
+  const std::string endpoints = std::string(dir) + "/endpoints.json";
+  Subprocess serve;
+  ASSERT_TRUE(
+      serve.Start({std::string(TANDEM_BIN_DIR) + "/tandem", "serve", "--model", DefaultModelPath(),
+                   "--grpc-port", "0", "--http-port", "-1", "--threads-per-worker", "1",
+                   "--drain-timeout-ms", "2000", "--endpoints-file", endpoints},
+                  log));
+  for (int i = 0; i < 3000 && !std::filesystem::exists(endpoints); ++i) {
+    ASSERT_TRUE(serve.running()) << "tandem serve exited before it was ready";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(std::filesystem::exists(endpoints));
+  const nlohmann::json e = nlohmann::json::parse(std::ifstream(endpoints));
+  std::map<std::string, int> port;
+  for (const auto& p : e.at("processes")) port[p.at("name")] = p.at("grpc_port").get<int>();
+  auto channel = [&](const std::string& name) {
+    return rpc::MakeChannel(StrCat("127.0.0.1:", port.at(name)));  // no key
+  };
+  auto deadline = [](grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  };
+  {
+    auto decode = v1::DecodeWorker::NewStub(channel("decode-0"));
+    for (uint64_t lease = 1; lease <= 3; ++lease) {
+      grpc::ClientContext ctx;
+      deadline(&ctx);
+      v1::ReleaseRequest req;
+      req.set_lease_id(lease);
+      v1::ReleaseResponse resp;
+      EXPECT_EQ(decode->Release(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    }
+    auto prefill = v1::PrefillWorker::NewStub(channel("prefill-0"));
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    v1::PrefillRequest req;
+    req.add_prompt_token_ids(1);
+    req.mutable_destination()->set_address("10.255.255.1:9");  // anywhere
+    v1::PrefillResponse resp;
+    EXPECT_EQ(prefill->Prefill(&ctx, req, &resp).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    auto health = grpc::health::v1::Health::NewStub(channel("decode-0"));
+    grpc::ClientContext hctx;
+    deadline(&hctx);
+    grpc::health::v1::HealthCheckRequest hreq;
+    grpc::health::v1::HealthCheckResponse hresp;
+    EXPECT_TRUE(health->Check(&hctx, hreq, &hresp).ok());
+  }
+  // The key is not in any process's command line.
+  for (const auto& p : e.at("processes")) {
+    std::ifstream cmdline(StrCat("/proc/", p.at("pid").get<int>(), "/cmdline"));
+    std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(args.find("internal-key"), std::string::npos) << p.at("name");
+  }
+  RunResult answered = Tandem("client --timeout 60 --endpoint " + e.at("grpc").get<std::string>() +
+                              " --prompt 'The capital of France is' -n 4 --temperature 0");
+  EXPECT_EQ(answered.exit_code, 0) << answered.out;
+  serve.Signal(SIGTERM);
+  EXPECT_TRUE(serve.Wait(std::chrono::seconds(30)).has_value());
   std::filesystem::remove_all(dir);
 }
 

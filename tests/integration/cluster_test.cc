@@ -574,6 +574,22 @@ TEST_F(ClusterTest, AnAbandonedReservationIsFreedByItsKey) {
   };
   v1::ReserveResponse made;
   ASSERT_TRUE(reserve(0x5eed01, &made).ok());
+  // Lease ids are random, not the engine's 1, 2, 3 …: one cannot be guessed from another.
+  {
+    v1::ReserveResponse other;
+    ASSERT_TRUE(reserve(0, &other).ok());
+    EXPECT_GT(made.lease_id(), uint64_t{1} << 32);
+    EXPECT_GT(other.lease_id(), uint64_t{1} << 32);
+    const uint64_t gap = made.lease_id() > other.lease_id() ? made.lease_id() - other.lease_id()
+                                                            : other.lease_id() - made.lease_id();
+    EXPECT_GT(gap, uint64_t{1} << 20);
+    v1::ReleaseResponse gone;
+    grpc::ClientContext ctx;
+    v1::ReleaseRequest rq;
+    rq.set_lease_id(other.lease_id());
+    ASSERT_TRUE(cluster_->decode_stub(0)->Release(&ctx, rq, &gone).ok());
+    EXPECT_TRUE(gone.released());
+  }
   v1::WorkerStats during;
   ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &during));
   EXPECT_EQ(during.reserved(), 1);

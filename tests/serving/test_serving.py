@@ -74,8 +74,12 @@ class Cluster:
         cmd = [ARGS.tandem_bin, "serve", "--model", ARGS.model, "--grpc-port", "0",
                "--http-port", "0", "--threads-per-worker", "1", "--drain-timeout-ms", str(drain_ms),
                "--endpoints-file", self.endpoints_file, *extra]
+        # The key the cluster's processes require of each other (`tandem serve` makes a
+        # random one when none is set): known here, so a second router can join them.
+        self.env = {**(env if env is not None else os.environ),
+                    "TANDEM_INTERNAL_KEY": "internal-" + os.urandom(16).hex()}
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=env, start_new_session=True)
+                                     env=self.env, start_new_session=True)
         deadline = time.time() + 180
         while not os.path.exists(self.endpoints_file):
             if self.proc.poll() is not None or time.time() > deadline:
@@ -469,7 +473,7 @@ class OpenAiApiTest(unittest.TestCase):
             [router_bin, "--model", ARGS.model, "--port", "0", "--http-port", "0",
              "--port-file", port_file, "--prefill", f"localhost:{p['grpc_port']}",
              "--decode", f"localhost:{d['grpc_port']}", "--discovery-interval-ms", "200"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            env=self.cluster.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.time() + 60
             http_port = 0

@@ -85,6 +85,10 @@ class Cluster:
         ]
         if self.api_key is not None:
             self.command += ["--api-key", self.api_key]
+        # The key the cluster's processes require of each other (`tandem serve` makes a
+        # random one when none is set): known here, so a second router can join them.
+        self.internal_key = f"internal-{secrets.token_hex(16)}"
+        self.env = {**os.environ, "TANDEM_INTERNAL_KEY": self.internal_key}
         self.output: collections.deque[str] = collections.deque(maxlen=400)
         self.ready_line = threading.Event()
         self.proc: subprocess.Popen[str] | None = None
@@ -96,6 +100,7 @@ class Cluster:
         print(f"starting: {' '.join(shown)}", file=sys.stderr, flush=True)
         self.proc = subprocess.Popen(
             self.command,
+            env=self.env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -445,7 +450,8 @@ class TandemClientTest(unittest.TestCase):
             ]
             log = Path(tmp, "router.log")
             with open(log, "w") as out:
-                router = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                router = subprocess.Popen(command, env=CLUSTER.env, stdin=subprocess.DEVNULL,
+                                          stdout=out,
                                           stderr=subprocess.STDOUT, start_new_session=True)
             try:
                 endpoint = f"localhost:{port}"
