@@ -266,18 +266,23 @@ void FakeDecodeClient::Reserve(const ReserveArgs& args,
   });
 }
 
-void FakeDecodeClient::Release(uint64_t lease_id) {
-  ++counts_->releases;
-  std::lock_guard<std::mutex> lock(mu_);
-  leases_.erase(lease_id);
-}
-
-void FakeDecodeClient::Abandon(uint64_t key) {
-  ++counts_->abandons;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = lease_of_key_.find(key); it != lease_of_key_.end()) {
-    leases_.erase(it->second);
-    lease_of_key_.erase(it);
+void FakeDecodeClient::Release(const ReleaseArgs& args, std::function<void(absl::Status)> done) {
+  absl::Status answer;
+  if (release_unreachable_) {
+    answer = absl::UnavailableError("fake decode: unreachable");
+  } else {
+    ++(args.lease_id != 0 ? counts_->releases : counts_->abandons);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (args.lease_id != 0) {
+      leases_.erase(args.lease_id);
+    } else if (auto it = lease_of_key_.find(args.key); it != lease_of_key_.end()) {
+      leases_.erase(it->second);
+      lease_of_key_.erase(it);
+    }
+  }
+  if (done) {
+    scheduler_->After(std::chrono::microseconds(0),
+                      [done = std::move(done), answer] { done(answer); });
   }
 }
 

@@ -93,7 +93,8 @@ class FakePrefillClient : public PrefillClient {
 
 struct FakeDecodeBehaviour {
   // kStall: no answer before the caller's deadline. kReserveLate: the same, but the
-  // worker does reserve (as a busy worker answering too late does): only Abandon frees it.
+  // worker does reserve (as a busy worker answering too late does): only a Release by
+  // the key frees it.
   enum Reserve { kReserve, kExhausted, kUnavailable, kStall, kReserveLate } reserve = kReserve;
   // Tokens after the first, one per chunk: tokens[i % size] (empty: 1000 + i).
   std::vector<int32_t> tokens;
@@ -123,8 +124,9 @@ class FakeDecodeClient : public DecodeClient {
   absl::StatusOr<WorkerLoad> Poll(std::chrono::milliseconds timeout) override;
   void Reserve(const ReserveArgs& args,
                std::function<void(absl::StatusOr<Reservation>)> done) override;
-  void Release(uint64_t lease_id) override;
-  void Abandon(uint64_t key) override;
+  void Release(const ReleaseArgs& args, std::function<void(absl::Status)> done) override;
+  // While set, Release answers UNAVAILABLE and frees nothing (a worker out of reach).
+  void SetReleaseUnreachable(bool unreachable) { release_unreachable_ = unreachable; }
   std::shared_ptr<WorkerCall> Decode(const DecodeArgs& args, std::function<void(DecodeChunk)> chunk,
                                      std::function<void(absl::Status)> done) override;
 
@@ -140,6 +142,7 @@ class FakeDecodeClient : public DecodeClient {
   absl::flat_hash_map<uint64_t, uint64_t> lease_of_key_;  // Reserve's key → lease
   uint64_t next_lease_ = 1;
   std::atomic<bool> healthy_{true};
+  std::atomic<bool> release_unreachable_{false};
   std::shared_ptr<Counts> counts_ = std::make_shared<Counts>();
 };
 

@@ -248,10 +248,7 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
                             });
   }
 
-  void Release(uint64_t lease_id) override { SendRelease(lease_id, 0); }
-  void Abandon(uint64_t key) override { SendRelease(0, key); }
-
-  void SendRelease(uint64_t lease_id, uint64_t key) {
+  void Release(const ReleaseArgs& args, std::function<void(absl::Status)> done) override {
     struct Op {
       grpc::ClientContext ctx;
       v1::ReleaseRequest req;
@@ -259,13 +256,15 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
     };
     auto* op = new Op;
     op->ctx.set_deadline(std::chrono::system_clock::now() + kReleaseTimeout);
-    op->req.set_lease_id(lease_id);
-    op->req.set_reservation_key(key);
+    op->req.set_lease_id(args.lease_id);
+    op->req.set_reservation_key(args.key);
     in_flight_.Add();
-    stub_->async()->Release(&op->ctx, &op->req, &op->resp, [this, op](grpc::Status) {
-      delete op;
-      in_flight_.Done();
-    });
+    stub_->async()->Release(&op->ctx, &op->req, &op->resp,
+                            [this, op, done = std::move(done)](grpc::Status s) {
+                              if (done) done(rpc::FromGrpc(s, StrCat("release on ", address_)));
+                              delete op;
+                              in_flight_.Done();
+                            });
   }
 
   std::shared_ptr<WorkerCall> Decode(const DecodeArgs& args, std::function<void(DecodeChunk)> chunk,

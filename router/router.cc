@@ -166,7 +166,7 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
     // answer lost with the connection); it frees what it made under the key at once.
     if (code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable ||
         code == absl::StatusCode::kCancelled) {
-      d->decode->Abandon(args.key);
+      pool_->Release(d, {.key = args.key});
     }
     // Past the deadline the worker is busy, not gone (the health poll finds dead ones):
     // try the others first from now on, and keep this request queued if none has room.

@@ -307,7 +307,7 @@ void RouterRequest::OnDecodeDone(uint64_t call, const absl::Status& status) {
   }
 }
 
-void RouterRequest::Release() { decode_->decode->Release(reservation_.lease_id); }
+void RouterRequest::Release() { env_->pool->Release(decode_, {.lease_id = reservation_.lease_id}); }
 
 void RouterRequest::Finish(engine::FinishReason reason) {
   assembler_.Finish(reason, &done_);

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -117,13 +118,14 @@ class RouterRequestTest : public ::testing::Test {
 
   // `prefill` and `decode` workers, each configured before the router starts.
   void Make(int prefill, int decode, RouterOptions options = {},
-            std::function<void(FakeWorkers&)> configure = nullptr) {
+            std::function<void(FakeWorkers&)> configure = nullptr,
+            std::chrono::milliseconds poll_interval = 3600s) {
     std::vector<std::string> p, d;
     for (int i = 0; i < prefill; ++i) p.push_back(StrCat("10.0.0.1:", 100 + i));
     for (int i = 0; i < decode; ++i) d.push_back(StrCat("10.0.0.2:", 100 + i));
     // Polled once at Start; no later poll undoes what a test marks.
     pool_ = std::make_unique<WorkerPool>(p, d, fakes_.Factory(),
-                                         WorkerPoolOptions{.poll_interval = 3600s});
+                                         WorkerPoolOptions{.poll_interval = poll_interval});
     if (configure) configure(fakes_);
     pool_->Start(nullptr);
     config_.eos_token_id = 2;
@@ -292,6 +294,32 @@ TEST_F(RouterRequestTest, ADecodeIntoAVanishedLeaseIsUnavailableToTheClient) {
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
   EXPECT_THAT(std::string(sink->error().message()), ::testing::HasSubstr("lease 1: unknown"));
   EXPECT_THAT(std::string(sink->error().message()), ::testing::HasSubstr("NOT_FOUND"));
+  ExpectAtRest();
+}
+
+// The decode worker cannot be told to release (paused, cut off): the pool keeps the
+// Release and sends it again once the worker answers a poll, so its blocks come back
+// then, not when the lease runs out.
+TEST_F(RouterRequestTest, AReleaseTheWorkerDidNotHearIsSentAgainOnceItAnswers) {
+  Make(
+      1, 1, {},
+      [](FakeWorkers& f) {
+        f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kError});
+        f.decode("10.0.0.2:100")->SetReleaseUnreachable(true);
+      },
+      20ms);
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(), sink);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kInternal) << sink->error();
+  std::this_thread::sleep_for(100ms);  // several polls: still out of reach, still held
+  EXPECT_EQ(D(0)->outstanding_leases(), 1);
+  EXPECT_EQ(D(0)->releases(), 0);
+  D(0)->SetReleaseUnreachable(false);
+  EXPECT_TRUE(Eventually([&] { return D(0)->outstanding_leases() == 0; }));
+  EXPECT_EQ(D(0)->releases(), 1);  // told once, not again
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(D(0)->releases(), 1);
   ExpectAtRest();
 }
 

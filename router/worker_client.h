@@ -55,8 +55,15 @@ struct ReserveArgs {
   int32_t num_tokens = 0;                        // tokens the blocks must hold
   std::chrono::milliseconds lease{0};
   uint64_t cache_salt = 0;
-  uint64_t key = 0;  // nonzero, unique per attempt: what Abandon names
+  uint64_t key = 0;  // nonzero, unique per attempt: what ReleaseArgs.key names
   Deadline deadline;
+};
+
+// What DecodeClient::Release frees: a reservation (lease_id), or the one a Reserve under
+// `key` made though its answer never came (lease_id 0).
+struct ReleaseArgs {
+  uint64_t lease_id = 0;
+  uint64_t key = 0;
 };
 
 struct PrefillArgs {
@@ -121,11 +128,12 @@ class DecodeClient : public WorkerClient {
   // RESOURCE_EXHAUSTED when the prompt does not fit now.
   virtual void Reserve(const ReserveArgs& args,
                        std::function<void(absl::StatusOr<Reservation>)> done) = 0;
-  // Best effort, answer ignored: an unknown lease is fine.
-  virtual void Release(uint64_t lease_id) = 0;
-  // Releases the reservation a Reserve under `key` made though its answer never came
-  // (deadline, lost connection), or stops one not made yet. Best effort, as Release.
-  virtual void Abandon(uint64_t key) = 0;
+  // Frees a reservation that will not be decoded, or (args.key) the one a Reserve
+  // under that key made though its answer never came (deadline, lost connection), or
+  // stops one not made yet. `done` gets the call's outcome: OK also when there was
+  // nothing to free; UNAVAILABLE / DEADLINE_EXCEEDED when the worker was not told
+  // (WorkerPool::Release sends it again).
+  virtual void Release(const ReleaseArgs& args, std::function<void(absl::Status)> done) = 0;
   // Streams the reservation's tokens: `chunk` for each message, then `done` once
   // (OK after the chunk that carried a finish reason). Cancelling frees the sequence
   // on the worker within one step.

@@ -168,6 +168,11 @@ WorkerPool::~WorkerPool() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // The clients first (they wait for their calls), while what their callbacks touch lives.
+  for (auto& w : workers_) {
+    w->prefill.reset();
+    w->decode.reset();
+  }
 }
 
 void WorkerPool::Start(std::function<void(bool)> on_ready) {
@@ -198,9 +203,14 @@ void WorkerPool::PollOnce() {
                                ? static_cast<WorkerClient*>(w->prefill.get())
                                : static_cast<WorkerClient*>(w->decode.get());
     const absl::StatusOr<WorkerLoad> load = client->Poll(kPollTimeout);
-    std::lock_guard<std::mutex> lock(mu_);
-    w->healthy = load.ok() && !w->retired;
-    if (load.ok()) w->stats = *load;
+    std::vector<UnsentRelease> unsent;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      w->healthy = load.ok() && !w->retired;
+      if (load.ok()) w->stats = *load;
+      if (load.ok()) unsent.swap(w->unsent_releases);  // it answers: tell it now
+    }
+    for (UnsentRelease& r : unsent) SendRelease(w.get(), r);
   }
   bool changed = false, ready = false;
   {
@@ -323,6 +333,26 @@ void WorkerPool::End(Worker* w, int64_t tokens, std::span<const uint64_t> hashes
   --w->in_flight;
   w->sent_tokens -= tokens;
   w->prefixes.EndInFlight(hashes, ok);
+}
+
+void WorkerPool::Release(Worker* w, ReleaseArgs args) {
+  SendRelease(w, {args, std::chrono::steady_clock::now()});
+}
+
+void WorkerPool::SendRelease(Worker* w, UnsentRelease r) {
+  w->decode->Release(r.args, [this, w, r](absl::Status st) {
+    const absl::StatusCode code = st.code();
+    if (code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kDeadlineExceeded) {
+      return;  // told (or refused for good)
+    }
+    constexpr size_t kMaxUnsent = 4096;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || std::chrono::steady_clock::now() - r.first_tried > kReleaseRetry ||
+        w->unsent_releases.size() >= kMaxUnsent) {
+      return;  // its lease ends it
+    }
+    w->unsent_releases.push_back(r);
+  });
 }
 
 void WorkerPool::MarkUnhealthy(Worker* w) {

@@ -80,9 +80,17 @@ enum class RoutingPolicy {
 absl::StatusOr<RoutingPolicy> ParseRoutingPolicy(std::string_view name);
 
 // One worker. Its client is immutable and thread-safe; the rest is guarded by the pool.
+// A Release the worker was not told of (unreachable, or too busy to answer in time).
+struct UnsentRelease {
+  ReleaseArgs args;
+  std::chrono::steady_clock::time_point first_tried;
+};
+
 struct Worker {
   WorkerRole role;
   std::string address;
+  // Guarded by WorkerPool::mu_; before the clients, whose last callbacks may add to it.
+  std::vector<UnsentRelease> unsent_releases;
   std::unique_ptr<PrefillClient> prefill;  // kPrefill
   std::unique_ptr<DecodeClient> decode;    // kDecode
   // Guarded by WorkerPool::mu_.
@@ -144,6 +152,12 @@ class WorkerPool {
   void Begin(Worker* w, int64_t tokens, std::span<const uint64_t> hashes = {});
   void End(Worker* w, int64_t tokens, std::span<const uint64_t> hashes = {}, bool ok = false);
   void MarkUnhealthy(Worker* w);
+  // Frees a reservation on decode worker `w` (DecodeClient::Release). One the worker was
+  // not told of is sent again after each poll it answers, for up to kReleaseRetry: a
+  // worker paused or cut off for a while gets its blocks back the moment it is back,
+  // not when the lease runs out (the lease is the last resort).
+  void Release(Worker* w, ReleaseArgs args);
+  static constexpr std::chrono::minutes kReleaseRetry{10};
   // A decode worker that did not answer a Reserve in time is alive but busy (a long step,
   // a recompute): it stays healthy and is tried after the others until it answers one
   // in time (`slow` false).
@@ -158,6 +172,7 @@ class WorkerPool {
  private:
   void PollOnce();
   void Run();
+  void SendRelease(Worker* w, UnsentRelease r);
   // Re-resolves the DNS names; adds, retires and revives workers. Poll thread only.
   void Discover();
   // Poll thread (or constructor) only; takes mu_.

@@ -125,6 +125,8 @@ void Cluster::Kill(Role role, int i) {
   p->process.Wait(std::chrono::seconds(5));
 }
 
+void Cluster::Signal(Role role, int i, int sig) { proc(role, i)->process.Signal(sig); }
+
 bool Cluster::Stats(Role role, int i, v1::WorkerStats* out) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -48,7 +48,8 @@ class Cluster {
 
   // GetWorkerStats of one worker (2 s deadline); false if it did not answer.
   bool Stats(Role role, int i, v1::WorkerStats* out);
-  void Kill(Role role, int i);  // SIGKILL, reaped
+  void Kill(Role role, int i);             // SIGKILL, reaped
+  void Signal(Role role, int i, int sig);  // e.g. SIGSTOP / SIGCONT
   bool alive(Role role, int i) const;
 
   // Waits up to `timeout` for every live worker to hold no blocks and no reservation;

@@ -410,6 +410,48 @@ TEST_F(ClusterTest, ADecodeWorkerKilledDuringAChunkedPrefillFailsItUnavailableAt
   EXPECT_EQ(cluster_->WaitForBaseline(), "");
 }
 
+// A decode worker paused (SIGSTOP) during a KV push, then resumed: the push and the
+// request fail (UNAVAILABLE), the router's Release cannot reach the paused worker, and
+// it is sent again once the worker answers a poll, so the reservation's blocks come
+// back within seconds of the resume, not when the 120 s lease runs out.
+TEST_F(ClusterTest, ADecodeWorkerPausedDuringAPushGetsItsBlocksBackOnResume) {
+  ClusterConfig config = Topology(1, 1);
+  config.prefill_flags = {"--max-prefill-chunk", "128"};
+  config.router_flags = {"--lease-ms", "120000"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(config));
+  const std::vector<int32_t> pool = TokenPool();
+  Case c{Window(pool, 2000, 7), Params(true, 4, 7)};
+  v1::WorkerStats before;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &before));
+  GenerateResult r;
+  std::thread client(
+      [&] { r = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
+  v1::WorkerStats s;
+  const auto t0 = Clock::now();
+  while (MsSince(t0) < 60000) {
+    if (cluster_->Stats(Cluster::kPrefill, 0, &s) &&
+        s.prefill_chunks_total() > before.prefill_chunks_total())
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_GT(s.prefill_chunks_total(), before.prefill_chunks_total()) << "the prefill never began";
+  cluster_->Signal(Cluster::kDecode, 0, SIGSTOP);
+  client.join();
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // the router's Release times out
+  cluster_->Signal(Cluster::kDecode, 0, SIGCONT);
+  const auto resumed = Clock::now();
+  EXPECT_EQ(cluster_->WaitForBaseline(std::chrono::seconds(15)), "");
+  EXPECT_LT(MsSince(resumed), 15000);
+  v1::WorkerStats d;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &d));
+  EXPECT_EQ(d.expired_leases_total(), 0) << "freed by its lease, not by the router";
+  // And it serves again.
+  const GenerateResult after = ::tandem::testing::Generate(
+      cluster_->generation(), ToRequest({Window(pool, 20, 1), Params(true, 4, 1)}));
+  EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+}
+
 TEST_F(ClusterTest, KilledPrefillWorkerIsRetriedOnAnother) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(Topology(2, 1)));
   const std::vector<int32_t> pool = TokenPool();
