@@ -387,7 +387,9 @@ TANDEM_AVX2 void PanelDispatch2(int mt, int nt, const float* x, int64_t k, const
   }
 }
 
-// MatMulRangeAvx512's loop structure with the AVX2 tiles.
+// MatMulRangeAvx512's loop structure with the AVX2 tiles. Kept as its own function: a
+// loop shared by both ISAs could carry neither's target attribute, so the tiles would
+// not inline into it (tried: 9 % slower AVX-512 prefill, bench/ab_engine.sh).
 template <GgmlType T>
 TANDEM_AVX2 void MatMulRangeAvx2(const float* x, int64_t m, const WeightMatrix& w, float* out,
                                  int64_t n0, int64_t n1) {

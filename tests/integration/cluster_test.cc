@@ -66,6 +66,24 @@ class ClusterTest : public ::testing::Test {
 
   static const tokenizer::Tokenizer& tok() { return *model_->tokenizer; }
 
+  // Sends `c` (into *r) on the returned thread, and returns once prefill worker 0 has
+  // computed a chunk of it (its KV is on the way) or a minute has passed: its stats
+  // before in *before, then in *now.
+  std::thread StartChunkedPrefill(const Case& c, GenerateResult* r, v1::WorkerStats* before,
+                                  v1::WorkerStats* now) {
+    EXPECT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, before));
+    std::thread client(
+        [this, c, r] { *r = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
+    const auto t0 = Clock::now();
+    while (MsSince(t0) < 60000) {
+      if (cluster_->Stats(Cluster::kPrefill, 0, now) &&
+          now->prefill_chunks_total() > before->prefill_chunks_total())
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return client;
+  }
+
   // A long, varied text's token ids; prompts are windows of it.
   static std::vector<int32_t> TokenPool() {
     static const char* kSubjects[] = {"The old lighthouse", "A quantum computer", "Our team",
@@ -383,20 +401,9 @@ TEST_F(ClusterTest, ADecodeWorkerKilledDuringAChunkedPrefillFailsItUnavailableAt
   ASSERT_NO_FATAL_FAILURE(StartCluster(config));
   const std::vector<int32_t> pool = TokenPool();
   Case c{Window(pool, 2000, 5), Params(true, 4, 5)};  // 15 partial chunks, then the last
-  v1::WorkerStats before;
-  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &before));
   GenerateResult r;
-  std::thread client(
-      [&] { r = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
-  // Once the first chunk has been computed (its KV is on the way), kill the receiver.
-  v1::WorkerStats s;
-  const auto t0 = Clock::now();
-  while (MsSince(t0) < 60000) {
-    if (cluster_->Stats(Cluster::kPrefill, 0, &s) &&
-        s.prefill_chunks_total() > before.prefill_chunks_total())
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  v1::WorkerStats before, s;
+  std::thread client = StartChunkedPrefill(c, &r, &before, &s);
   ASSERT_GT(s.prefill_chunks_total(), before.prefill_chunks_total()) << "the prefill never began";
   const int64_t chunks_at_kill = s.prefill_chunks_total() - before.prefill_chunks_total();
   cluster_->Kill(Cluster::kDecode, 0);
@@ -421,19 +428,9 @@ TEST_F(ClusterTest, ADecodeWorkerPausedDuringAPushGetsItsBlocksBackOnResume) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(config));
   const std::vector<int32_t> pool = TokenPool();
   Case c{Window(pool, 2000, 7), Params(true, 4, 7)};
-  v1::WorkerStats before;
-  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &before));
   GenerateResult r;
-  std::thread client(
-      [&] { r = ::tandem::testing::Generate(cluster_->generation(), ToRequest(c)); });
-  v1::WorkerStats s;
-  const auto t0 = Clock::now();
-  while (MsSince(t0) < 60000) {
-    if (cluster_->Stats(Cluster::kPrefill, 0, &s) &&
-        s.prefill_chunks_total() > before.prefill_chunks_total())
-      break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  v1::WorkerStats before, s;
+  std::thread client = StartChunkedPrefill(c, &r, &before, &s);
   ASSERT_GT(s.prefill_chunks_total(), before.prefill_chunks_total()) << "the prefill never began";
   cluster_->Signal(Cluster::kDecode, 0, SIGSTOP);
   client.join();
