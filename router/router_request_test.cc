@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <map>
 #include <sstream>
@@ -350,13 +351,22 @@ TEST_F(RouterRequestTest, EachRequestRecordsItsMetrics) {
     got[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
   }
   const std::string l = R"(model_name="fake",role="router")";
-  EXPECT_EQ(got["tandem:request_success_total{" + l + R"(,finished_reason="length"})"], 1);
-  EXPECT_EQ(got["tandem:request_errors_total{" + l + R"(,code="INTERNAL"})"], 1);
-  EXPECT_EQ(got["tandem:prompt_tokens_total{" + l + "}"], 4);
-  EXPECT_EQ(got["tandem:generation_tokens_total{" + l + "}"], 5);
-  EXPECT_EQ(got["tandem:time_to_first_token_seconds_count{" + l + "}"], 1);
-  EXPECT_EQ(got["tandem:inter_token_latency_seconds_count{" + l + "}"], 4);
-  EXPECT_EQ(got["tandem:e2e_request_latency_seconds_count{" + l + "}"], 1);
+  // A series that is absent fails (it is not read as 0).
+  auto value = [&](const std::string& key) {
+    auto it = got.find(key);
+    if (it == got.end()) {
+      ADD_FAILURE() << "no series " << key;
+      return std::nan("");
+    }
+    return it->second;
+  };
+  EXPECT_EQ(value("tandem:request_success_total{" + l + R"(,finished_reason="length"})"), 1);
+  EXPECT_EQ(value("tandem:request_errors_total{" + l + R"(,code="INTERNAL"})"), 1);
+  EXPECT_EQ(value("tandem:prompt_tokens_total{" + l + "}"), 4);
+  EXPECT_EQ(value("tandem:generation_tokens_total{" + l + "}"), 5);
+  EXPECT_EQ(value("tandem:time_to_first_token_seconds_count{" + l + "}"), 1);
+  EXPECT_EQ(value("tandem:inter_token_latency_seconds_count{" + l + "}"), 4);
+  EXPECT_EQ(value("tandem:e2e_request_latency_seconds_count{" + l + "}"), 1);
 }
 
 TEST_F(RouterRequestTest, AStreamBrokenMidwayFailsMarksTheWorkerAndReleases) {

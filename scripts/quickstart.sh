@@ -56,9 +56,11 @@ build/bin/tandem client --endpoint "127.0.0.1:$PORT" --chat --prompt "$QUESTION"
 
 # The same question through the OpenAI-compatible HTTP API.
 printf "assistant (OpenAI API, %s/v1/chat/completions): " "$HTTP_URL"
-curl -sS --max-time 300 "$HTTP_URL/v1/chat/completions" -H 'Content-Type: application/json' \
+# -f and the parse below fail the demo (set -e, pipefail) on an HTTP error or an answer
+# without a message.
+curl -fsS --max-time 300 "$HTTP_URL/v1/chat/completions" -H 'Content-Type: application/json' \
   -d "$(python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}], "temperature": 0, "max_tokens": 128}))' "$QUESTION")" |
-  python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["choices"][0]["message"]["content"] if "choices" in r else r)'
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["message"]["content"])'
 
 cat <<EOM
 

@@ -145,7 +145,9 @@ TEST_F(GoldenTest, TeacherForcedLogitsMatchTransformersAtEveryPosition) {
         worst = std::max<double>(worst,
                                  std::fabs(row[sample_ids[j]] - sample_logits[pos * k_sample + j]));
       }
-      ASSERT_LE(worst, 1e-2) << "prompt " << i << " position " << pos;
+      // The docs claim 1.1e-4 (measured: 1.01e-4 to 1.11e-4 on the AVX-512, AVX2 and
+      // portable kernels); an accuracy regression fails here long before 1e-2.
+      ASSERT_LE(worst, 2.5e-4) << "prompt " << i << " position " << pos;
     }
     positions += n;
   }

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -12,15 +13,28 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// name{labels} → value, from the text exposition.
-std::map<std::string, double> Samples(const std::string& text) {
-  std::map<std::string, double> out;
+// name{labels} → value, from the text exposition. Reading a series that is absent
+// fails the test (it is not read as 0).
+struct Scraped {
+  std::map<std::string, double> samples;
+  double operator[](const std::string& key) const {
+    auto it = samples.find(key);
+    if (it == samples.end()) {
+      ADD_FAILURE() << "no series " << key;
+      return std::nan("");
+    }
+    return it->second;
+  }
+};
+
+Scraped Samples(const std::string& text) {
+  Scraped out;
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
     const size_t space = line.rfind(' ');
-    out[line.substr(0, space)] = std::stod(line.substr(space + 1));
+    out.samples[line.substr(0, space)] = std::stod(line.substr(space + 1));
   }
   return out;
 }
