@@ -22,6 +22,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/test_paths.h"
 
@@ -260,7 +261,21 @@ TEST(CliServe, ClientAnswersLikeGenerateAndSigtermDrains) {
     drained = Tandem("client --json --timeout 120 --endpoint " + endpoint +
                      " --prompt 'Count slowly:' -n 120 --temperature 0 --ignore-eos");
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  // Signalled once the router has the request on the decode worker (not after a guess).
+  {
+    auto router = v1::Generation::NewStub(rpc::MakeChannel(endpoint));
+    bool running = false;
+    for (int i = 0; i < 6000 && !running; ++i) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      v1::GetServerInfoResponse info;
+      if (router->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok()) {
+        for (const auto& w : info.decode_workers()) running = running || w.in_flight() > 0;
+      }
+      if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(running) << "the request never reached the decode worker";
+  }
   serve.Signal(SIGTERM);
   client.join();
   ASSERT_EQ(drained.exit_code, 0) << drained.out;

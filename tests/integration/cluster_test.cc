@@ -323,17 +323,22 @@ TEST_F(ClusterTest, CancelFreesEveryBlockAndOthersAreUnaffected) {
   // Abort by id from another client.
   v1::GenerateRequest req = ToRequest(cases[1]);
   req.set_request_id("abort-me");
-  std::thread aborter([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    v1::AbortRequest a;
-    a.set_request_id("abort-me");
-    v1::AbortResponse resp;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    EXPECT_TRUE(cluster_->generation()->Abort(&ctx, a, &resp).ok());
-    EXPECT_TRUE(resp.found());
-  });
-  const GenerateResult aborted = ::tandem::testing::Generate(cluster_->generation(), req);
+  // Aborted once its second chunk has arrived (it is decoding), not after a guess.
+  std::thread aborter;
+  const GenerateResult aborted = ::tandem::testing::Generate(
+      cluster_->generation(), req, std::chrono::seconds(120), [&](int chunk, grpc::ClientContext*) {
+        if (chunk != 2) return;
+        aborter = std::thread([this] {
+          v1::AbortRequest a;
+          a.set_request_id("abort-me");
+          v1::AbortResponse resp;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+          EXPECT_TRUE(cluster_->generation()->Abort(&ctx, a, &resp).ok());
+          EXPECT_TRUE(resp.found());
+        });
+      });
+  ASSERT_TRUE(aborter.joinable()) << "the request never streamed";
   aborter.join();
   EXPECT_EQ(aborted.status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_LT(aborted.token_ids.size(), 120u);
