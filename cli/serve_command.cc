@@ -17,8 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "cli/exit_status.h"
 #include "cli/log_relay.h"
-#include "common/engine/model_file.h"
 #include "common/kv/kv_layout.h"
+#include "common/model/gguf_file.h"
+#include "common/model/model_config.h"
 #include "common/rpc/worker_main.h"
 #include "common/util/random_id.h"
 #include "common/util/signals.h"
@@ -149,9 +150,13 @@ struct KvPools {
   int64_t max_model_len = 0, prefill_bytes = 0, decode_bytes = 0;
 };
 absl::StatusOr<KvPools> SizeKvPools(const ServeOptions& o) {
-  auto file = engine::OpenModelFile(o.model);
+  // The header only: no tokenizer, and not the whole-file hash (which would read every
+  // byte of the model once more before the workers do).
+  auto file = model::GgufFile::Open(o.model);
   if (!file.ok()) return file.status();
-  const model::ModelConfig& c = file->config;
+  auto config = model::ModelConfig::FromGguf(**file);
+  if (!config.ok()) return config.status();
+  const model::ModelConfig& c = *config;
   KvPools p;
   p.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.context_length;
   if (o.max_model_len < 0 || p.max_model_len > static_cast<int64_t>(c.context_length)) {
