@@ -27,15 +27,10 @@ const ByteAlphabet& GetByteAlphabet() {
 
 absl::StatusOr<std::unique_ptr<ByteLevelBpe>> ByteLevelBpe::Create(const Vocab& vocab) {
   std::unique_ptr<ByteLevelBpe> bpe(new ByteLevelBpe());
-  bpe->unk_id_ = vocab.unk_id;
   const ByteAlphabet& alphabet = GetByteAlphabet();
   for (int b = 0; b < 256; ++b) {
     auto it = vocab.token_to_id.find(alphabet.Spell(static_cast<uint8_t>(b)));
-    bpe->byte_token_[b] = it == vocab.token_to_id.end() ? -1 : it->second;
-    if (bpe->byte_token_[b] < 0 && vocab.unk_id < 0) {
-      return absl::InvalidArgumentError(StrCat(
-          "tokenizer: byte-level vocabulary has no token for byte ", b, " and no unknown token"));
-    }
+    bpe->byte_token_[b] = it == vocab.token_to_id.end() ? -1 : it->second;  // -1: dropped
   }
   bpe->merges_.reserve(vocab.merges.size());
   for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
@@ -77,13 +72,16 @@ void ByteLevelBpe::Encode(std::string_view piece, std::vector<int32_t>* out) con
 }
 
 void ByteLevelBpe::EncodeUncached(std::string_view piece, std::vector<int32_t>* out) const {
-  const int n = static_cast<int>(piece.size());
-  // Symbols form a doubly linked list over byte positions; a merged-away symbol has
-  // id -1.
-  std::vector<int32_t> id(n), prev(n), next(n);
+  // Symbols form a doubly linked list over the bytes that have a token; a merged-away
+  // symbol has id -2.
+  std::vector<int32_t> id;
+  id.reserve(piece.size());
+  for (char c : piece) {
+    if (const int32_t t = byte_token_[static_cast<uint8_t>(c)]; t >= 0) id.push_back(t);
+  }
+  const int n = static_cast<int>(id.size());
+  std::vector<int32_t> prev(n), next(n);
   for (int i = 0; i < n; ++i) {
-    int32_t t = byte_token_[static_cast<uint8_t>(piece[i])];
-    id[i] = t >= 0 ? t : unk_id_;
     prev[i] = i - 1;
     next[i] = i + 1 < n ? i + 1 : -1;
   }

@@ -4,6 +4,9 @@
 // printable Latin-1 bytes map to themselves, the others to U+0100 onwards) so the
 // vocabulary never holds raw bytes; then the pair with the best (lowest) merge rank is
 // merged repeatedly, leftmost first among equal ranks, until no listed merge applies.
+// A byte whose spelling is not in the vocabulary is dropped before merging (its
+// neighbours may then merge), as Hugging Face's BPE without an unknown token does:
+// SmolLM2's vocabulary, for one, has no token for byte 0x14.
 //
 // Immutable after Create() except for a bounded word cache guarded by a mutex, so
 // Encode() may run on any number of threads.
@@ -64,7 +67,6 @@ class ByteLevelBpe {
   }
   void EncodeUncached(std::string_view piece, std::vector<int32_t>* out) const;
 
-  int32_t unk_id_ = -1;
   std::array<int32_t, 256> byte_token_{};  // id of each single spelled byte, -1 if absent
   absl::flat_hash_map<uint64_t, Merge> merges_;
 

@@ -334,6 +334,10 @@ SINGLE = [
     ":", ";", "<", "=", ">", "?", "@", "[", "\\", "]", "^", "_", "`", "{", "|", "}", "~",
     "Z", "z", "9", "é", "ß", "中", "あ", "한", "😀", "\x00", "\x7f", "\u00ff", "\u0100",
     "\uffff", "\U0010ffff", "\U0001f600", "€", "™",
+    # Bytes SmolLM2's vocabulary has no token for (0x14, ...): Hugging Face drops them, and
+    # their neighbours may merge across the gap (found by tokenizer_fuzzer).
+    "\x14", "a\x14b", "Hello ,wo\x14\x01rld!", "".join(chr(c) for c in range(0x20)),
+    "\u00f2\u00f3", "x\U00091695y",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -466,6 +470,7 @@ def main() -> int:
         back = tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         if back != text:
             case["hf_roundtrip"] = False
+            case["decoded"] = back
             roundtrip_fail.append((text, back))
         cases.append(case)
 
