@@ -240,8 +240,8 @@ void FakeDecodeClient::Reserve(const ReserveArgs& args,
             (args.num_tokens + behaviour_.block_size - 1) / behaviour_.block_size;
         for (int32_t i = 0; i < blocks; ++i) r.block_ids.push_back(i);
         r.epoch = 7;
-        leases_.insert(r.lease_id);
-        if (args.key != 0) lease_of_key_[args.key] = r.lease_id;
+        if (!behaviour_.forget_leases) leases_.insert(r.lease_id);
+        if (args.key != 0 && !behaviour_.forget_leases) lease_of_key_[args.key] = r.lease_id;
         if (behaviour_.reserve == FakeDecodeBehaviour::kReserve) {
           answer = std::move(r);
           break;

@@ -102,6 +102,9 @@ struct FakeDecodeBehaviour {
   int break_after = -1;  // chunks, then the stream ends with break_status (-1: never)
   absl::Status break_status = absl::UnavailableError("fake decode: connection reset");
   bool stall = false;  // the stream sends nothing until cancelled or past its deadline
+  // Reserves and answers, then loses the lease at once (the worker restarted): a
+  // prefill into it fails NOT_FOUND.
+  bool forget_leases = false;
   int32_t num_blocks = 1024, block_size = 16;
 };
 

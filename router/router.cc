@@ -1,5 +1,6 @@
 #include "router/router.h"
 
+#include <algorithm>
 #include <future>
 
 #include "common/rpc/status_convert.h"
@@ -22,7 +23,8 @@ Router::Router(const tokenizer::Tokenizer& tokenizer, const model::ModelConfig& 
            pool,
            options.max_prefill_attempts,
            options.metrics,
-           [this](RouterRequest* r) { Ended(r); }},
+           [this](RouterRequest* r) { Ended(r); },
+           [this](std::shared_ptr<RouterRequest> r) { Requeued(std::move(r)); }},
       queue_(options.queue),
       dispatcher_([this] { Dispatch(); }) {}
 
@@ -43,8 +45,15 @@ Router::~Router() {
   }
   for (auto& r : live) r->Cancel();
   live.clear();
-  std::unique_lock<std::mutex> lock(mu_);
-  ended_.wait(lock, [&] { return running_ == 0; });
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    ended_.wait(lock, [&] { return running_ == 0; });
+  }
+  // A request put back (Requeued) after the drain above, before it saw stop_.
+  queue_.RemoveIf([](const RouterRequest&) { return true; },
+                  [](std::shared_ptr<RouterRequest> r) {
+                    r->FailQueued(absl::UnavailableError("router shutting down"));
+                  });
 }
 
 absl::StatusOr<std::shared_ptr<RouterRequest>> Router::Submit(
@@ -118,6 +127,13 @@ void Router::Dispatch() {
                     });
     std::shared_ptr<RouterRequest> r = queue_.Front(std::chrono::milliseconds(20));
     if (r == nullptr || stop_) continue;
+    if (const auto at = r->retry_at(); at > RouterRequest::Clock::now()) {
+      // A request started again after a failure waits out its pause (the requests behind
+      // it with it: it is the oldest), or until a cancel or a deadline wakes the queue.
+      std::unique_lock<std::mutex> lock(mu_);
+      ended_.wait_until(lock, at);
+      continue;
+    }
     if (!TryStart(r)) {
       // No decode worker has room: wait for a request to end (or a short while).
       std::unique_lock<std::mutex> lock(mu_);
@@ -139,11 +155,19 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
   }
   std::vector<Worker*> candidates = pool_->DecodeCandidates();
   if (candidates.empty()) return fail(absl::UnavailableError("no healthy decode worker"));
+  // Started again after a failure: the workers of the failed attempt come last.
+  const std::vector<Worker*>& avoid = r->avoid();
+  auto avoided = [&](Worker* w) { return std::find(avoid.begin(), avoid.end(), w) != avoid.end(); };
+  std::stable_partition(candidates.begin(), candidates.end(),
+                        [&](Worker* w) { return !avoided(w); });
   const std::span<const uint64_t> hashes = r->Hashes(pool_->PrefillBlockSize());
   const RequestSpec& spec = r->spec();
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
-  const PrefillChoice choice = pool_->ChoosePrefill(
+  PrefillChoice choice = pool_->ChoosePrefill(
       hashes, n_prompt, options_.max_prefill_tokens_in_flight, options_.routing);
+  if (choice.worker != nullptr && avoided(choice.worker)) {
+    if (Worker* other = pool_->PickPrefill(avoid); other != nullptr) choice = {other, false};
+  }
   // Prefill is busy enough, or the best worker is computing this very prefix: wait
   // here (in order, deadlines kept) rather than there.
   if (choice.worker == nullptr || choice.wait) return false;
@@ -202,6 +226,21 @@ void Router::Forget(RouterRequest* r) {
   // Another request may have taken the id since (ids come from clients).
   auto live = it->second.lock();
   if (live == nullptr || live.get() == r) by_id_.erase(it);
+}
+
+void Router::Requeued(std::shared_ptr<RouterRequest> r) {
+  if (stop_) {
+    // The queue is drained already: it ends here, as the queued requests did.
+    r->FailQueued(absl::UnavailableError("router shutting down"));
+    std::lock_guard<std::mutex> lock(mu_);
+    Forget(r.get());
+  } else {
+    const int64_t tokens = static_cast<int64_t>(r->spec().prompt.size());
+    queue_.PushFront(std::move(r), tokens);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  --running_;
+  ended_.notify_all();
 }
 
 void Router::Ended(RouterRequest* r) {

@@ -83,6 +83,17 @@ class AdmissionQueue {
     return absl::OkStatus();
   }
 
+  // Puts back at the front an entry that was admitted once (a request started again
+  // after a failure of the cluster): the limits, which bound admission, do not apply.
+  void PushFront(std::shared_ptr<T> item, int64_t tokens) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      items_.push_front({std::move(item), tokens});
+      tokens_ += tokens;
+    }
+    cv_.notify_all();
+  }
+
   // The oldest entry, waiting up to `wait` for one; null if none.
   std::shared_ptr<T> Front(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -157,7 +168,9 @@ struct RouterOptions {
   // request may queue inside a prefill worker behind a long prompt before its first
   // chunk starts.
   std::chrono::milliseconds lease{120000};
-  int max_prefill_attempts = 2;  // prefill workers tried, when one is UNAVAILABLE
+  // Attempts per request when the cluster fails it before its first token (a worker
+  // gone, a KV transfer broken): RouterRequest's Redispatch.
+  int max_prefill_attempts = 3;
   // Prompt tokens the router keeps in flight per prefill worker; the rest wait in the
   // admission queue (where deadlines and order are kept) rather than holding decode
   // reservations while they queue inside a prefill worker.
@@ -199,6 +212,8 @@ class Router {
   bool TryStart(const std::shared_ptr<RouterRequest>& r);
   // A started request has ended (RequestEnv::ended).
   void Ended(RouterRequest* r);
+  // A started request goes back to the front of the queue (RouterRequest's Redispatch).
+  void Requeued(std::shared_ptr<RouterRequest> r);
   // Erases r's entry in by_id_ (if it is still r's).
   void Forget(RouterRequest* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -2,6 +2,7 @@
 
 #include "common/kv/block_hash.h"
 #include "common/rpc/status_convert.h"
+#include "common/util/random_id.h"
 #include "common/util/strings.h"
 
 namespace tandem::router {
@@ -212,19 +213,14 @@ void RouterRequest::OnPrefilled(Worker* prefill, uint64_t call,
       Fail(absl::CancelledError("cancelled"));
       return;
     }
-    // Retry: a prefill worker that vanished before answering has done nothing that
-    // counts; another one computes the prompt into the same reservation.
-    if (result.status().code() == absl::StatusCode::kUnavailable &&
+    const absl::Status status = ClientStatus(result.status());
+    if (status.code() == absl::StatusCode::kUnavailable &&
         static_cast<int>(tried_.size()) < env_->max_prefill_attempts) {
-      if (Worker* next = env_->pool->PickPrefill(tried_); next != nullptr) {
-        tried_.push_back(next);
-        env_->pool->Begin(next, n_prompt, hashes_);
-        StartPrefill(next);
-        return;
-      }
+      Redispatch(prefill);
+      return;
     }
     Release();
-    Fail(ClientStatus(result.status()));
+    Fail(status);
     return;
   }
   prefilled_at_ = Clock::now();
@@ -250,6 +246,19 @@ void RouterRequest::OnPrefilled(Worker* prefill, uint64_t call,
     return;
   }
   StartDecode();
+}
+
+void RouterRequest::Redispatch(Worker* prefill) {
+  Release();
+  env_->pool->End(decode_, 0);
+  avoid_ = {decode_, prefill};
+  decode_ = nullptr;
+  reservation_ = {};
+  const auto base = kRetryPause * (1 << std::max<int>(0, static_cast<int>(tried_.size()) - 1));
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(base).count();
+  retry_at_ = Clock::now() + std::chrono::microseconds(us / 2 + RandomNonZero64() % us);
+  SetState(RequestState::kQueued);
+  env_->requeue(shared_from_this());
 }
 
 void RouterRequest::StartDecode() {

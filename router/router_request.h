@@ -3,14 +3,21 @@
 // keeps the books.
 //
 //   kQueued ──MarkReserving──▶ kReserving ──Start──▶ kPrefilling ──first token──▶ kDecoding
-//      ▲                          │                     │  UNAVAILABLE: the next        │
-//      └───────Requeue────────────┘                     │  prefill worker (retry)       │
+//    ▲ ▲                          │                     │                               │
+//    │ └───────Requeue────────────┘                     │                               │
+//    └──────Redispatch (the cluster failed: retry)──────┤                               │
 //                                                       ▼                               ▼
 //                           kFailed (error) · kCancelled (Cancel) · kFinished (EOS, length, stop
 //                           string)
 //
 // kPrefilling covers the KV transfer: a prefill worker answers once the decode worker
-// holds every block. Queued, a request ends by FailQueued (cancelled, deadline passed,
+// holds every block. When it fails for a reason of the cluster's, not the request's (a
+// worker gone, a transfer broken or stalled, a reservation vanished: what ClientStatus
+// answers UNAVAILABLE), nothing has reached the client yet, so the request releases its
+// reservation and goes back to the front of the queue, to start again after a random
+// pause (kRetryPause, doubling per attempt) on a fresh reservation, preferring other
+// workers than the failed attempt's: at most max_prefill_attempts attempts in all, then
+// UNAVAILABLE. Queued, a request ends by FailQueued (cancelled, deadline passed,
 // no worker). Started, it ends exactly once, in one of Finish / Fail, and then calls
 // RequestEnv::ended; every reservation it made is consumed or released on the way.
 //
@@ -61,13 +68,20 @@ struct RequestEnv {
   const tokenizer::Tokenizer* tokenizer = nullptr;
   int32_t eos_token_id = -1;
   WorkerPool* pool = nullptr;
-  int max_prefill_attempts = 2;
+  int max_prefill_attempts = 3;
   // Where each request's end is recorded (latencies, tokens, finish reason or error
   // code) and each decoded token's gap; null: not recorded.
   metrics::Metrics* metrics = nullptr;
   // A started request has ended (after its sink's last call); the router's books.
   std::function<void(RouterRequest*)> ended;
+  // A started request is to start again: back to the front of the queue (Redispatch).
+  std::function<void(std::shared_ptr<RouterRequest>)> requeue;
 };
+
+// The pause before a request starts again after a failure of the cluster: uniform in
+// [½, 1½) × this, doubled for each attempt after the second (so retries from many
+// requests do not arrive together).
+inline constexpr std::chrono::milliseconds kRetryPause{100};
 
 class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
  public:
@@ -93,6 +107,12 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   // kReserving → kPrefilling: `decode` holds `reservation`; prefill on `prefill`. The
   // caller has counted the request on both (WorkerPool::Begin); it ends both counts.
   void Start(Worker* decode, Reservation reservation, Worker* prefill);
+  // Queued again after a failure (Redispatch): not to start before retry_at(), and
+  // preferably not on the workers in avoid(). Read by the dispatcher once it has taken
+  // the request from the queue.
+  Clock::time_point retry_at() const { return retry_at_; }
+  const std::vector<Worker*>& avoid() const { return avoid_; }
+
   // The client went away: the call in flight is cancelled (a queued request is removed
   // by the dispatcher). Idempotent.
   void Cancel();
@@ -101,6 +121,8 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
 
  private:
   void StartPrefill(Worker* prefill);
+  // kPrefilling → kQueued: the attempt on `prefill` failed for the cluster's reason.
+  void Redispatch(Worker* prefill);
   void OnPrefilled(Worker* prefill, uint64_t call, absl::StatusOr<PrefillResult> result);
   void StartDecode();
   void OnDecodeChunk(DecodeChunk chunk);
@@ -142,7 +164,9 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   // Written by the transition that runs (one at a time).
   Worker* decode_ = nullptr;
   Reservation reservation_;
-  std::vector<Worker*> tried_;  // prefill workers, in order
+  std::vector<Worker*> tried_;  // prefill workers, in order: one per attempt
+  std::vector<Worker*> avoid_;  // the failed attempt's workers
+  Clock::time_point retry_at_{};
   int32_t first_token_ = 0;
   engine::FinishReason last_finish_ = engine::FinishReason::kNone;
   bool stopped_ = false;  // a stop string matched; the stream is being cancelled

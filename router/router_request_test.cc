@@ -206,7 +206,9 @@ TEST_F(RouterRequestTest, NonStreamingGetsOneChunk) {
   ExpectAtRest();
 }
 
-TEST_F(RouterRequestTest, UnavailablePrefillIsRetriedOnAnotherWorker) {
+// A prefill worker that went away: the request starts again, after a pause of at least
+// half kRetryPause, on a fresh reservation and the other prefill worker.
+TEST_F(RouterRequestTest, AnUnavailablePrefillStartsAgainOnAnotherWorkerAfterAPause) {
   RouterOptions o;
   o.routing = RoutingPolicy::kRoundRobin;  // the first request goes to worker 0
   Make(2, 1, o, [](FakeWorkers& f) {
@@ -214,16 +216,42 @@ TEST_F(RouterRequestTest, UnavailablePrefillIsRetriedOnAnotherWorker) {
     f.prefill("10.0.0.1:101")->Set({.first_token = 7});
   });
   auto sink = std::make_shared<Collect>();
+  const auto t0 = std::chrono::steady_clock::now();
   Submit(Spec(3), sink);
   ASSERT_TRUE(sink->Wait());
   ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, kRetryPause / 2);
   EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{7, 1000, 1001}));
   EXPECT_EQ(P(0)->calls(), 1);
   EXPECT_EQ(P(1)->calls(), 1);
+  EXPECT_EQ(D(0)->reserves(), 2);
+  EXPECT_EQ(D(0)->releases(), 1);  // the failed attempt's reservation
   ExpectAtRest();
 }
 
-TEST_F(RouterRequestTest, UnavailableEverywhereFailsAndReleasesTheReservation) {
+// The decode worker lost the reservation under the prefill (it restarted): the request
+// starts again on the other decode worker, and the client never sees the failure.
+TEST_F(RouterRequestTest, AVanishedDecodeReservationStartsAgainOnAnotherDecodeWorker) {
+  Make(1, 2, {}, [](FakeWorkers& f) {
+    f.decode("10.0.0.2:100")->Set({.forget_leases = true});
+    f.prefill("10.0.0.1:100")->Set({.first_token = 9});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(3), sink);
+  ASSERT_TRUE(sink->Wait());
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{9, 1000, 1001}));
+  EXPECT_EQ(D(0)->reserves(), 1);
+  EXPECT_EQ(D(0)->streams(), 0);
+  EXPECT_EQ(D(1)->reserves(), 1);
+  EXPECT_EQ(D(1)->streams(), 1);
+  EXPECT_EQ(P(0)->calls(), 2);
+  ExpectAtRest();
+}
+
+// Bounded: max_prefill_attempts attempts, each on a fresh reservation that is released,
+// then UNAVAILABLE.
+TEST_F(RouterRequestTest, UnavailableEverywhereFailsAfterTheAttemptsAndReleasesEachReservation) {
   Make(1, 1, {}, [](FakeWorkers& f) {
     f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kUnavailable});
   });
@@ -231,7 +259,10 @@ TEST_F(RouterRequestTest, UnavailableEverywhereFailsAndReleasesTheReservation) {
   Submit(Spec(), sink);
   ASSERT_TRUE(sink->Wait());
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
-  EXPECT_EQ(D(0)->releases(), 1);
+  const int attempts = RouterOptions{}.max_prefill_attempts;
+  EXPECT_EQ(P(0)->calls(), attempts);
+  EXPECT_EQ(D(0)->reserves(), attempts);
+  EXPECT_EQ(D(0)->releases(), attempts);
   EXPECT_EQ(D(0)->streams(), 0);
   ExpectAtRest();
 }
@@ -253,9 +284,11 @@ TEST_F(RouterRequestTest, APrefillErrorIsNotRetried) {
 
 // A decode reservation that vanished under the prefill (the decode worker restarted:
 // NOT_FOUND) or a transfer that stalled is the cluster's failure, not the request's:
-// the client gets UNAVAILABLE (HTTP 503, retryable) with the worker's reason, and the
-// reservation is released.
+// once every attempt failed so, the client gets UNAVAILABLE (HTTP 503, retryable) with
+// the worker's reason, and each reservation is released. The request's own errors
+// are not retried.
 TEST_F(RouterRequestTest, AVanishedReservationOrStalledTransferIsUnavailableToTheClient) {
+  const int attempts = RouterOptions{}.max_prefill_attempts;
   const std::pair<absl::Status, absl::StatusCode> cases[] = {
       {absl::NotFoundError("epoch: the decode worker restarted"), absl::StatusCode::kUnavailable},
       {absl::DeadlineExceededError("KV transfer stalled"), absl::StatusCode::kUnavailable},
@@ -277,7 +310,9 @@ TEST_F(RouterRequestTest, AVanishedReservationOrStalledTransferIsUnavailableToTh
     EXPECT_EQ(sink->error().code(), client_code) << sink->error();
     EXPECT_THAT(std::string(sink->error().message()),
                 ::testing::HasSubstr(std::string(worker_error.message())));
-    EXPECT_EQ(D(0)->releases(), 1);
+    const int tries = client_code == absl::StatusCode::kUnavailable ? attempts : 1;
+    EXPECT_EQ(P(0)->calls(), tries);
+    EXPECT_EQ(D(0)->releases(), tries);
     ExpectAtRest();
   }
 }
