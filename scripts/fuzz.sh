@@ -1,22 +1,50 @@
 #!/usr/bin/env bash
-# Builds the GGUF reader's libFuzzer target with clang (build-fuzz/) and runs it
-# for FUZZ_SECONDS (default 60) from a seed corpus of the committed GGUF files.
-# Fails on any crash, sanitizer report, leak, or single allocation over 256 MiB.
+# Builds every libFuzzer target under ASan and UBSan with clang (build-san/, shared
+# with scripts/sanitize.sh) and runs each for FUZZ_SECONDS (default 30) from its
+# committed seed corpus (tests/fuzz/<name>/; the GGUF reader's is tests/data/*.gguf).
+# Fails on a target that does not build, any crash, sanitizer report, leak, timeout
+# (a unit over 10 s: a hang) or single allocation over 256 MiB.
+#
+#   scripts/fuzz.sh                      every fuzzer
+#   scripts/fuzz.sh tokenizer_fuzzer     one (or several) by name
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECONDS_TO_RUN=${FUZZ_SECONDS:-60}
-if ! command -v clang++ >/dev/null; then
-  echo "fuzz: clang++ not found (scripts/setup.sh installs it)" >&2
-  exit 1
-fi
-if [ ! -f build-fuzz/build.ninja ]; then
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DTANDEM_FUZZ=ON -DTANDEM_CUDA=OFF -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF
-fi
-ninja -C build-fuzz gguf_fuzzer
-corpus=$(mktemp -d)
-trap 'rm -rf "$corpus"' EXIT
-cp tests/data/*.gguf "$corpus"/
-build-fuzz/bin/gguf_fuzzer "$corpus" -max_total_time="$SECONDS_TO_RUN" -malloc_limit_mb=256 \
-  -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 2>&1 | tail -n 25
-echo "fuzz: ${SECONDS_TO_RUN}s without a crash"
+SECONDS_TO_RUN=${FUZZ_SECONDS:-30}
+FUZZERS=(gguf_fuzzer tokenizer_fuzzer chat_template_fuzzer openai_request_fuzzer
+         decode_service_fuzzer)
+[ $# -gt 0 ] && FUZZERS=("$@")
+scripts/sanitize.sh --configure
+ninja -C build-san "${FUZZERS[@]}"
+
+# Per fuzzer: seed corpus and the longest input worth trying.
+max_len() {
+  case "$1" in
+    gguf_fuzzer) echo 65536 ;;
+    chat_template_fuzzer) echo 16384 ;;
+    *) echo 4096 ;;
+  esac
+}
+seeds() {
+  case "$1" in
+    gguf_fuzzer) echo tests/data/*.gguf ;;
+    *) echo "tests/fuzz/${1%_fuzzer}"/* ;;
+  esac
+}
+
+for f in "${FUZZERS[@]}"; do
+  corpus=$(mktemp -d)
+  # shellcheck disable=SC2046
+  cp $(seeds "$f") "$corpus"/
+  echo "fuzz: $f for ${SECONDS_TO_RUN}s from $(ls "$corpus" | wc -l) seeds"
+  if ! build-san/bin/"$f" "$corpus" -max_total_time="$SECONDS_TO_RUN" -timeout=10 \
+      -artifact_prefix=build-san/ -malloc_limit_mb=256 -rss_limit_mb=4096 -max_len="$(max_len "$f")" -print_final_stats=1 \
+      >"$corpus.log" 2>&1; then
+    tail -n 60 "$corpus.log"
+    echo "fuzz: $f FAILED (the input is saved under build-san/, named above)" >&2
+    exit 1
+  fi
+  grep -E "^stat::number_of_executed_units|^stat::new_units_added|^stat::peak_rss_mb" "$corpus.log" |
+    sed "s/^/fuzz: $f /"
+  rm -rf "$corpus" "$corpus.log"
+done
+echo "fuzz: ${#FUZZERS[@]} fuzzers, ${SECONDS_TO_RUN}s each, without a finding"

@@ -80,6 +80,20 @@ TEST(Tokenizer, MatchesHuggingFaceOnDefaultModel) {
   CheckGolden(*l.tok, LoadJson(TestDataPath("tokenizer_smollm2.json")), 300);
 }
 
+// The gpt2, llama3 (llama-bpe) and qwen2 pre-tokenizers, each on a small vocabulary
+// trained by Hugging Face tokenizers with that family's published pre-tokenizer
+// (tests/reference/make_pretokenizer_goldens.py): ids identical on ~520 cases.
+TEST(Tokenizer, MatchesHuggingFaceOnTheGpt2Llama3AndQwen2PreTokenizers) {
+  for (const char* family : {"gpt2", "llama3", "qwen2"}) {
+    SCOPED_TRACE(family);
+    const nlohmann::json golden = LoadJson(TestDataPath(std::string("tokenizer_") + family + ".json"));
+    Loaded l = Load(TestDataPath(golden.at("gguf_file").get<std::string>()));
+    ASSERT_NE(l.tok, nullptr);
+    EXPECT_EQ(l.tok->vocab().pre, golden.at("pre").get<std::string>());
+    CheckGolden(*l.tok, golden, 500);
+  }
+}
+
 TEST(Tokenizer, MatchesSentencePieceOnSyntheticVocab) {
   Loaded l = Load(TestDataPath("spm_tiny.gguf"));
   ASSERT_NE(l.tok, nullptr);

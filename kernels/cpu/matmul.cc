@@ -1,5 +1,7 @@
 #include "kernels/cpu/matmul.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -509,19 +511,27 @@ int IsaCap() {
 void ForcePortableKernels(bool force) { g_isa_cap = force ? 2 : -1; }
 void ForceAvx2Kernels(bool force) { g_isa_cap = force ? 1 : -1; }
 
+namespace {
+// F16C by CPUID (clang 14's __builtin_cpu_supports does not know the name).
+bool HaveF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+
 bool HaveAvx512() {
   if (IsaCap() >= 1) return false;
   static const bool have =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+      __builtin_cpu_supports("fma") && HaveF16c();
   return have;
 }
 
 bool HaveAvx2Fma() {
   if (IsaCap() >= 2) return false;
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+  static const bool have =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HaveF16c();
   return have;
 }
 

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The sanitizer suites: unit and in-process integration tests built with clang under
+# ASan+UBSan (build-san/, which also holds the fuzzers of scripts/fuzz.sh), and the
+# concurrent ones — the engine's scheduler and thread, the router's request state
+# machine, the gRPC server and stream outbox, the KV transports — under TSan
+# (build-tsan/). Any report fails the test that triggered it (no recovery, leaks
+# included); zero reports is the bar. The CUDA backend is off in both.
+#
+#   scripts/sanitize.sh               both suites
+#   scripts/sanitize.sh asan|tsan     one
+#   scripts/sanitize.sh --configure   only configure build-san (scripts/fuzz.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# ASan+UBSan: everything that runs in one process (the cluster tests spawn the
+# Release binaries of build/, so they are TSan's and the soak's business, not these).
+ASAN_TESTS=(util_test model_test tokenizer_test jinja_test chat_template_test kv_test
+            metrics_test http_server_test rpc_server_test router_test transport_choice_test
+            kernels_cpu_test engine_test worker_fault_test peer_transport_test)
+# TSan: the tests whose code runs on several threads at once.
+TSAN_TESTS=(engine_test router_test rpc_server_test http_server_test worker_fault_test
+            peer_transport_test)
+
+if ! command -v clang++ >/dev/null; then
+  echo "sanitize: clang++ not found (scripts/setup.sh installs it)" >&2
+  exit 1
+fi
+
+configure() {  # configure DIR SANITIZERS FUZZ
+  [ -f "$1/build.ninja" ] && return
+  CC=clang CXX=clang++ cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DTANDEM_SANITIZE="$2" -DTANDEM_FUZZ="$3" -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
+}
+
+run_suite() {  # run_suite DIR NAME TESTS...
+  local dir=$1 name=$2
+  shift 2
+  ninja -C "$dir" "$@"
+  local failed=()
+  for t in "$@"; do
+    local start=$SECONDS
+    if "$dir/tests/$t" --gtest_brief=1 >"$dir/$t.log" 2>&1; then
+      echo "sanitize: $name $t passed ($((SECONDS - start))s)"
+    else
+      tail -n 80 "$dir/$t.log"
+      echo "sanitize: $name $t FAILED (full log: $dir/$t.log)" >&2
+      failed+=("$t")
+    fi
+  done
+  [ ${#failed[@]} -eq 0 ] || { echo "sanitize: $name failures: ${failed[*]}" >&2; return 1; }
+}
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
+
+mode=${1:-all}
+case "$mode" in
+  --configure)
+    configure build-san address,undefined ON
+    ;;
+  asan)
+    configure build-san address,undefined ON
+    run_suite build-san asan "${ASAN_TESTS[@]}"
+    ;;
+  tsan)
+    configure build-tsan thread OFF
+    run_suite build-tsan tsan "${TSAN_TESTS[@]}"
+    ;;
+  all)
+    "$0" asan
+    "$0" tsan
+    ;;
+  *)
+    echo "usage: scripts/sanitize.sh [asan|tsan|all|--configure]" >&2
+    exit 2
+    ;;
+esac
