@@ -1,6 +1,7 @@
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
+#include <complex>
 
 #include "kernels/cpu/vec_math.h"
 
@@ -90,21 +91,30 @@ void Rope(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positio
 
 void RopeReference(float* x, int64_t n, int32_t n_heads, std::span<const int32_t> positions,
                    const RopeParams& p, const float* freq_factors) {
+  // Written apart from Rope on purpose (no helper shared): each rotated pair is a complex
+  // number z = x_a + i·x_b multiplied by e^(iθ), θ = position / scale · θ_base^(−2i/d) /
+  // factor_i; the inverse frequency comes from exp and log in double, and the angle is
+  // rounded to float32 as transformers rounds it. tests/data/rope_golden.json holds
+  // transformers' own values for both.
   const int32_t half = p.rope_dim / 2;
+  std::vector<std::pair<int32_t, int32_t>> pairs;  // the two slots of each rotated pair
+  for (int32_t i = 0; i < half; ++i) {
+    pairs.push_back(p.style == RopeStyle::kHalves ? std::pair{i, i + half}
+                                                  : std::pair{2 * i, 2 * i + 1});
+  }
   for (int64_t t = 0; t < n; ++t) {
-    // The angle itself is float32, as in the reference implementations (Hugging
-    // Face multiplies float32 positions by float32 inverse frequencies).
-    const float pos = static_cast<float>(positions[t]) / p.position_scale;
+    const float scaled = static_cast<float>(positions[t]) / p.position_scale;
     for (int32_t i = 0; i < half; ++i) {
-      const double angle = pos * InvFreq(p, freq_factors, i);
-      const double c = std::cos(angle), s = std::sin(angle);
+      float inv = static_cast<float>(
+          std::exp(-std::log(static_cast<double>(p.theta)) * (2.0 * i / p.rope_dim)));
+      if (freq_factors != nullptr) inv /= freq_factors[i];
+      const std::complex<double> turn = std::polar(1.0, static_cast<double>(scaled * inv));
       for (int32_t h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * p.head_dim;
-        const int32_t a = p.style == RopeStyle::kAdjacent ? 2 * i : i;
-        const int32_t b = p.style == RopeStyle::kAdjacent ? 2 * i + 1 : i + half;
-        const double x0 = v[a], x1 = v[b];
-        v[a] = static_cast<float>(x0 * c - x1 * s);
-        v[b] = static_cast<float>(x0 * s + x1 * c);
+        const auto [a, b] = pairs[i];
+        const std::complex<double> z = std::complex<double>(v[a], v[b]) * turn;
+        v[a] = static_cast<float>(z.real());
+        v[b] = static_cast<float>(z.imag());
       }
     }
   }

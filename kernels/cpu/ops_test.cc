@@ -1,10 +1,13 @@
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
+#include <fstream>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_paths.h"
 
 namespace tandem::kernels {
 namespace {
@@ -50,7 +53,67 @@ TEST(Ops, RopeMatchesReferenceForBothStylesAndScalings) {
       auto y = x;
       Rope(x.data(), pos.size(), 3, pos, p, ff);
       RopeReference(y.data(), pos.size(), 3, pos, p, ff);
-      for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 2e-6 * (1 + std::fabs(y[i])));
+      // The two round the inverse frequency each its own way (powf; exp and log in
+      // double): one float32 rounding apart, times the position.
+      for (size_t t = 0; t < pos.size(); ++t) {
+        const double tol = 2e-6 + 2.5e-7 * pos[t] / p.position_scale;
+        for (int32_t k = 0; k < 3 * head_dim; ++k) {
+          const size_t i = t * 3 * head_dim + k;
+          ASSERT_NEAR(x[i], y[i], tol * (1 + std::fabs(y[i])));
+        }
+      }
+    }
+  }
+}
+
+// RoPE against transformers' own (tests/data/rope_golden.json, made by
+// tests/reference/make_rope_golden.py): the default rotation, Llama 3's scaled
+// frequencies (given as the divisors a GGUF's rope_freqs carries) and linear position
+// scaling, at positions 0 to 8191, in both pair orders — halves (NeoX: pairs (i, i + d/2),
+// transformers' layout) and adjacent (pairs (2i, 2i + 1), GGUF's permuted llama layout,
+// the golden rows permuted to match) — for the kernel and the reference. Both sides
+// compute the angle in float32, so the bound grows with the position: one float32
+// rounding of the inverse frequency, times the position.
+TEST(Ops, RopeMatchesTransformersInBothPairOrders) {
+  std::ifstream in(::tandem::testing::TestDataPath("rope_golden.json"));
+  ASSERT_TRUE(in.good());
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  ASSERT_EQ(golden.at("cases").size(), 3u);
+  for (const auto& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const int32_t d = c.at("head_dim"), half = d / 2;
+    const std::vector<int32_t> pos = c.at("positions");
+    std::vector<float> factors;
+    if (!c.at("freq_factors").is_null()) factors = c.at("freq_factors").get<std::vector<float>>();
+    for (RopeStyle style : {RopeStyle::kHalves, RopeStyle::kAdjacent}) {
+      RopeParams p;
+      p.head_dim = d;
+      p.rope_dim = d;
+      p.theta = c.at("theta");
+      p.position_scale = c.at("position_scale");
+      p.style = style;
+      // Element j of a golden row sits at slot(j) in this style's layout.
+      auto slot = [&](int32_t j) {
+        if (style == RopeStyle::kHalves) return j;
+        return j < half ? 2 * j : 2 * (j - half) + 1;
+      };
+      std::vector<float> x(pos.size() * d);
+      for (size_t t = 0; t < pos.size(); ++t)
+        for (int32_t j = 0; j < d; ++j) x[t * d + slot(j)] = c.at("x")[t][j];
+      for (bool reference : {false, true}) {
+        SCOPED_TRACE(reference ? "RopeReference" : "Rope");
+        std::vector<float> y = x;
+        (reference ? RopeReference : Rope)(y.data(), pos.size(), 1, pos, p,
+                                           factors.empty() ? nullptr : factors.data());
+        for (size_t t = 0; t < pos.size(); ++t) {
+          const double tol = 2e-6 + 2.5e-7 * pos[t] / p.position_scale;
+          for (int32_t j = 0; j < d; ++j) {
+            const float want = c.at("out")[t][j];
+            ASSERT_NEAR(y[t * d + slot(j)], want, tol * (1 + std::fabs(want)))
+                << "position " << pos[t] << ", element " << j;
+          }
+        }
+      }
     }
   }
 }
