@@ -1,5 +1,7 @@
 #include "common/model/model_config.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -62,6 +64,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(c.n_kv_heads, IntOr(f, p + "attention.head_count_kv", c.n_heads));
   ASSIGN_OR_RETURN(c.ffn_size, RequiredInt(f, p + "feed_forward_length"));
   ASSIGN_OR_RETURN(c.context_length, IntOr(f, p + "context_length", 2048));
+  ASSIGN_OR_RETURN(c.sliding_window, IntOr(f, p + "attention.sliding_window", 0));
+  if (c.sliding_window < 0) return Invalid(p + "attention.sliding_window", "must not be negative");
+  if (c.sliding_window > 0) c.context_length = std::min(c.context_length, c.sliding_window);
   if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) {
     return Invalid(p + "attention.head_count_kv",
                    StrCat("= ", c.n_kv_heads, " must divide head_count = ", c.n_heads));

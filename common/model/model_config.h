@@ -36,7 +36,12 @@ struct ModelConfig {
   int64_t head_dim = 0;
   int64_t ffn_size = 0;  // feed_forward_length
   int64_t vocab_size = 0;
+  // The context tandem serves: the file's context_length, or the attention's sliding
+  // window where the file has a smaller one (Mistral 7B v0.1: 4,096 of 32,768). tandem
+  // attends to every earlier token, which equals sliding-window attention only while a
+  // sequence fits the window, so it serves no more than that.
   int64_t context_length = 0;
+  int64_t sliding_window = 0;  // attention.sliding_window; 0: none
   int64_t rope_dim = 0;  // rotated dims per head (usually head_dim)
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;

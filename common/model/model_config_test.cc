@@ -84,6 +84,47 @@ TEST(ModelConfig, ReadsQwen2AndRopeScaling) {
   EXPECT_EQ(c->rope_scaling.factor, 4.0);
 }
 
+// A mistral GGUF reads exactly as the llama one with the same keys (same layout, adjacent
+// RoPE pairs), and a sliding window smaller than the context caps the context served.
+TEST(ModelConfig, ReadsMistralLikeLlamaAndCapsTheContextAtItsSlidingWindow) {
+  auto keys = [](GgufBuilder& b, const std::string& arch) -> GgufBuilder& {
+    return b.String("general.architecture", arch)
+        .Uint32(arch + ".block_count", 2)
+        .Uint32(arch + ".embedding_length", 64)
+        .Uint32(arch + ".attention.head_count", 8)
+        .Uint32(arch + ".attention.head_count_kv", 2)
+        .Uint32(arch + ".feed_forward_length", 128)
+        .Uint32(arch + ".context_length", 32768)
+        .Float32(arch + ".rope.freq_base", 1e6f)
+        .Float32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f)
+        .Uint32(arch + ".vocab_size", 100);
+  };
+  GgufBuilder mb, lb;
+  auto mistral = Parse(keys(mb, "mistral"));
+  ASSERT_TRUE(mistral.ok()) << mistral.status();
+  auto llama = Parse(keys(lb, "llama"));
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_EQ(mistral->architecture, "mistral");
+  EXPECT_EQ(mistral->n_layers, llama->n_layers);
+  EXPECT_EQ(mistral->hidden_size, llama->hidden_size);
+  EXPECT_EQ(mistral->n_heads, llama->n_heads);
+  EXPECT_EQ(mistral->n_kv_heads, llama->n_kv_heads);
+  EXPECT_EQ(mistral->head_dim, llama->head_dim);
+  EXPECT_EQ(mistral->ffn_size, llama->ffn_size);
+  EXPECT_EQ(mistral->rope_theta, llama->rope_theta);
+  EXPECT_EQ(mistral->rope_halves, llama->rope_halves);
+  EXPECT_FALSE(mistral->rope_halves);
+  EXPECT_EQ(mistral->context_length, 32768);
+  EXPECT_EQ(mistral->sliding_window, 0);
+
+  GgufBuilder windowed;
+  keys(windowed, "mistral").Uint32("mistral.attention.sliding_window", 4096);
+  auto v01 = Parse(windowed);
+  ASSERT_TRUE(v01.ok()) << v01.status();
+  EXPECT_EQ(v01->sliding_window, 4096);
+  EXPECT_EQ(v01->context_length, 4096);
+}
+
 TEST(ModelConfig, RejectsInconsistentShapes) {
   EXPECT_THAT(
       std::string(Parse(Llama().Uint32("llama.attention.head_count_kv", 3)).status().message()),
