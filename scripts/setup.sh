@@ -13,7 +13,8 @@ PACKAGES=(
   libboost-dev libssl-dev prometheus-cpp-dev   # HTTP server (Beast/Asio, TLS), /metrics
   libcpp-httplib-dev   # HTTP client of the CLI
   prometheus openssl curl   # tests: promtool + a Prometheus server; test certificates; quickstart
-  clang libclang-rt-14-dev   # libFuzzer target for the GGUF reader
+  clang libclang-rt-14-dev   # fuzzers and the ASan/UBSan/TSan suites (scripts/fuzz.sh, sanitize.sh)
+  iproute2   # tests/netfault: network namespaces, veth, a bridge, tc
   clang-format
 )
 

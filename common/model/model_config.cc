@@ -1,7 +1,6 @@
 #include "common/model/model_config.h"
 
 #include <algorithm>
-
 #include <cmath>
 
 #include "absl/status/status.h"

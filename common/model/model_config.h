@@ -42,7 +42,7 @@ struct ModelConfig {
   // sequence fits the window, so it serves no more than that.
   int64_t context_length = 0;
   int64_t sliding_window = 0;  // attention.sliding_window; 0: none
-  int64_t rope_dim = 0;  // rotated dims per head (usually head_dim)
+  int64_t rope_dim = 0;        // rotated dims per head (usually head_dim)
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;

@@ -86,7 +86,8 @@ TEST(Tokenizer, MatchesHuggingFaceOnDefaultModel) {
 TEST(Tokenizer, MatchesHuggingFaceOnTheGpt2Llama3AndQwen2PreTokenizers) {
   for (const char* family : {"gpt2", "llama3", "qwen2"}) {
     SCOPED_TRACE(family);
-    const nlohmann::json golden = LoadJson(TestDataPath(std::string("tokenizer_") + family + ".json"));
+    const nlohmann::json golden =
+        LoadJson(TestDataPath(std::string("tokenizer_") + family + ".json"));
     Loaded l = Load(TestDataPath(golden.at("gguf_file").get<std::string>()));
     ASSERT_NE(l.tok, nullptr);
     EXPECT_EQ(l.tok->vocab().pre, golden.at("pre").get<std::string>());

@@ -27,22 +27,16 @@ with the observed bounds (slowest terminal status, statuses seen, recovery time)
 Exit status: 0 all passed, 1 a check failed, 77 the machine cannot run it (not root,
 no network namespaces), with the reason.
 """
-import concurrent.futures
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, os.environ.get("BUILD_DIR", "build"), "bin")
-MODEL = os.environ.get("TANDEM_MODEL",
-                       os.path.join(ROOT, "models", "smollm2-135m-instruct-q4_1.gguf"))
+from cluster import BIN, Process, at_rest, load_from_metrics, missing_binaries, wait_ready
+
 NET = "10.213.7."
 HOSTS = {"router": 1, "p1": 11, "p2": 12, "d1": 21, "d2": 22}
 GRPC_PORT, HTTP_PORT = 50051, 8080
@@ -114,65 +108,37 @@ def have_netem():
 
 class Cluster:
     def __init__(self, workdir):
-        self.workdir = workdir
         self.procs = []
-
-    def start(self, role, binary, *args):
-        ready = os.path.join(self.workdir, f"{role}.ready")
-        log = open(os.path.join(self.workdir, f"{role}.log"), "w")
-        cmd = ["ip", "netns", "exec", ns(role), os.path.join(BIN, binary), "--model", MODEL,
-               "--host", addr(role), "--port", str(GRPC_PORT), "--internal-key", KEY,
-               "--ready-file", ready, *args]
-        self.procs.append((role, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
-        return ready
+        common = ["--port", str(GRPC_PORT), "--internal-key", KEY, "--http-port", str(HTTP_PORT)]
+        workers = lambda ps: ",".join(f"{addr(p)}:{GRPC_PORT}" for p in ps)
+        for role, binary, extra in (
+                ("p1", "tandem-prefill-worker", ["--threads", "1"]),
+                ("p2", "tandem-prefill-worker", ["--threads", "1"]),
+                ("d1", "tandem-decode-worker", ["--threads", "1"]),
+                ("d2", "tandem-decode-worker", ["--threads", "1"]),
+                ("router", "tandem-router", ["--prefill", workers(("p1", "p2")),
+                                             "--decode", workers(("d1", "d2")),
+                                             "--health-poll-ms", "200"])):
+            self.procs.append(Process(workdir, role, binary,
+                                      ["--host", addr(role)] + common + extra,
+                                      prefix=["ip", "netns", "exec", ns(role)]))
 
     def up(self):
-        readies = []
-        for role in ("p1", "p2"):
-            readies.append(self.start(role, "tandem-prefill-worker", "--threads", "1",
-                                      "--http-port", str(HTTP_PORT)))
-        for role in ("d1", "d2"):
-            readies.append(self.start(role, "tandem-decode-worker", "--threads", "1",
-                                      "--http-port", str(HTTP_PORT)))
-        workers = lambda ps: ",".join(f"{addr(p)}:{GRPC_PORT}" for p in ps)
-        readies.append(self.start("router", "tandem-router", "--http-port", str(HTTP_PORT),
-                                  "--prefill", workers(("p1", "p2")),
-                                  "--decode", workers(("d1", "d2")), "--health-poll-ms", "200"))
-        deadline = time.time() + 300
-        while not all(os.path.exists(r) for r in readies):
-            for role, p in self.procs:
-                if p.poll() is not None:
-                    raise RuntimeError(f"{role} exited with {p.returncode}: " + self.tail(role))
-            if time.time() > deadline:
-                raise RuntimeError("the cluster did not become ready in 300 s")
-            time.sleep(0.2)
+        for p in self.procs:
+            p.start()
+        wait_ready(self.procs)
 
     def tail(self, role, n=20):
-        with open(os.path.join(self.workdir, f"{role}.log")) as f:
-            return "".join(f.readlines()[-n:])
+        return next(p for p in self.procs if p.name == role).tail(n)
 
     def alive(self):
-        for role, p in self.procs:
-            if p.poll() is not None:
-                raise RuntimeError(f"{role} died ({p.returncode}): " + self.tail(role))
+        for p in self.procs:
+            if not p.alive():
+                raise RuntimeError(f"{p.name} died ({p.proc.returncode}): " + p.tail())
 
     def down(self):
-        for _, p in self.procs:
-            p.terminate()
-        for _, p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def in_ns(role, code):
-    """Runs a Python snippet inside `role`'s namespace; returns its stdout."""
-    r = subprocess.run(["ip", "netns", "exec", ns(role), sys.executable, "-c", code],
-                       capture_output=True, text=True, timeout=DEADLINE_S + 30)
-    if r.returncode != 0:
-        raise RuntimeError(r.stderr)
-    return r.stdout
+        for p in self.procs:
+            p.stop(timeout=15)
 
 
 CLIENT = r"""
@@ -217,26 +183,19 @@ print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())
 
 
 def worker_load(role):
-    """(running + waiting, KV usage) from a worker's /metrics, read inside the router's
+    """Running, waiting and KV usage from a worker's /metrics, read inside the router's
     namespace (over the bridge, as the router sees it)."""
     text = subprocess.run(["ip", "netns", "exec", ns("router"), sys.executable, "-c", METRICS,
                            f"http://{addr(role)}:{HTTP_PORT}/metrics"],
                           capture_output=True, text=True, timeout=15).stdout
-    values = {}
-    for name in ("num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"):
-        m = re.search(rf"^[\w:]*{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-        if m is None:
-            raise RuntimeError(f"{role}: /metrics has no {name}")
-        values[name] = float(m.group(1))
-    return values
+    return load_from_metrics(text, role)
 
 
 def wait_baseline(timeout=30):
     t0 = time.time()
     while True:
         loads = {r: worker_load(r) for r in ("p1", "p2", "d1", "d2")}
-        if all(v["num_requests_running"] == 0 and v["num_requests_waiting"] == 0 and
-               v["kv_cache_usage_perc"] == 0 for v in loads.values()):
+        if all(at_rest(v) for v in loads.values()):
             return time.time() - t0
         if time.time() - t0 > timeout:
             raise RuntimeError(f"not back at baseline after {timeout} s: {loads}")
@@ -245,7 +204,9 @@ def wait_baseline(timeout=30):
 
 def check_terminal(name, results, allowed):
     slowest = max(t for _, t in results)
-    statuses = sorted({str(s) for s, _ in results})
+    statuses = {}
+    for s, _ in results:
+        statuses[str(s)] = statuses.get(str(s), 0) + 1
     bad = [s for s, _ in results if s not in allowed]
     if bad:
         raise RuntimeError(f"{name}: statuses {statuses}; {bad} not among {sorted(allowed)}")
@@ -296,10 +257,9 @@ def main():
         print("netfault: not run: this machine cannot create network namespaces")
         return 77
     ip("netns", "del", "tnf-probe", check=False)
-    for b in ("tandem-router", "tandem-prefill-worker", "tandem-decode-worker"):
-        if not os.path.exists(os.path.join(BIN, b)):
-            print(f"netfault: {BIN}/{b} missing (scripts/build.sh)")
-            return 1
+    if missing_binaries():
+        print(f"netfault: {missing_binaries()} missing in {BIN} (scripts/build.sh)")
+        return 1
     netem = have_netem()
     workdir = tempfile.mkdtemp(prefix="netfault-")
     cluster = Cluster(workdir)
@@ -347,7 +307,10 @@ def main():
                     print(cluster.tail(role))
                 except OSError:
                     pass
-        shutil.rmtree(workdir, ignore_errors=True)
+        if os.environ.get("NETFAULT_KEEP"):
+            print(f"netfault: logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     return 1 if failed else 0
 
 

@@ -42,6 +42,10 @@ def field_bytes(num, data):
     return varint((num << 3) | 2) + varint(len(data)) + data
 
 
+def field_double(num, value):
+    return varint((num << 3) | 1) + struct.pack("<d", value)
+
+
 def packed(num, values):
     return field_bytes(num, b"".join(varint(v) for v in values))
 
@@ -72,7 +76,8 @@ def decode_scripts():
     full = push_message([chunk(l, 0, 3) for l in range(4)])
     # flags: slot 0, its block ids (1), the fingerprint (2), payloads of the right size (4)
     push = op(PUSH, SLOT0 | 0x07, full)
-    params = field_varint(1, 3) + field_varint(12, 1)  # max_tokens 3, ignore_eos
+    # max_tokens 3, top_p 1, repetition_penalty 1, ignore_eos (greedy: temperature 0)
+    params = field_varint(1, 3) + field_double(4, 1.0) + field_double(8, 1.0) + field_varint(12, 1)
     decode = op(DECODE, SLOT0, packed(3, prompt) + field_varint(4, 7) + field_bytes(5, params))
     release = op(RELEASE, SLOT0, b"")
     write("decode_service", "full_request", reserve + push + decode)
