@@ -14,7 +14,7 @@ PACKAGES=(
   libcpp-httplib-dev   # HTTP client of the CLI
   prometheus openssl curl   # tests: promtool + a Prometheus server; test certificates; quickstart
   clang libclang-rt-14-dev   # fuzzers and the ASan/UBSan/TSan suites (scripts/fuzz.sh, sanitize.sh)
-  iproute2   # tests/netfault: network namespaces, veth, a bridge, tc
+  iproute2 nftables   # tests/chaos/netfault.py: namespaces, veth, a bridge, tc; packet loss
   clang-format
 )
 

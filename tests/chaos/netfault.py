@@ -15,8 +15,9 @@ about 14 MB each), from a client in the router's namespace with a 60 s deadline:
   cut-prefill    a prefill worker's link likewise (its requests retry on the other)
   slow-links     every worker's link limited to 100 Mbit/s (tbf; netem delay where the
                  kernel has it)
-  loss           5 % packet loss on a decode worker's link (netem; reported as not run
-                 where the kernel lacks sch_netem)
+  loss           5 % of a decode worker's packets dropped, both ways (tc netem, or an
+                 nftables random-drop rule where the kernel lacks sch_netem; reported as
+                 not run where it has neither)
 
 Checked for each: every request reaches a terminal HTTP status before its deadline
 (200, or 503 / 504 that a client retries; never a hang, never a 4xx or 500); after the
@@ -234,9 +235,36 @@ def fault_cut(cluster, name, role, down_s=8):
     return f"slowest terminal status {slowest:.1f} s, statuses {statuses}, baseline {back:.1f} s after"
 
 
-def fault_shape(cluster, name, roles, qdisc):
+def have_nft():
+    ip("netns", "add", "tnf-probe", check=False)
+    r = subprocess.run(["ip", "netns", "exec", "tnf-probe", "nft", "add", "table", "inet", "t"],
+                       capture_output=True)
+    ip("netns", "del", "tnf-probe", check=False)
+    return r.returncode == 0
+
+
+def nft_loss(role, percent):
+    """Drops `percent` % of `role`'s packets, in and out (nftables numgen)."""
+    rules = "table inet tnf {\n"
+    for chain, hook in (("in", "input"), ("out", "output")):
+        rules += (f"  chain {chain} {{\n    type filter hook {hook} priority 0;\n"
+                  f"    numgen random mod 100 < {percent} drop\n  }}\n")
+    rules += "}\n"
+    subprocess.run(["ip", "netns", "exec", ns(role), "nft", "-f", "-"], input=rules, text=True,
+                   check=True, capture_output=True)
+
+
+def nft_clear(role):
+    subprocess.run(["ip", "netns", "exec", ns(role), "nft", "delete", "table", "inet", "tnf"],
+                   capture_output=True)
+
+
+def fault_shape(cluster, name, roles, qdisc=None, loss_percent=0):
     for r in roles:
-        tc(r, *qdisc)
+        if qdisc:
+            tc(r, *qdisc)
+        if loss_percent:
+            nft_loss(r, loss_percent)
     try:
         t0 = time.time()
         slowest, statuses = check_terminal(name, batch_result(batch_async()), {200})
@@ -244,6 +272,7 @@ def fault_shape(cluster, name, roles, qdisc):
     finally:
         for r in roles:
             tc(r)
+            nft_clear(r)
     cluster.alive()
     back = wait_baseline()
     return f"batch {took:.1f} s (slowest {slowest:.1f} s), statuses {statuses}, baseline {back:.1f} s"
@@ -280,6 +309,9 @@ def main():
         if netem:
             faults.append(("loss", lambda: fault_shape(cluster, "loss", ("d1",),
                                                        ("netem", "loss", "5%"))))
+        elif have_nft():
+            faults.append(("loss", lambda: fault_shape(cluster, "loss (nftables)", ("d1",),
+                                                       loss_percent=5)))
         for name, run in faults:
             t0 = time.time()
             try:
@@ -292,8 +324,9 @@ def main():
                 for r in HOSTS:
                     link(r, True)
                     tc(r)
-        if not netem:
-            print("netfault: loss: not run: this kernel has no sch_netem (tc netem)")
+                    nft_clear(r)
+        if not netem and not have_nft():
+            print("netfault: loss: not run: this kernel has neither sch_netem nor nftables")
     except Exception as e:  # noqa: BLE001
         failed = True
         print(f"netfault: FAILED: {e}")

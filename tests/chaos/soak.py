@@ -22,7 +22,8 @@ Prints the figures docs/reliability.md records: requests by outcome, latency p50
 the completed ones, the longest time to a terminal state, events injected, the time back
 to baseline. Exit 0 when every check holds, 1 otherwise.
 
-    python3 tests/chaos/soak.py [--seconds 600] [--clients 6] [--seed N]
+    python3 tests/chaos/soak.py [--seconds 600] [--clients 6] [--seed N] [--deadline 120]
+                                [--max-words 450]
 """
 import argparse
 import http.client
@@ -39,7 +40,8 @@ import urllib.request
 from cluster import (BIN, LOAD_METRICS, Process, at_rest, load_from_metrics,
                      missing_binaries, sanitizer_reports, wait_ready)
 
-DEADLINE_S = 120
+DEADLINE_S = 120  # --deadline
+MAX_WORDS = 450  # --max-words
 WORDS = ("the model reads tokens and writes more of them while the cache keeps every key and "
          "value it has seen so that the next step costs one row").split()
 
@@ -102,7 +104,8 @@ class Stats:
 def one_request(port, rng, stats):
     chat = rng.random() < 0.4
     stream = rng.random() < 0.5
-    text = " ".join(rng.choice(WORDS) for _ in range(rng.choice((4, 30, 120, 450))))
+    sizes = [n for n in (4, 30, 120, 450) if n <= MAX_WORDS]
+    text = " ".join(rng.choice(WORDS) for _ in range(rng.choice(sizes)))
     body = {"max_tokens": rng.randint(4, 64), "stream": stream,
             "temperature": rng.choice((0, 0.8)), "seed": rng.randrange(1 << 31)}
     if chat:
@@ -171,11 +174,16 @@ def chaos(cluster, rng, stop, events):
 
 
 def main():
+    global DEADLINE_S, MAX_WORDS
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=600)
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--deadline", type=int, default=DEADLINE_S,
+                    help="seconds a request may take before it counts as a hang")
+    ap.add_argument("--max-words", type=int, default=MAX_WORDS, help="longest prompt (words)")
     args = ap.parse_args()
+    DEADLINE_S, MAX_WORDS = args.deadline, args.max_words
     if missing_binaries():
         print(f"soak: {missing_binaries()} missing in {BIN}")
         return 1
