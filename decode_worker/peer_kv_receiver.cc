@@ -63,6 +63,40 @@ bool PeerKvReceiver::Supports(transport::TransportKind kind) const {
   return false;
 }
 
+absl::Status PeerKvReceiver::MakeRoom(std::vector<std::unique_ptr<Link>>* pruned) {
+  if (links_.size() < kMaxSenders) return absl::OkStatus();
+  // Forget the broken communicators, then the idle ones used least recently (a
+  // prefill worker that went away leaves its link idle for good).
+  auto forget = [&](decltype(links_)::iterator l) {
+    l->second->stop = true;
+    l->second->cancelled = true;
+    l->second->cv.notify_all();
+    pruned->push_back(std::move(l->second));
+    links_.erase(l);
+  };
+  for (auto l = links_.begin(); l != links_.end();) {
+    auto next = std::next(l);
+    if (!l->second->broken.ok()) forget(l);
+    l = next;
+  }
+  while (links_.size() >= kMaxSenders) {
+    auto oldest = links_.end();
+    for (auto l = links_.begin(); l != links_.end(); ++l) {
+      if (l->second->pending.empty() && !l->second->receiving &&
+          (oldest == links_.end() || l->second->last_used < oldest->second->last_used)) {
+        oldest = l;
+      }
+    }
+    if (oldest == links_.end()) {
+      return absl::ResourceExhaustedError(StrCat(
+          "peer: ", kMaxSenders, " prefill workers already hold communicators with this one"));
+    }
+    Break(oldest->second.get(), absl::AbortedError("peer: idle communicator evicted"));
+    forget(oldest);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PeerKvReceiver::Join(transport::TransportKind kind, uint64_t sender_id,
                                   uint64_t generation, std::string_view comm_id) {
   if (!Supports(kind)) {
@@ -79,41 +113,10 @@ absl::Status PeerKvReceiver::Join(transport::TransportKind kind, uint64_t sender
           StrCat("peer.generation: ", generation, " is not above the current ",
                  it->second->generation, " of sender ", sender_id));
     }
-    if (it == links_.end() && links_.size() >= kMaxSenders) {
-      // Room for a new sender: forget the broken communicators, else the idle one used
-      // least recently (a prefill worker that went away leaves its link idle for good).
-      auto forget = [&](decltype(links_)::iterator l) {
-        l->second->stop = true;
-        l->second->cancelled = true;
-        l->second->cv.notify_all();
-        pruned.push_back(std::move(l->second));
-        links_.erase(l);
-      };
-      for (auto l = links_.begin(); l != links_.end();) {
-        auto next = std::next(l);
-        if (!l->second->broken.ok()) forget(l);
-        l = next;
-      }
-      if (links_.size() >= kMaxSenders) {
-        auto oldest = links_.end();
-        for (auto l = links_.begin(); l != links_.end(); ++l) {
-          if (l->second->pending.empty() && !l->second->receiving &&
-              (oldest == links_.end() || l->second->last_used < oldest->second->last_used)) {
-            oldest = l;
-          }
-        }
-        if (oldest != links_.end()) {
-          Break(oldest->second.get(), absl::AbortedError("peer: idle communicator evicted"));
-          forget(oldest);
-        }
-      }
-      if (links_.size() >= kMaxSenders) {
-        admitted = absl::ResourceExhaustedError(StrCat(
-            "peer: ", kMaxSenders, " prefill workers already hold communicators with this one"));
-      }
-    }
+    if (it == links_.end()) admitted = MakeRoom(&pruned);
   }
   for (auto& l : pruned) l->thread.join();
+  pruned.clear();
   if (!admitted.ok()) return admitted;
   transport::PeerCommFactory* factory =
       kind == transport::TransportKind::kNccl ? options_.nccl : options_.cuda_ipc;
@@ -127,26 +130,33 @@ absl::Status PeerKvReceiver::Join(transport::TransportKind kind, uint64_t sender
   std::unique_ptr<Link> old;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::unique_ptr<Link>& slot = links_[sender_id];
-    if (slot != nullptr && generation <= slot->generation) {  // a concurrent Join won
-      return absl::FailedPreconditionError(StrCat("peer.generation: ", generation,
-                                                  " is not above the current ", slot->generation,
-                                                  " of sender ", sender_id));
-    }
-    if (slot != nullptr) {
-      Break(slot.get(),
+    auto it = links_.find(sender_id);
+    if (it != links_.end() && generation <= it->second->generation) {  // a concurrent Join won
+      admitted = absl::FailedPreconditionError(
+          StrCat("peer.generation: ", generation, " is not above the current ",
+                 it->second->generation, " of sender ", sender_id));
+    } else if (it == links_.end()) {
+      admitted = MakeRoom(&pruned);  // concurrent rendezvous may have taken the room
+    } else {
+      Link* replaced = it->second.get();
+      Break(replaced,
             absl::AbortedError(StrCat("peer: communicator replaced by generation ", generation)));
-      slot->stop = true;
-      slot->cancelled = true;
-      old = std::move(slot);
+      replaced->stop = true;
+      replaced->cancelled = true;
+      old = std::move(it->second);
+      links_.erase(it);
       ++stats_.rebuilt;
     }
-    Link* l = link.get();
-    link->thread = std::thread([this, l] { Run(l); });
-    slot = std::move(link);
+    if (admitted.ok()) {
+      Link* l = link.get();
+      link->thread = std::thread([this, l] { Run(l); });
+      links_[sender_id] = std::move(link);
+    }
   }
+  for (auto& l : pruned) l->thread.join();
   if (old != nullptr) old->thread.join();
-  return absl::OkStatus();
+  if (!admitted.ok()) link->comm->Abort(admitted);
+  return admitted;
 }
 
 absl::Status PeerKvReceiver::Submit(uint64_t sender_id, uint64_t generation, const PeerPayload& p) {
@@ -261,7 +271,9 @@ void PeerKvReceiver::Fail(const PeerPayload& p, const absl::Status& why) {
 
 PeerKvReceiver::Stats PeerKvReceiver::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  Stats s = stats_;
+  s.senders = static_cast<int32_t>(links_.size());
+  return s;
 }
 
 }  // namespace tandem::decode

@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -79,12 +80,18 @@ class PeerKvReceiver {
   struct Stats {
     int64_t broken = 0;   // communicators broken by an error or a protocol violation
     int64_t rebuilt = 0;  // rendezvous that replaced a sender's earlier communicator
+    int32_t senders = 0;  // communicators held now (at most kMaxSenders)
   };
   Stats stats() const;
 
  private:
   struct Link;
   void Run(Link* link);
+  // Room for one more sender's link: forgets the broken links, then evicts idle ones
+  // (least recently used first) into `pruned` (their threads are joined outside the
+  // lock). ResourceExhausted when kMaxSenders links are all busy.
+  absl::Status MakeRoom(std::vector<std::unique_ptr<Link>>* pruned)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails every payload pending on `link` with `why` and marks it broken.
   void Break(Link* link, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Fail(const PeerPayload& p, const absl::Status& why);

@@ -3,13 +3,15 @@
 # ASan+UBSan (build-san/, which also holds the fuzzers of scripts/fuzz.sh), and the
 # concurrent code that does not run inside gRPC — the engine's scheduler and thread, the
 # router's request state machine and worker pool, the HTTP server, both workers joined
-# in one process — under TSan (build-tsan/). Any report fails the test that triggered
+# in one process, the stream outbox behind a fake reactor, the peer KV receiver with
+# its staging pool and the fake communicator — under TSan (build-tsan/). Any report fails the test that triggered
 # it (no recovery, leaks included); zero reports is the bar. The CUDA backend is off.
 #
-# Not under TSan: code driven by gRPC's threads (the stream outbox, the KV sender and
-# receiver services, rpc_server). Debian's gRPC and abseil are not built with TSan, so
-# every callback gRPC runs races, to TSan, with gRPC's own (invisible) synchronisation;
-# those run under ASan+UBSan here. tests/tsan.supp says what is suppressed and why.
+# Not under TSan: code driven by gRPC's threads (the KV sender and receiver services,
+# rpc_server). Debian's gRPC and abseil are not built with TSan, so every callback
+# gRPC runs races, to TSan, with gRPC's own (invisible) synchronisation; those run
+# under ASan+UBSan here, and what they hand to other threads (the outbox, the peer
+# receiver) runs under TSan in tests that drive it without gRPC. tests/tsan.supp says what is suppressed and why.
 #
 #   scripts/sanitize.sh               both suites
 #   scripts/sanitize.sh asan|tsan     one
@@ -21,9 +23,11 @@ cd "$(dirname "$0")/.."
 # Release binaries of build/, so they are TSan's and the soak's business, not these).
 ASAN_TESTS=(util_test model_test tokenizer_test jinja_test chat_template_test kv_test
             metrics_test http_server_test rpc_server_test router_test transport_choice_test
-            kernels_cpu_test engine_test worker_fault_test peer_transport_test)
+            kernels_cpu_test engine_test worker_fault_test peer_transport_test
+            stream_outbox_test peer_kv_receiver_test)
 # TSan: the tests whose code runs on several threads at once, outside gRPC (above).
-TSAN_TESTS=(engine_test router_test http_server_test worker_fault_test)
+TSAN_TESTS=(engine_test router_test http_server_test worker_fault_test stream_outbox_test
+            peer_kv_receiver_test)
 
 # Left out under the sanitizers (10-30x slower there): the full-model numerics — golden
 # logits and the token-identity runs over many batch shapes — which the Release suite

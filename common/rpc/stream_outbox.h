@@ -9,6 +9,8 @@
 // itself in OnDone while producers still hold the outbox.
 //
 // Thread-safe. Shared (std::shared_ptr) between the reactor and its producers.
+// `Reactor` is gRPC's; a test may give a type with the same StartWrite and Finish
+// (stream_outbox_test.cc drives the outbox without gRPC, so TSan sees every thread).
 #ifndef TANDEM_COMMON_RPC_STREAM_OUTBOX_H_
 #define TANDEM_COMMON_RPC_STREAM_OUTBOX_H_
 
@@ -23,13 +25,13 @@
 
 namespace tandem::rpc {
 
-template <class Response>
+template <class Response, class Reactor = grpc::ServerWriteReactor<Response>>
 class StreamOutbox {
  public:
   // merge(into, next): fold `next` into the queued `into`; false to keep both.
   using MergeFn = std::function<bool(Response* into, const Response& next)>;
 
-  explicit StreamOutbox(grpc::ServerWriteReactor<Response>* reactor, MergeFn merge = nullptr)
+  explicit StreamOutbox(Reactor* reactor, MergeFn merge = nullptr)
       : reactor_(reactor), merge_(std::move(merge)) {}
 
   void Push(Response msg) {
@@ -89,7 +91,7 @@ class StreamOutbox {
     if (action == kFinish) reactor_->Finish(status);
   }
 
-  grpc::ServerWriteReactor<Response>* const reactor_;
+  Reactor* const reactor_;
   const MergeFn merge_;
   mutable std::mutex mu_;
   std::deque<Response> queue_ ABSL_GUARDED_BY(mu_);
