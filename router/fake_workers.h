@@ -97,7 +97,7 @@ struct FakeDecodeBehaviour {
   // the key frees it.
   enum Reserve { kReserve, kExhausted, kUnavailable, kStall, kReserveLate } reserve = kReserve;
   // Tokens after the first, one per chunk: tokens[i % size] (empty: 1000 + i).
-  std::vector<int32_t> tokens;
+  std::vector<int32_t> tokens{};
   std::chrono::microseconds interval{100};  // between chunks
   int break_after = -1;  // chunks, then the stream ends with break_status (-1: never)
   absl::Status break_status = absl::UnavailableError("fake decode: connection reset");

@@ -22,6 +22,7 @@ Router::Router(const tokenizer::Tokenizer& tokenizer, const model::ModelConfig& 
            config.eos_token_id,
            pool,
            options.max_prefill_attempts,
+           options.retry_pause,
            options.metrics,
            [this](RouterRequest* r) { Ended(r); },
            [this](std::shared_ptr<RouterRequest> r) { Requeued(std::move(r)); }},
@@ -127,13 +128,6 @@ void Router::Dispatch() {
                     });
     std::shared_ptr<RouterRequest> r = queue_.Front(std::chrono::milliseconds(20));
     if (r == nullptr || stop_) continue;
-    if (const auto at = r->retry_at(); at > RouterRequest::Clock::now()) {
-      // A request started again after a failure waits out its pause (the requests behind
-      // it with it: it is the oldest), or until a cancel or a deadline wakes the queue.
-      std::unique_lock<std::mutex> lock(mu_);
-      ended_.wait_until(lock, at);
-      continue;
-    }
     if (!TryStart(r)) {
       // No decode worker has room: wait for a request to end (or a short while).
       std::unique_lock<std::mutex> lock(mu_);
@@ -236,7 +230,8 @@ void Router::Requeued(std::shared_ptr<RouterRequest> r) {
     Forget(r.get());
   } else {
     const int64_t tokens = static_cast<int64_t>(r->spec().prompt.size());
-    queue_.PushFront(std::move(r), tokens);
+    const auto not_before = r->retry_at();
+    queue_.PushFront(std::move(r), tokens, not_before);
   }
   std::lock_guard<std::mutex> lock(mu_);
   --running_;

@@ -19,6 +19,7 @@
 #ifndef TANDEM_ROUTER_ROUTER_H_
 #define TANDEM_ROUTER_ROUTER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -50,7 +51,8 @@ namespace tandem::router {
 // Bounded twice — requests and prompt tokens; Push past either limit fails at once
 // with ResourceExhausted (the client should back off), never blocks. Entries leave in
 // order (Front/PopFront) or, when cancelled or past their deadline, from anywhere
-// (RemoveIf).
+// (RemoveIf). An entry put back with a not-before time (PushFront: a request waiting
+// out its retry pause) is skipped until then; the entries behind it go ahead.
 //
 // Thread-safe.
 struct QueueLimits {
@@ -61,6 +63,8 @@ struct QueueLimits {
 template <class T>
 class AdmissionQueue {
  public:
+  using Clock = std::chrono::steady_clock;
+
   explicit AdmissionQueue(QueueLimits limits) : limits_(limits) {}
 
   absl::Status Push(std::shared_ptr<T> item, int64_t tokens) {
@@ -76,7 +80,7 @@ class AdmissionQueue {
                                                    " prompt tokens waiting (limit ",
                                                    limits_.max_tokens, "); retry later"));
       }
-      items_.push_back({std::move(item), tokens});
+      items_.push_back({std::move(item), tokens, Clock::time_point{}});
       tokens_ += tokens;
     }
     cv_.notify_all();
@@ -84,30 +88,48 @@ class AdmissionQueue {
   }
 
   // Puts back at the front an entry that was admitted once (a request started again
-  // after a failure of the cluster): the limits, which bound admission, do not apply.
-  void PushFront(std::shared_ptr<T> item, int64_t tokens) {
+  // after a failure of the cluster), not to leave before `not_before`: the limits,
+  // which bound admission, do not apply.
+  void PushFront(std::shared_ptr<T> item, int64_t tokens, Clock::time_point not_before = {}) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      items_.push_front({std::move(item), tokens});
+      items_.push_front({std::move(item), tokens, not_before});
       tokens_ += tokens;
     }
     cv_.notify_all();
   }
 
-  // The oldest entry, waiting up to `wait` for one; null if none.
+  // The oldest entry that may leave now, waiting up to `wait` for one (or a Wake);
+  // null if none.
   std::shared_ptr<T> Front(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, wait, [&] { return !items_.empty() || woken_; });
+    const Clock::time_point until = Clock::now() + wait;
+    for (;;) {
+      const Clock::time_point now = Clock::now();
+      Clock::time_point next = until;  // the earliest not-before still ahead
+      for (const Entry& e : items_) {
+        if (e.not_before <= now) {
+          woken_ = false;
+          return e.item;
+        }
+        next = std::min(next, e.not_before);
+      }
+      if (woken_ || now >= until) break;
+      cv_.wait_until(lock, next);
+    }
     woken_ = false;
-    return items_.empty() ? nullptr : items_.front().item;
+    return nullptr;
   }
 
-  // Removes `item` if it is still the oldest entry.
+  // Removes `item` (the entry Front gave) if it is still queued.
   void PopFront(const std::shared_ptr<T>& item) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!items_.empty() && items_.front().item == item) {
-      tokens_ -= items_.front().tokens;
-      items_.pop_front();
+    for (auto it = items_.begin(); it != items_.end(); ++it) {
+      if (it->item == item) {
+        tokens_ -= it->tokens;
+        items_.erase(it);
+        return;
+      }
     }
   }
 
@@ -153,6 +175,7 @@ class AdmissionQueue {
   struct Entry {
     std::shared_ptr<T> item;
     int64_t tokens;
+    Clock::time_point not_before;
   };
   const QueueLimits limits_;
   mutable std::mutex mu_;
@@ -171,6 +194,8 @@ struct RouterOptions {
   // Attempts per request when the cluster fails it before its first token (a worker
   // gone, a KV transfer broken): RouterRequest's Redispatch.
   int max_prefill_attempts = 3;
+  // The pause before each of those (RequestEnv::retry_pause).
+  std::chrono::milliseconds retry_pause{100};
   // Prompt tokens the router keeps in flight per prefill worker; the rest wait in the
   // admission queue (where deadlines and order are kept) rather than holding decode
   // reservations while they queue inside a prefill worker.

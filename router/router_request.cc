@@ -175,7 +175,7 @@ void RouterRequest::Start(Worker* decode, Reservation reservation, Worker* prefi
   reservation_ = std::move(reservation);
   reserved_at_ = Clock::now();
   done_.timings.queue_ms = Ms(arrival_, reserved_at_);
-  tried_.push_back(prefill);
+  ++attempts_;
   StartPrefill(prefill);
 }
 
@@ -214,8 +214,7 @@ void RouterRequest::OnPrefilled(Worker* prefill, uint64_t call,
       return;
     }
     const absl::Status status = ClientStatus(result.status());
-    if (status.code() == absl::StatusCode::kUnavailable &&
-        static_cast<int>(tried_.size()) < env_->max_prefill_attempts) {
+    if (status.code() == absl::StatusCode::kUnavailable && attempts_ < env_->max_prefill_attempts) {
       Redispatch(prefill);
       return;
     }
@@ -254,7 +253,7 @@ void RouterRequest::Redispatch(Worker* prefill) {
   avoid_ = {decode_, prefill};
   decode_ = nullptr;
   reservation_ = {};
-  const auto base = kRetryPause * (1 << std::max<int>(0, static_cast<int>(tried_.size()) - 1));
+  const auto base = env_->retry_pause * (1 << std::max(0, attempts_ - 1));
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(base).count();
   retry_at_ = Clock::now() + std::chrono::microseconds(us / 2 + RandomNonZero64() % us);
   SetState(RequestState::kQueued);

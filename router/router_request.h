@@ -15,7 +15,7 @@
 // worker gone, a transfer broken or stalled, a reservation vanished: what ClientStatus
 // answers UNAVAILABLE), nothing has reached the client yet, so the request releases its
 // reservation and goes back to the front of the queue, to start again after a random
-// pause (kRetryPause, doubling per attempt) on a fresh reservation, preferring other
+// pause (RequestEnv::retry_pause, doubling per attempt) on a fresh reservation, preferring other
 // workers than the failed attempt's: at most max_prefill_attempts attempts in all, then
 // UNAVAILABLE. Queued, a request ends by FailQueued (cancelled, deadline passed,
 // no worker). Started, it ends exactly once, in one of Finish / Fail, and then calls
@@ -69,6 +69,10 @@ struct RequestEnv {
   int32_t eos_token_id = -1;
   WorkerPool* pool = nullptr;
   int max_prefill_attempts = 3;
+  // The pause before a request starts again: uniform in [½, 1½) × this, doubled for
+  // each attempt after the second (so retries from many requests do not arrive
+  // together).
+  std::chrono::milliseconds retry_pause{100};
   // Where each request's end is recorded (latencies, tokens, finish reason or error
   // code) and each decoded token's gap; null: not recorded.
   metrics::Metrics* metrics = nullptr;
@@ -77,11 +81,6 @@ struct RequestEnv {
   // A started request is to start again: back to the front of the queue (Redispatch).
   std::function<void(std::shared_ptr<RouterRequest>)> requeue;
 };
-
-// The pause before a request starts again after a failure of the cluster: uniform in
-// [½, 1½) × this, doubled for each attempt after the second (so retries from many
-// requests do not arrive together).
-inline constexpr std::chrono::milliseconds kRetryPause{100};
 
 class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
  public:
@@ -107,9 +106,8 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   // kReserving → kPrefilling: `decode` holds `reservation`; prefill on `prefill`. The
   // caller has counted the request on both (WorkerPool::Begin); it ends both counts.
   void Start(Worker* decode, Reservation reservation, Worker* prefill);
-  // Queued again after a failure (Redispatch): not to start before retry_at(), and
-  // preferably not on the workers in avoid(). Read by the dispatcher once it has taken
-  // the request from the queue.
+  // Queued again after a failure (Redispatch): not to start before retry_at() (the
+  // queue holds it back until then), and preferably not on the workers in avoid().
   Clock::time_point retry_at() const { return retry_at_; }
   const std::vector<Worker*>& avoid() const { return avoid_; }
 
@@ -164,7 +162,7 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   // Written by the transition that runs (one at a time).
   Worker* decode_ = nullptr;
   Reservation reservation_;
-  std::vector<Worker*> tried_;  // prefill workers, in order: one per attempt
+  int attempts_ = 0;            // prefill attempts made
   std::vector<Worker*> avoid_;  // the failed attempt's workers
   Clock::time_point retry_at_{};
   int32_t first_token_ = 0;

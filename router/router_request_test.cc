@@ -207,7 +207,7 @@ TEST_F(RouterRequestTest, NonStreamingGetsOneChunk) {
 }
 
 // A prefill worker that went away: the request starts again, after a pause of at least
-// half kRetryPause, on a fresh reservation and the other prefill worker.
+// half the retry pause, on a fresh reservation and the other prefill worker.
 TEST_F(RouterRequestTest, AnUnavailablePrefillStartsAgainOnAnotherWorkerAfterAPause) {
   RouterOptions o;
   o.routing = RoutingPolicy::kRoundRobin;  // the first request goes to worker 0
@@ -220,12 +220,46 @@ TEST_F(RouterRequestTest, AnUnavailablePrefillStartsAgainOnAnotherWorkerAfterAPa
   Submit(Spec(3), sink);
   ASSERT_TRUE(sink->Wait());
   ASSERT_TRUE(sink->done().has_value()) << sink->error();
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, kRetryPause / 2);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, RouterOptions{}.retry_pause / 2);
   EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{7, 1000, 1001}));
   EXPECT_EQ(P(0)->calls(), 1);
   EXPECT_EQ(P(1)->calls(), 1);
   EXPECT_EQ(D(0)->reserves(), 2);
   EXPECT_EQ(D(0)->releases(), 1);  // the failed attempt's reservation
+  ExpectAtRest();
+}
+
+// A request waiting out its retry pause holds the queue's first place but not the
+// requests behind it: they start at once; it starts when its pause is over.
+TEST_F(RouterRequestTest, ARequestWaitingOutItsRetryPauseDoesNotHoldTheOnesBehindIt) {
+  RouterOptions o;
+  o.routing = RoutingPolicy::kRoundRobin;  // the first request goes to worker 0
+  o.retry_pause = 4s;                      // 2 to 6 s: far beyond what the others take
+  Make(2, 1, o, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kUnavailable});
+    f.prefill("10.0.0.1:101")->Set({.first_token = 7});
+  });
+  auto paused = std::make_shared<Collect>();
+  const auto t0 = std::chrono::steady_clock::now();
+  Submit(Spec(3), paused);
+  ASSERT_TRUE(
+      Eventually([&] { return P(0)->calls() == 1 && router_->Stats().queued_requests == 1; }));
+  P(0)->Set({.first_token = 7});  // back: the requests behind may go to either worker
+  std::vector<std::shared_ptr<Collect>> behind;
+  for (int i = 0; i < 3; ++i) {
+    behind.push_back(std::make_shared<Collect>());
+    Submit(Spec(3), behind.back());
+  }
+  for (auto& b : behind) {
+    ASSERT_TRUE(b->Wait(10s));
+    EXPECT_TRUE(b->done().has_value()) << b->error();
+  }
+  EXPECT_FALSE(paused->ended()) << "the paused request did not wait out its pause";
+  EXPECT_EQ(router_->Stats().queued_requests, 1);
+  ASSERT_TRUE(paused->Wait(10s));
+  ASSERT_TRUE(paused->done().has_value()) << paused->error();
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, o.retry_pause / 2);
+  EXPECT_EQ(paused->tokens(), (std::vector<int32_t>{7, 1000, 1001}));
   ExpectAtRest();
 }
 
