@@ -44,12 +44,13 @@ using namespace tandem;  // NOLINT: a fuzzer's one file
   std::abort();
 }
 
+// TANDEM_FUZZ_VERBOSE=1: every answer on stderr (to see how far a seed gets).
+const bool kVerbose = std::getenv("TANDEM_FUZZ_VERBOSE") != nullptr;
+
 // The codes a refusal may carry (DESIGN.md §9): the caller's mistake, a lease that is
 // gone or not ready, a pool that is full, a stream cut short, a deadline.
 void CheckStatus(const grpc::Status& st, const char* call) {
-  // TANDEM_FUZZ_VERBOSE=1: every answer on stderr (to see how far a seed gets).
-  static const bool verbose = std::getenv("TANDEM_FUZZ_VERBOSE") != nullptr;
-  if (verbose)
+  if (kVerbose)
     std::fprintf(stderr, "%s: %d %s\n", call, st.error_code(), st.error_message().c_str());
   switch (st.error_code()) {
     case grpc::StatusCode::OK:
@@ -259,8 +260,7 @@ void Decode(std::string_view bytes, uint8_t flags, const std::vector<Slot>& slot
   v1::DecodeResponse resp;
   int tokens = 0;
   while (reader->Read(&resp)) tokens += resp.token_ids_size();
-  if (std::getenv("TANDEM_FUZZ_VERBOSE") != nullptr)
-    std::fprintf(stderr, "Decode: %d tokens\n", tokens);
+  if (kVerbose) std::fprintf(stderr, "Decode: %d tokens\n", tokens);
   const grpc::Status st = reader->Finish();
   if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) Fail("a Decode stream never ended");
   CheckStatus(st, "Decode");

@@ -35,11 +35,11 @@ class RecordingBackend : public CpuBackend {
     for (const auto& op : static_cast<const Recording&>(g).ops) op();
   }
 
-#define TANDEM_RECORD(call)                   \
-  if (recording_) {                           \
-    recording_->ops.push_back([=] { call; }); \
-    return;                                   \
-  }                                           \
+#define TANDEM_RECORD(call)                         \
+  if (recording_) {                                 \
+    recording_->ops.push_back([=, this] { call; }); \
+    return;                                         \
+  }                                                 \
   call
   void Embedding(const Tensor& t, const Tensor& ids, const Tensor& out) override {
     TANDEM_RECORD(CpuBackend::Embedding(t, ids, out));
