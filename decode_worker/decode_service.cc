@@ -214,7 +214,7 @@ absl::Status KvReceiverService::PeerChunk(DecodeWorker* w, uint64_t lease,
   return accepted;
 }
 
-grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext*,
+grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext* ctx,
                                              grpc::ServerReader<v1::KvBlocksChunk>* reader,
                                              v1::PushKvBlocksResponse* resp) {
   DecodeWorker* w = worker_.load();
@@ -229,6 +229,7 @@ grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext*,
     std::vector<int32_t> block_ids(chunk.block_ids().begin(), chunk.block_ids().end());
     failed = w->BeginKv(lease, chunk.epoch(), block_ids);
   }
+  const bool begun = failed.ok();  // the stream named a live reservation rightly
   int64_t bytes = 0;
   do {
     if (!failed.ok()) {
@@ -247,6 +248,15 @@ grpc::Status KvReceiverService::PushKvBlocks(grpc::ServerContext*,
     }
     if (failed.ok()) bytes += size;
   } while (reader->Read(&chunk));
+  if (ctx->IsCancelled() && begun) {
+    // The sender gave up (its deadline passed while this worker was stalled, its process
+    // died, its request was cancelled). Nothing decodes from a reservation whose push
+    // failed (the router starts the request again on a fresh one, or ends it), so its
+    // blocks go back now, not when the router's Release gets here or the lease ends.
+    w->AwaitPeerKv(lease);
+    w->Release(lease);
+    return grpc::Status(grpc::StatusCode::CANCELLED, "PushKvBlocks: the sender went away");
+  }
   // No accepted peer payload outlives the call (EndKv waits for them too).
   if (!failed.ok()) {
     w->AwaitPeerKv(lease);

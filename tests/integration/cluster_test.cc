@@ -11,6 +11,7 @@
 
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
+#include "common/rpc/router_probe.h"
 #include "common/util/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -448,7 +449,9 @@ TEST_F(ClusterTest, ADecodeWorkerPausedDuringAPushGetsItsBlocksBackOnResume) {
   v1::WorkerStats d;
   ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &d));
   EXPECT_EQ(d.expired_leases_total(), 0) << "freed by its lease, not by the router";
-  // And it serves again.
+  // And it serves again, once the router's health poll has seen it answer (its blocks
+  // came back at once on the resume: the worker saw the abandoned push cancelled).
+  ASSERT_TRUE(rpc::WaitForRouterReady(cluster_->endpoint(), std::chrono::seconds(15)));
   const GenerateResult after = ::tandem::testing::Generate(
       cluster_->generation(), ToRequest({Window(pool, 20, 1), Params(true, 4, 1)}));
   EXPECT_TRUE(after.status.ok()) << after.status.error_message();

@@ -48,6 +48,15 @@ using transport::TransportKind;
 // happy path, short enough for the failure tests.
 constexpr auto kTimeout = std::chrono::milliseconds(3000);
 
+// Polls `pred` for up to 5 s.
+template <class F>
+bool Eventually(F pred) {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (!pred() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return pred();
+}
+
 class PeerTransportTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -351,6 +360,45 @@ TEST_F(PeerTransportTest, APartialTransferIsNeverAcknowledged) {
   EXPECT_THAT(start.message(), HasSubstr("not fully arrived"));
   EXPECT_EQ(receiver_->stats().broken, 0);  // the pairing held
   EXPECT_TRUE(decode_->Release(r->lease_id));
+}
+
+// The sender gives up mid-push (its deadline passed while the decode worker was
+// stalled, its process died): the decode worker frees the reservation as soon as it
+// sees the stream cancelled, without waiting for the router's Release or the lease.
+// Over the host path and over the peer transport (whose named payload still pairs).
+TEST_F(PeerTransportTest, APushTheSenderAbandonsFreesItsReservationAtOnce) {
+  for (bool peer : {false, true}) {
+    SCOPED_TRACE(peer ? "peer" : "host");
+    const int64_t free_before = decode_->Stats().engine.blocks.free_blocks;
+    const int64_t received_before = decode_->Stats().kv_bytes_received;
+    auto r = decode_->Reserve(40, std::chrono::seconds(600));  // 3 blocks
+    ASSERT_TRUE(r.ok());
+    auto payload = Payload(3);
+    RawPeer p = Rendezvous(peer ? 61 : 62, 1);
+    grpc::ClientContext ctx;
+    v1::PushKvBlocksResponse resp;
+    auto writer = p.stub->PushKvBlocks(&ctx, &resp);
+    v1::KvBlocksChunk c = PeerChunk(p, *r, 0, 0, 3, 0);
+    if (!peer) {
+      c.clear_peer();
+      c.set_payload(std::string(3 * layer_bytes_, '\1'));
+    }
+    ASSERT_TRUE(writer->Write(c));  // layer 0 of 3 blocks, then the sender is gone
+    if (peer) {
+      ASSERT_TRUE(p.comm->Send(*payload, 0, 3 * layer_bytes_, Clock::now() + kTimeout).ok());
+    }
+    ASSERT_TRUE(Eventually([&] { return decode_->Stats().kv_bytes_received > received_before; }));
+    const auto t0 = Clock::now();
+    ctx.TryCancel();
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_TRUE(Eventually([&] { return decode_->Stats().leases == 0; }))
+        << "the abandoned reservation is still held";
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(2));
+    EXPECT_TRUE(
+        Eventually([&] { return decode_->Stats().engine.blocks.free_blocks == free_before; }));
+    EXPECT_FALSE(decode_->Release(r->lease_id)) << "the router's Release found it still held";
+  }
+  EXPECT_EQ(receiver_->stats().broken, 0);  // the pairing held
 }
 
 // A reservation that expired (its blocks re-let to another), one already released,
