@@ -25,7 +25,9 @@ Router::Router(const tokenizer::Tokenizer& tokenizer, const model::ModelConfig& 
            options.retry_pause,
            options.metrics,
            [this](RouterRequest* r) { Ended(r); },
-           [this](std::shared_ptr<RouterRequest> r) { Requeued(std::move(r)); }},
+           [this](std::shared_ptr<RouterRequest> r, RouterRequest::Clock::time_point not_before) {
+             Requeued(std::move(r), not_before);
+           }},
       queue_(options.queue),
       dispatcher_([this] { Dispatch(); }) {}
 
@@ -222,7 +224,8 @@ void Router::Forget(RouterRequest* r) {
   if (live == nullptr || live.get() == r) by_id_.erase(it);
 }
 
-void Router::Requeued(std::shared_ptr<RouterRequest> r) {
+void Router::Requeued(std::shared_ptr<RouterRequest> r,
+                      RouterRequest::Clock::time_point not_before) {
   if (stop_) {
     // The queue is drained already: it ends here, as the queued requests did.
     r->FailQueued(absl::UnavailableError("router shutting down"));
@@ -230,7 +233,6 @@ void Router::Requeued(std::shared_ptr<RouterRequest> r) {
     Forget(r.get());
   } else {
     const int64_t tokens = static_cast<int64_t>(r->spec().prompt.size());
-    const auto not_before = r->retry_at();
     queue_.PushFront(std::move(r), tokens, not_before);
   }
   std::lock_guard<std::mutex> lock(mu_);

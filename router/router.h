@@ -238,7 +238,7 @@ class Router {
   // A started request has ended (RequestEnv::ended).
   void Ended(RouterRequest* r);
   // A started request goes back to the front of the queue (RouterRequest's Redispatch).
-  void Requeued(std::shared_ptr<RouterRequest> r);
+  void Requeued(std::shared_ptr<RouterRequest> r, RouterRequest::Clock::time_point not_before);
   // Erases r's entry in by_id_ (if it is still r's).
   void Forget(RouterRequest* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -255,9 +255,10 @@ void RouterRequest::Redispatch(Worker* prefill) {
   reservation_ = {};
   const auto base = env_->retry_pause * (1 << std::max(0, attempts_ - 1));
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(base).count();
-  retry_at_ = Clock::now() + std::chrono::microseconds(us / 2 + RandomNonZero64() % us);
+  const Clock::time_point not_before =
+      Clock::now() + std::chrono::microseconds(us / 2 + RandomNonZero64() % us);
   SetState(RequestState::kQueued);
-  env_->requeue(shared_from_this());
+  env_->requeue(shared_from_this(), not_before);
 }
 
 void RouterRequest::StartDecode() {

@@ -78,8 +78,10 @@ struct RequestEnv {
   metrics::Metrics* metrics = nullptr;
   // A started request has ended (after its sink's last call); the router's books.
   std::function<void(RouterRequest*)> ended;
-  // A started request is to start again: back to the front of the queue (Redispatch).
-  std::function<void(std::shared_ptr<RouterRequest>)> requeue;
+  // A started request is to start again, not before `not_before`: back to the front of
+  // the queue (Redispatch).
+  std::function<void(std::shared_ptr<RouterRequest>, std::chrono::steady_clock::time_point)>
+      requeue;
 };
 
 class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
@@ -106,9 +108,7 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   // kReserving → kPrefilling: `decode` holds `reservation`; prefill on `prefill`. The
   // caller has counted the request on both (WorkerPool::Begin); it ends both counts.
   void Start(Worker* decode, Reservation reservation, Worker* prefill);
-  // Queued again after a failure (Redispatch): not to start before retry_at() (the
-  // queue holds it back until then), and preferably not on the workers in avoid().
-  Clock::time_point retry_at() const { return retry_at_; }
+  // Queued again after a failure (Redispatch): preferably not on the workers in avoid().
   const std::vector<Worker*>& avoid() const { return avoid_; }
 
   // The client went away: the call in flight is cancelled (a queued request is removed
@@ -164,7 +164,6 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   Reservation reservation_;
   int attempts_ = 0;            // prefill attempts made
   std::vector<Worker*> avoid_;  // the failed attempt's workers
-  Clock::time_point retry_at_{};
   int32_t first_token_ = 0;
   engine::FinishReason last_finish_ = engine::FinishReason::kNone;
   bool stopped_ = false;  // a stop string matched; the stream is being cancelled
