@@ -1,5 +1,6 @@
 #include "prefill_worker/prefill_service.h"
 
+#include "common/rpc/address.h"
 #include "common/rpc/engine_convert.h"
 #include "common/rpc/status_convert.h"
 
@@ -19,6 +20,10 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
   PrefillWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
   const v1::KvDestination& d = req->destination();
+  // Checked before anything dials it (the transport would hand gRPC any string).
+  if (absl::Status st = rpc::CheckAddress(d.address(), "destination.address"); !st.ok()) {
+    return rpc::ToGrpc(st);
+  }
   if (absl::Status st = rpc::CheckFingerprint(fingerprint_, d.fingerprint()); !st.ok()) {
     return rpc::ToGrpc(st);
   }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <tuple>
 
+#include "common/rpc/address.h"
 #include "common/util/strings.h"
 
 namespace tandem::router {
@@ -55,24 +56,6 @@ constexpr auto kPollTimeout = std::chrono::milliseconds(1000);
 
 namespace {
 
-// Splits host:port ("[v6]:port" too); false if there is no port.
-bool SplitHostPort(const std::string& address, std::string* host, std::string* port) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == address.size()) return false;
-  *host = address.substr(0, colon);
-  *port = address.substr(colon + 1);
-  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
-    *host = host->substr(1, host->size() - 2);
-  }
-  return !host->empty();
-}
-
-bool IsIpLiteral(const std::string& host) {
-  in6_addr buf;
-  return inet_pton(AF_INET, host.c_str(), &buf) == 1 ||
-         inet_pton(AF_INET6, host.c_str(), &buf) == 1;
-}
-
 // host:port for each address `host` resolves to (IPv4 ones when there are any);
 // empty when it does not resolve.
 std::vector<std::string> Resolve(const std::string& host, const std::string& port) {
@@ -108,8 +91,8 @@ WorkerPool::WorkerPool(const std::vector<std::string>& prefill,
     : clients_(std::move(clients)), options_(std::move(options)) {
   auto add = [&](WorkerRole role, const std::string& address) {
     Entry e{role, "", "", false};
-    if (SplitHostPort(address, &e.host, &e.port)) {
-      e.dns = !IsIpLiteral(e.host);
+    if (rpc::SplitHostPort(address, &e.host, &e.port)) {
+      e.dns = !rpc::IsIpLiteral(e.host);
     }
     entries_.push_back(e);
     if (!e.dns) AddWorker(role, address, -1);

@@ -3,7 +3,7 @@
 
 Seeds are small valid inputs the fuzzers mutate from: OpenAI request bodies, texts for
 the tokenizers, the published chat templates, and call scripts for the decode
-worker's services (hand-encoded protobuf, so no protobuf package is needed). Run it
+and prefill workers' services (hand-encoded protobuf, so no protobuf package is needed). Run it
 again after changing a script format; scripts/fuzz.sh adds the committed GGUF files
 and nothing else.
 """
@@ -94,6 +94,54 @@ def decode_scripts():
           op(RELEASE, 0, b"\x08") + op(HANDSHAKE, 0, b"\x12\x80"))
 
 
+PREFILL, PREFILL_TWICE, STATS = 1, 2, 4  # with RESERVE 0 and RELEASE 3 (decode worker)
+CLAMP_IDS, SLOT_CACHED = 0x10, 0x20  # op bits: prompt ids into the vocabulary; the slot's cached_blocks
+
+
+def prefill_request(prompt, params, destination=b""):
+    return packed(2, prompt) + field_bytes(3, params) + field_bytes(4, destination)
+
+
+def prefill_scripts():
+    prompt = list(range(1, 40))  # 39 tokens: 3 blocks of 16
+    reserve = op(RESERVE, 0x03, field_varint(2, 40) + field_varint(3, 5000))
+    greedy = (field_varint(1, 4) + field_double(4, 1.0) + field_double(8, 1.0) +
+              field_varint(11, (1 << 64) - 1))
+    sampled = (field_varint(1, 4) + field_double(2, 0.8) + field_double(4, 0.9) + field_varint(6, 7) +
+               field_double(8, 1.0) + field_varint(11, 3))
+    # flags: slot 0, its block ids (1), the fingerprint (2); address: the live decode worker
+    full = op(PREFILL | SLOT_CACHED, SLOT0 | 0x03, prefill_request(prompt, greedy))
+    release = op(RELEASE, SLOT0, b"")
+    write("prefill_service", "full_request", reserve + full + op(STATS, 0, b""))
+    write("prefill_service", "sampled", reserve + op(PREFILL | SLOT_CACHED, SLOT0 | 0x03,
+                                                     prefill_request(prompt, sampled)))
+    write("prefill_service", "again_after_release", reserve + full + release + reserve +
+          op(PREFILL | SLOT_CACHED, SLOT0 | 0x13, prefill_request(prompt, greedy)))
+    write("prefill_service", "race_one_lease", reserve + op(PREFILL_TWICE | SLOT_CACHED,
+                                                            SLOT0 | 0x03,
+                                                            prefill_request(prompt, greedy)))
+    write("prefill_service", "dead_address", reserve + op(PREFILL, SLOT0 | 0x07,
+                                                          prefill_request(prompt, greedy)))
+    write("prefill_service", "port_from_input", reserve + op(
+        PREFILL, SLOT0 | 0x0b, prefill_request(prompt, greedy, field_bytes(1, b"65535"))))
+    write("prefill_service", "malformed_address", reserve + op(
+        PREFILL, SLOT0 | 0x0f, prefill_request(prompt, greedy, field_bytes(1, b"abc"))))
+    # An empty address reached gRPC and came back UNKNOWN (the fuzzer's first finding).
+    write("prefill_service", "empty_address", reserve + op(
+        PREFILL, SLOT0 | 0x0f, prefill_request(prompt, greedy, field_bytes(1, b""))))
+    for name, cached in (("cached_too_many", 50), ("cached_negative", (1 << 64) - 1)):
+        write("prefill_service", name, reserve + op(PREFILL, SLOT0 | 0x03, prefill_request(
+            prompt, greedy, field_varint(5, cached))))
+    write("prefill_service", "prompt_outgrows_lease", reserve + op(
+        PREFILL | SLOT_CACHED, SLOT0 | 0x03, prefill_request(list(range(1, 100)), greedy)))
+    write("prefill_service", "ids_outside_vocab", reserve + op(
+        PREFILL | CLAMP_IDS, SLOT0 | 0x03, prefill_request([5000, 1 << 20, 7], greedy)))
+    write("prefill_service", "no_lease", op(PREFILL, 0x02, prefill_request(
+        prompt, greedy, field_varint(2, 12345) + packed(3, [0, 1, 2]))))
+    write("prefill_service", "raw_garbage", op(PREFILL, 0, b"\xff\xff\xff") +
+          op(STATS, 0, b"\x12\x80") + op(PREFILL, 0, b""))
+
+
 def openai_bodies():
     bodies = {
         "completion": (0, {"model": "m", "prompt": "Hello", "max_tokens": 5}),
@@ -142,6 +190,7 @@ def chat_templates():
 
 if __name__ == "__main__":
     decode_scripts()
+    prefill_scripts()
     openai_bodies()
     tokenizer_texts()
     chat_templates()
