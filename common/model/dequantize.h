@@ -1,6 +1,8 @@
 // Dequantization of GGUF tensor data to float32.
 //
-// Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K (GgmlTypeTraits::can_dequantize).
+// Supported (GgmlTypeTraits::can_dequantize): F32, F16, BF16; Q8_0, Q4_0, Q4_1, Q5_0,
+// Q5_1, IQ4_NL (blocks of 32); Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (blocks of 256) —
+// every type llama.cpp's Q2_K … Q8_0 and IQ4_NL / IQ4_XS presets write, fallbacks included.
 // Block layouts follow ggml exactly; each is spelled out beside its decoder in
 // dequantize.cc. Pure functions over caller-owned buffers; thread-safe.
 #ifndef TANDEM_COMMON_MODEL_DEQUANTIZE_H_
@@ -20,6 +22,15 @@ namespace tandem::model {
 // Decodes dst.size() elements from `src`. dst.size() must be a multiple of the type's
 // block size and `src` must hold exactly dst.size() / block_size blocks.
 absl::Status Dequantize(GgmlType type, std::span<const uint8_t> src, std::span<float> dst);
+
+// Decodes chunk `chunk` of the block at `block` — its 32 consecutive elements
+// 32·chunk … 32·chunk + 31, chunk < block_size / 32 — into y[0, 32), with exactly
+// Dequantize's arithmetic (Dequantize is this, chunk after chunk). The CPU matmul
+// kernels decode quantized weights through it (kernels/cpu/matmul.h).
+using ChunkDecoder = void (*)(const uint8_t* block, int chunk, float* y);
+
+// The decoder of a block-quantized type, or null (float types, unsupported types).
+ChunkDecoder ChunkDecoderFor(GgmlType type);
 
 // The whole tensor as float32, in file order ([ne3][ne2][ne1][ne0]).
 absl::StatusOr<std::vector<float>> DequantizeTensor(const GgufTensorInfo& tensor);

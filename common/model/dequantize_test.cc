@@ -42,7 +42,8 @@ bool SameFloat(float a, float b) {
 
 TEST_F(DequantGolden, SyntheticBlocksMatchReferenceBitForBit) {
   int checked = 0;
-  for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"}) {
+  for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q5_0",
+                           "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q5_K", "IQ4_XS"}) {
     SCOPED_TRACE(type);
     const GgufTensorInfo* q = golden_->FindTensor(std::string("synthetic.") + type);
     const GgufTensorInfo* e = golden_->FindTensor(std::string("expected.synthetic.") + type);
@@ -62,7 +63,7 @@ TEST_F(DequantGolden, SyntheticBlocksMatchReferenceBitForBit) {
     EXPECT_EQ(bad, 0);
     ++checked;
   }
-  EXPECT_EQ(checked, 8);
+  EXPECT_EQ(checked, 15);
 }
 
 TEST_F(DequantGolden, RealModelTensorsMatchReference) {
@@ -108,7 +109,8 @@ TEST(Dequantize, RejectsSizeMismatchAndUnsupportedTypes) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Dequantize(GgmlType::kQ4_1, src, std::span(dst).first(31)).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Dequantize(GgmlType::kQ5_K, src, dst).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Dequantize(GgmlType::kIQ2_XXS, src, dst).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Dequantize(GgmlType::kTQ1_0, src, dst).code(), absl::StatusCode::kUnimplemented);
 }
 
 TEST(Half, ConvertsSpecialValuesExactly) {

@@ -3,14 +3,17 @@
 Produces
     tests/data/dequant_golden.gguf (~130 KB; general.architecture = 'tandem-test'), containing:
 
-    Synthetic (seeded RNG, SEED below), for TYPE in F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K:
+    Synthetic (seeded RNG, SEED below), for TYPE in F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0, Q5_1,
+    IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS:
         synthetic.<TYPE>           the raw tensor, stored with its real ggml type.
-                                   K-quants: 2 rows x 1024 (4 super-blocks of 256 per row);
-                                   Q8_0/Q4_0/Q4_1: 2 rows x 256 (8 blocks of 32 per row);
+                                   K-quants and IQ4_XS: 2 rows x 1024 (4 super-blocks of 256
+                                   per row); Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL: 2 rows x 256
+                                   (8 blocks of 32 per row);
                                    F32/F16/BF16: 2 rows x 256.
                                    (GGUF ne = [row length, 2]; numpy order (2, row length).)
         expected.synthetic.<TYPE>  F32, same logical shape: the reference dequantization.
-        Quant bytes are uniformly random; every float16 scale/min field (d, m, dmin) is a finite
+        Quant bytes (and IQ4_XS's packed scales) are uniformly random; every float16
+        scale/min field (d, m, dmin) is a finite
         value drawn from N(0, 0.05^2) (so some are negative) with ~10% set to exactly 0.
         F32/F16/BF16 contain, besides random normals, the special values +0, -0, +inf, -inf,
         NaN (quiet, negative, with payload), smallest/largest subnormals, smallest normal and
@@ -70,6 +73,13 @@ F16_FIELDS = {
     T.Q4_1: [0, 2],  # d, m, qs[16]                              (20 bytes)
     T.Q4_K: [0, 2],  # d, dmin, scales[12], qs[128]              (144 bytes)
     T.Q6_K: [208],  # ql[128], qh[64], int8 scales[16], d        (210 bytes)
+    T.Q5_0: [0],  # d, qh[4], qs[16]                             (22 bytes)
+    T.Q5_1: [0, 2],  # d, m, qh[4], qs[16]                       (24 bytes)
+    T.IQ4_NL: [0],  # d, qs[16]                                  (18 bytes)
+    T.Q2_K: [80, 82],  # scales[16], qs[64], d, dmin             (84 bytes)
+    T.Q3_K: [108],  # hmask[32], qs[64], scales[12], d           (110 bytes)
+    T.Q5_K: [0, 2],  # d, dmin, scales[12], qh[32], qs[128]      (176 bytes)
+    T.IQ4_XS: [0],  # d, scales_h (u16), scales_l[4], qs[128]    (136 bytes)
 }
 
 
@@ -117,6 +127,9 @@ SYNTH = [  # (type, elements per row)
     (T.F32, 256), (T.F16, 256), (T.BF16, 256),
     (T.Q8_0, 256), (T.Q4_0, 256), (T.Q4_1, 256),
     (T.Q4_K, 1024), (T.Q6_K, 1024),
+    # Appended (after the types above, so their data stays the same for a given SEED).
+    (T.Q5_0, 256), (T.Q5_1, 256), (T.IQ4_NL, 256),
+    (T.Q2_K, 1024), (T.Q3_K, 1024), (T.Q5_K, 1024), (T.IQ4_XS, 1024),
 ]
 
 
