@@ -4,16 +4,24 @@
 #include "common/engine/model_executor.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <random>
+#include <span>
+#include <string>
 
 #include "common/engine/engine.h"
 #include "common/engine/engine_test_util.h"
+#include "common/model/dequantize.h"
 #include "common/model/gguf_file.h"
+#include "common/model/model_config.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/kv_storage.h"
+#include "tests/gguf_builder.h"
+#include "tests/quant_blocks.h"
 #include "tests/test_paths.h"
 
 namespace tandem::engine {
@@ -272,6 +280,120 @@ TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
   }
   std::printf("%d of %d greedy continuations diverged (at near-ties)\n", diverged, n_prompts);
 }
+
+// A tiny llama model whose every matrix is random blocks of `type` (tests/quant_blocks.h),
+// and its twin holding the same weights dequantized to float32 (model::Dequantize).
+// Widths are multiples of 256 so that every type fits.
+std::string QuantModelFile(model::GgmlType type, bool as_f32) {
+  constexpr int kLayers = 2, kHidden = 256, kHeads = 4, kKvHeads = 2, kHeadDim = 64, kFfn = 512,
+                kVocab = 320;
+  testing::GgufBuilder b;
+  b.String("general.architecture", "llama")
+      .Uint32("llama.block_count", kLayers)
+      .Uint32("llama.embedding_length", kHidden)
+      .Uint32("llama.attention.head_count", kHeads)
+      .Uint32("llama.attention.head_count_kv", kKvHeads)
+      .Uint32("llama.feed_forward_length", kFfn)
+      .Uint32("llama.context_length", 512)
+      .Uint32("llama.vocab_size", kVocab)
+      .Float32("llama.attention.layer_norm_rms_epsilon", 1e-5f)
+      .Float32("llama.rope.freq_base", 10000.0f);
+  std::mt19937 rng(static_cast<uint32_t>(type));
+  const model::GgmlTypeTraits& t = model::Traits(type);
+  // A block's values are about scale × (quant × sub-block scale): keep weights ~0.03.
+  const float scale = t.block_size == 256 ? 1e-3f : 0.01f;
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
+    std::vector<uint8_t> q = testing::RandomQuantRows(type, rows, cols, scale, rng);
+    const std::vector<uint64_t> dims = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+    if (!as_f32) {
+      b.AddTensor({name, static_cast<uint32_t>(type), dims, std::string(q.begin(), q.end())});
+      return;
+    }
+    std::vector<float> f(static_cast<size_t>(rows * cols));
+    EXPECT_TRUE(model::Dequantize(type, q, f).ok());
+    b.F32Tensor(name, dims, f);
+  };
+  auto norm = [&](const std::string& name) {
+    b.F32Tensor(name, {kHidden}, std::vector<float>(kHidden, 1.0f));
+  };
+  matrix("token_embd.weight", kVocab, kHidden);
+  norm("output_norm.weight");
+  matrix("output.weight", kVocab, kHidden);
+  for (int i = 0; i < kLayers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    norm(p + "attn_norm.weight");
+    matrix(p + "attn_q.weight", kHeads * kHeadDim, kHidden);
+    matrix(p + "attn_k.weight", kKvHeads * kHeadDim, kHidden);
+    matrix(p + "attn_v.weight", kKvHeads * kHeadDim, kHidden);
+    matrix(p + "attn_output.weight", kHidden, kHeads * kHeadDim);
+    norm(p + "ffn_norm.weight");
+    matrix(p + "ffn_gate.weight", kFfn, kHidden);
+    matrix(p + "ffn_up.weight", kFfn, kHidden);
+    matrix(p + "ffn_down.weight", kHidden, kFfn);
+  }
+  return b.Build();
+}
+
+class QuantTypeTest : public ::testing::TestWithParam<model::GgmlType> {};
+
+// A model in each type runs on its quantized weights (no float32 copy) and gives, at
+// every position, the very logits of the same model dequantized to float32 — the
+// kernels decode weights to exactly Dequantize's floats and accumulate in the float32
+// kernel's order — so greedy continuations are the same token for token.
+TEST_P(QuantTypeTest, ModelGivesTheLogitsOfItsFloat32Dequantization) {
+  const model::GgmlType type = GetParam();
+  const std::string q_bytes = QuantModelFile(type, false), f_bytes = QuantModelFile(type, true);
+  auto as_span = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  auto qf = model::GgufFile::Parse(as_span(q_bytes));
+  auto ff = model::GgufFile::Parse(as_span(f_bytes));
+  ASSERT_TRUE(qf.ok()) << qf.status();
+  ASSERT_TRUE(ff.ok()) << ff.status();
+  auto config = model::ModelConfig::FromGguf(**qf);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto qw = ModelWeights::Load(**qf, *config);
+  auto fw = ModelWeights::Load(**ff, *config);
+  ASSERT_TRUE(qw.ok()) << qw.status();
+  ASSERT_TRUE(fw.ok()) << fw.status();
+  EXPECT_EQ((*qw)->layers()[0].w_down.type, type) << "kept quantized, not converted";
+  EXPECT_LT((*qw)->weight_bytes(), (*fw)->weight_bytes() / 3);
+
+  const int64_t vocab = config->vocab_size;
+  HostExecutor qe(**qw, kv::KvDtype::kF32), fe(**fw, kv::KvDtype::kF32);
+  std::mt19937 rng(3);
+  for (int prompt = 0; prompt < 3; ++prompt) {
+    std::vector<int32_t> tokens(9 + 13 * prompt);
+    for (int32_t& id : tokens) id = static_cast<int32_t>(rng() % vocab);
+    // Greedy on the dequantized twin, 8 tokens, then every position teacher-forced on both.
+    for (int step = 0; step < 8; ++step) {
+      const std::vector<float> f = AllLogits(fe, tokens);
+      const float* last = f.data() + (tokens.size() - 1) * vocab;
+      tokens.push_back(static_cast<int32_t>(std::max_element(last, last + vocab) - last));
+    }
+    const std::vector<float> q = AllLogits(qe, tokens), f = AllLogits(fe, tokens);
+    ASSERT_EQ(q.size(), f.size());
+    int64_t finite = 0;
+    for (size_t i = 0; i < q.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(q[i]), std::bit_cast<uint32_t>(f[i]))
+          << "prompt " << prompt << " position " << i / vocab << " logit " << i % vocab << ": "
+          << q[i] << " vs " << f[i];
+      finite += std::isfinite(q[i]) ? 1 : 0;
+    }
+    EXPECT_EQ(finite, static_cast<int64_t>(q.size()));
+    // Not a degenerate model: the logits of a position differ.
+    EXPECT_NE(*std::max_element(q.begin(), q.begin() + vocab),
+              *std::min_element(q.begin(), q.begin() + vocab));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, QuantTypeTest,
+    ::testing::Values(model::GgmlType::kQ8_0, model::GgmlType::kQ4_0, model::GgmlType::kQ4_1,
+                      model::GgmlType::kQ5_0, model::GgmlType::kQ5_1, model::GgmlType::kIQ4_NL,
+                      model::GgmlType::kQ2_K, model::GgmlType::kQ3_K, model::GgmlType::kQ4_K,
+                      model::GgmlType::kQ5_K, model::GgmlType::kQ6_K, model::GgmlType::kIQ4_XS),
+    [](const auto& info) { return std::string(model::GgmlTypeName(info.param)); });
 
 }  // namespace
 }  // namespace tandem::engine

@@ -24,8 +24,7 @@ size_t WeightMatrix::RowBytes() const {
 }
 
 bool MatMulSupports(GgmlType type) {
-  return type == GgmlType::kF32 || type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 ||
-         type == GgmlType::kQ4_1;
+  return type == GgmlType::kF32 || model::ChunkDecoderFor(type) != nullptr;
 }
 
 void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* out) {
@@ -42,6 +41,23 @@ void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* ou
 }
 
 namespace {
+
+// How a kernel decodes weights: four types by hand-written SIMD code, every other
+// block-quantized type through its chunk decoder (model::ChunkDecoderFor, the code
+// model::Dequantize runs) into a buffer the tile then loads, so the decoded floats
+// are Dequantize's by construction.
+enum class Kernel { kF32, kQ8_0, kQ4_0, kQ4_1, kChunked };
+
+// What Kernel::kChunked needs, fixed per matrix.
+struct Chunked {
+  model::ChunkDecoder decode = nullptr;
+  int64_t type_size = 0;  // bytes per block
+  int64_t chunks = 1;     // 32-element chunks per block
+  // Block b / chunks, chunk b % chunks of a row: its 32 weights into dst.
+  void Decode(const uint8_t* row, int64_t b, float* dst) const {
+    decode(row + b / chunks * type_size, static_cast<int>(b % chunks), dst);
+  }
+};
 
 constexpr int kMaxM = 6;        // rows of x per micro-tile
 constexpr int kMaxN = 4;        // weight rows per micro-tile
@@ -69,29 +85,35 @@ TANDEM_AVX512 inline __m512 Scale(const uint8_t* p) {
   return _mm512_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 
-template <GgmlType T>
-TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, __m512* lo, __m512* hi) {
-  if constexpr (T == GgmlType::kF32) {
+template <Kernel K>
+TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, const Chunked& ck, __m512* lo,
+                                      __m512* hi) {
+  if constexpr (K == Kernel::kF32) {
     const float* f = reinterpret_cast<const float*>(row) + 32 * b;
     *lo = _mm512_loadu_ps(f);
     *hi = _mm512_loadu_ps(f + 16);
-  } else if constexpr (T == GgmlType::kQ8_0) {
+  } else if constexpr (K == Kernel::kQ8_0) {
     const uint8_t* blk = row + 34 * b;
     const __m512 d = Scale(blk);
     const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
     const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
     *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
     *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+  } else if constexpr (K == Kernel::kChunked) {
+    alignas(64) float buf[32];
+    ck.Decode(row, b, buf);
+    *lo = _mm512_load_ps(buf);
+    *hi = _mm512_load_ps(buf + 16);
   } else {
     // 4-bit types: the 16 values a nibble can take, computed once per block exactly as
     // dequantize.cc computes them (multiply, then add), then looked up per weight.
     // vpermps reads only the low 4 bits of each index, so no masking is needed.
-    static_assert(T == GgmlType::kQ4_0 || T == GgmlType::kQ4_1);
-    constexpr int kBytes = T == GgmlType::kQ4_0 ? 18 : 20;
+    static_assert(K == Kernel::kQ4_0 || K == Kernel::kQ4_1);
+    constexpr int kBytes = K == Kernel::kQ4_0 ? 18 : 20;
     const uint8_t* blk = row + kBytes * b;
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     __m512 table;
-    if constexpr (T == GgmlType::kQ4_0) {
+    if constexpr (K == Kernel::kQ4_0) {
       table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8.0f)), Scale(blk));
     } else {
       // d and m converted together, then broadcast.
@@ -109,15 +131,15 @@ TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, __m512* lo,
 }
 
 // out[i][j] for MT rows of x and NT weight rows decoded on the fly.
-template <GgmlType T, int MT, int NT>
+template <Kernel K, int MT, int NT>
 TANDEM_AVX512 void TileDirect(const float* x, int64_t k, const uint8_t* const* wrows, float* out,
-                              int64_t ldo) {
+                              int64_t ldo, const Chunked& ck) {
   __m512 acc[MT][NT];
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k / 32; ++b) {
     __m512 lo[NT], hi[NT];
-    for (int j = 0; j < NT; ++j) DecodeBlock<T>(wrows[j], b, &lo[j], &hi[j]);
+    for (int j = 0; j < NT; ++j) DecodeBlock<K>(wrows[j], b, ck, &lo[j], &hi[j]);
     for (int i = 0; i < MT; ++i) {
       const __m512 x0 = _mm512_loadu_ps(x + i * k + 32 * b);
       const __m512 x1 = _mm512_loadu_ps(x + i * k + 32 * b + 16);
@@ -148,34 +170,35 @@ TANDEM_AVX512 void TilePanel(const float* x, int64_t k, const float* panel, floa
   for (int i = 0; i < MT; ++i) StoreSums<NT>(acc[i], out + i * ldo);
 }
 
-template <GgmlType T>
-TANDEM_AVX512 void DecodeRow(const uint8_t* row, int64_t k, float* dst) {
+template <Kernel K>
+TANDEM_AVX512 void DecodeRow(const uint8_t* row, int64_t k, const Chunked& ck, float* dst) {
   for (int64_t b = 0; b < k / 32; ++b) {
     __m512 lo, hi;
-    DecodeBlock<T>(row, b, &lo, &hi);
+    DecodeBlock<K>(row, b, ck, &lo, &hi);
     _mm512_storeu_ps(dst + 32 * b, lo);
     _mm512_storeu_ps(dst + 32 * b + 16, hi);
   }
 }
 
 // Dispatch a tile of runtime size (mt ≤ kMaxM, nt ≤ kMaxN) to its instantiation.
-template <GgmlType T, int MT = kMaxM>
+template <Kernel K, int MT = kMaxM>
 TANDEM_AVX512 void DirectDispatch(int mt, int nt, const float* x, int64_t k,
-                                  const uint8_t* const* wrows, float* out, int64_t ldo) {
+                                  const uint8_t* const* wrows, float* out, int64_t ldo,
+                                  const Chunked& ck) {
   if constexpr (MT > 0) {
     if (mt == MT) {
       switch (nt) {
         case 1:
-          return TileDirect<T, MT, 1>(x, k, wrows, out, ldo);
+          return TileDirect<K, MT, 1>(x, k, wrows, out, ldo, ck);
         case 2:
-          return TileDirect<T, MT, 2>(x, k, wrows, out, ldo);
+          return TileDirect<K, MT, 2>(x, k, wrows, out, ldo, ck);
         case 3:
-          return TileDirect<T, MT, 3>(x, k, wrows, out, ldo);
+          return TileDirect<K, MT, 3>(x, k, wrows, out, ldo, ck);
         default:
-          return TileDirect<T, MT, 4>(x, k, wrows, out, ldo);
+          return TileDirect<K, MT, 4>(x, k, wrows, out, ldo, ck);
       }
     }
-    DirectDispatch<T, MT - 1>(mt, nt, x, k, wrows, out, ldo);
+    DirectDispatch<K, MT - 1>(mt, nt, x, k, wrows, out, ldo, ck);
   }
 }
 
@@ -199,9 +222,9 @@ TANDEM_AVX512 void PanelDispatch(int mt, int nt, const float* x, int64_t k, cons
   }
 }
 
-template <GgmlType T>
+template <Kernel K>
 TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatrix& w, float* out,
-                                     int64_t n0, int64_t n1) {
+                                     int64_t n0, int64_t n1, const Chunked& ck) {
   const int64_t k = w.cols, n = w.rows;
   const size_t rb = w.RowBytes();
   if (m < kPanelMinM) {
@@ -218,7 +241,7 @@ TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatr
       for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
       for (int64_t i = 0; i < m; i += kMaxM) {
         const int mt = static_cast<int>(std::min<int64_t>(kMaxM, m - i));
-        DirectDispatch<T>(mt, nt, x + i * k, k, rows, out + i * n + j, n);
+        DirectDispatch<K>(mt, nt, x + i * k, k, rows, out + i * n + j, n, ck);
       }
     }
     return;
@@ -227,7 +250,9 @@ TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatr
   panel.resize(static_cast<size_t>(kPanelRows) * k);
   for (int64_t j0 = n0; j0 < n1; j0 += kPanelRows) {
     const int64_t pr = std::min<int64_t>(kPanelRows, n1 - j0);
-    for (int64_t t = 0; t < pr; ++t) DecodeRow<T>(w.data + (j0 + t) * rb, k, panel.data() + t * k);
+    for (int64_t t = 0; t < pr; ++t) {
+      DecodeRow<K>(w.data + (j0 + t) * rb, k, ck, panel.data() + t * k);
+    }
     for (int64_t i = 0; i < m; i += kMaxM) {
       const int mt = static_cast<int>(std::min<int64_t>(kMaxM, m - i));
       for (int64_t j = 0; j < pr; j += kMaxN) {
@@ -265,12 +290,12 @@ TANDEM_AVX2 inline float ReduceAdd256x2(__m256 a, __m256 b) {
 }
 
 // Block b of a row (weights 32b … 32b + 31) as four registers of eight.
-template <GgmlType T>
-TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, __m256* w) {
-  if constexpr (T == GgmlType::kF32) {
+template <Kernel K>
+TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, const Chunked& ck, __m256* w) {
+  if constexpr (K == Kernel::kF32) {
     const float* f = reinterpret_cast<const float*>(row) + 32 * b;
     for (int q = 0; q < 4; ++q) w[q] = _mm256_loadu_ps(f + 8 * q);
-  } else if constexpr (T == GgmlType::kQ8_0) {
+  } else if constexpr (K == Kernel::kQ8_0) {
     const uint8_t* blk = row + 34 * b;
     const __m256 d = Scale8(blk);
     for (int h = 0; h < 2; ++h) {
@@ -279,11 +304,15 @@ TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, __m256* w) {
       w[2 * h + 1] =
           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), d);
     }
+  } else if constexpr (K == Kernel::kChunked) {
+    alignas(32) float buf[32];
+    ck.Decode(row, b, buf);
+    for (int q = 0; q < 4; ++q) w[q] = _mm256_load_ps(buf + 8 * q);
   } else {
     // Element e < 16 of a block is the low nibble of byte e, element 16 + e its high
     // nibble; values as dequantize.cc computes them (multiply, then add).
-    static_assert(T == GgmlType::kQ4_0 || T == GgmlType::kQ4_1);
-    constexpr int kBytes = T == GgmlType::kQ4_0 ? 18 : 20;
+    static_assert(K == Kernel::kQ4_0 || K == Kernel::kQ4_1);
+    constexpr int kBytes = K == Kernel::kQ4_0 ? 18 : 20;
     const uint8_t* blk = row + kBytes * b;
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kBytes - 16));
     const __m128i mask = _mm_set1_epi8(0x0F);
@@ -293,7 +322,7 @@ TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, __m256* w) {
     for (int h = 0; h < 2; ++h) {
       const __m256 v0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nib[h]));
       const __m256 v1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nib[h], 8)));
-      if constexpr (T == GgmlType::kQ4_0) {
+      if constexpr (K == Kernel::kQ4_0) {
         const __m256 eight = _mm256_set1_ps(8.0f);
         w[2 * h] = _mm256_mul_ps(_mm256_sub_ps(v0, eight), d);
         w[2 * h + 1] = _mm256_mul_ps(_mm256_sub_ps(v1, eight), d);
@@ -307,15 +336,15 @@ TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, __m256* w) {
 }
 
 // out[i][j] for MT rows of x and NT weight rows decoded on the fly, a block at a time.
-template <GgmlType T, int MT, int NT>
+template <Kernel K, int MT, int NT>
 TANDEM_AVX2 void TileDirect2(const float* x, int64_t k, const uint8_t* const* wrows, float* out,
-                             int64_t ldo) {
+                             int64_t ldo, const Chunked& ck) {
   __m256 acc[MT][NT][2];
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k / 32; ++b) {
     __m256 w[NT][4];
-    for (int j = 0; j < NT; ++j) DecodeBlock2<T>(wrows[j], b, w[j]);
+    for (int j = 0; j < NT; ++j) DecodeBlock2<K>(wrows[j], b, ck, w[j]);
     for (int i = 0; i < MT; ++i) {
       const float* xb = x + i * k + 32 * b;
       for (int q = 0; q < 4; ++q) {
@@ -355,25 +384,26 @@ TANDEM_AVX2 void TilePanel2(const float* x, int64_t k, const float* panel, float
     for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(acc[i][j][0], acc[i][j][1]);
 }
 
-template <GgmlType T>
-TANDEM_AVX2 void DecodeRow2(const uint8_t* row, int64_t k, float* dst) {
+template <Kernel K>
+TANDEM_AVX2 void DecodeRow2(const uint8_t* row, int64_t k, const Chunked& ck, float* dst) {
   for (int64_t b = 0; b < k / 32; ++b) {
     __m256 w[4];
-    DecodeBlock2<T>(row, b, w);
+    DecodeBlock2<K>(row, b, ck, w);
     for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 32 * b + 8 * q, w[q]);
   }
 }
 
 // A tile of runtime size (mt ≤ kMaxM2, nt ≤ kMaxN2) to its instantiation.
-template <GgmlType T, int MT = kMaxM2>
+template <Kernel K, int MT = kMaxM2>
 TANDEM_AVX2 void DirectDispatch2(int mt, int nt, const float* x, int64_t k,
-                                 const uint8_t* const* wrows, float* out, int64_t ldo) {
+                                 const uint8_t* const* wrows, float* out, int64_t ldo,
+                                 const Chunked& ck) {
   if constexpr (MT > 0) {
     if (mt == MT) {
-      return nt == 1 ? TileDirect2<T, MT, 1>(x, k, wrows, out, ldo)
-                     : TileDirect2<T, MT, 2>(x, k, wrows, out, ldo);
+      return nt == 1 ? TileDirect2<K, MT, 1>(x, k, wrows, out, ldo, ck)
+                     : TileDirect2<K, MT, 2>(x, k, wrows, out, ldo, ck);
     }
-    DirectDispatch2<T, MT - 1>(mt, nt, x, k, wrows, out, ldo);
+    DirectDispatch2<K, MT - 1>(mt, nt, x, k, wrows, out, ldo, ck);
   }
 }
 
@@ -392,9 +422,9 @@ TANDEM_AVX2 void PanelDispatch2(int mt, int nt, const float* x, int64_t k, const
 // MatMulRangeAvx512's loop structure with the AVX2 tiles. Kept as its own function: a
 // loop shared by both ISAs could carry neither's target attribute, so the tiles would
 // not inline into it (tried: 9 % slower AVX-512 prefill, bench/ab_engine.sh).
-template <GgmlType T>
+template <Kernel K>
 TANDEM_AVX2 void MatMulRangeAvx2(const float* x, int64_t m, const WeightMatrix& w, float* out,
-                                 int64_t n0, int64_t n1) {
+                                 int64_t n0, int64_t n1, const Chunked& ck) {
   const int64_t k = w.cols, n = w.rows;
   const size_t rb = w.RowBytes();
   if (m < kPanelMinM) {
@@ -410,7 +440,7 @@ TANDEM_AVX2 void MatMulRangeAvx2(const float* x, int64_t m, const WeightMatrix& 
       for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
       for (int64_t i = 0; i < m; i += kMaxM2) {
         const int mt = static_cast<int>(std::min<int64_t>(kMaxM2, m - i));
-        DirectDispatch2<T>(mt, nt, x + i * k, k, rows, out + i * n + j, n);
+        DirectDispatch2<K>(mt, nt, x + i * k, k, rows, out + i * n + j, n, ck);
       }
     }
     return;
@@ -419,7 +449,9 @@ TANDEM_AVX2 void MatMulRangeAvx2(const float* x, int64_t m, const WeightMatrix& 
   panel.resize(static_cast<size_t>(kPanelRows) * k);
   for (int64_t j0 = n0; j0 < n1; j0 += kPanelRows) {
     const int64_t pr = std::min<int64_t>(kPanelRows, n1 - j0);
-    for (int64_t t = 0; t < pr; ++t) DecodeRow2<T>(w.data + (j0 + t) * rb, k, panel.data() + t * k);
+    for (int64_t t = 0; t < pr; ++t) {
+      DecodeRow2<K>(w.data + (j0 + t) * rb, k, ck, panel.data() + t * k);
+    }
     for (int64_t i = 0; i < m; i += kMaxM2) {
       const int mt = static_cast<int>(std::min<int64_t>(kMaxM2, m - i));
       for (int64_t j = 0; j < pr; j += kMaxN2) {
@@ -458,33 +490,47 @@ void MatMulRangeGeneric(const float* x, int64_t m, const WeightMatrix& w, float*
 
 void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
                  int64_t n1) {
-  if (w.cols % 32 != 0) return MatMulRangeGeneric(x, m, w, out, n0, n1);
-  if (!HaveAvx512()) {
-    if (!HaveAvx2Fma()) return MatMulRangeGeneric(x, m, w, out, n0, n1);
-    switch (w.type) {
-      case GgmlType::kF32:
-        return MatMulRangeAvx2<GgmlType::kF32>(x, m, w, out, n0, n1);
-      case GgmlType::kQ8_0:
-        return MatMulRangeAvx2<GgmlType::kQ8_0>(x, m, w, out, n0, n1);
-      case GgmlType::kQ4_0:
-        return MatMulRangeAvx2<GgmlType::kQ4_0>(x, m, w, out, n0, n1);
-      case GgmlType::kQ4_1:
-        return MatMulRangeAvx2<GgmlType::kQ4_1>(x, m, w, out, n0, n1);
-      default:
-        TANDEM_CHECK(false);
-    }
+  if (w.cols % 32 != 0 || (!HaveAvx512() && !HaveAvx2Fma())) {
+    return MatMulRangeGeneric(x, m, w, out, n0, n1);
   }
+  Chunked ck;
+  Kernel kernel = Kernel::kChunked;
   switch (w.type) {
     case GgmlType::kF32:
-      return MatMulRangeAvx512<GgmlType::kF32>(x, m, w, out, n0, n1);
+      kernel = Kernel::kF32;
+      break;
     case GgmlType::kQ8_0:
-      return MatMulRangeAvx512<GgmlType::kQ8_0>(x, m, w, out, n0, n1);
+      kernel = Kernel::kQ8_0;
+      break;
     case GgmlType::kQ4_0:
-      return MatMulRangeAvx512<GgmlType::kQ4_0>(x, m, w, out, n0, n1);
+      kernel = Kernel::kQ4_0;
+      break;
     case GgmlType::kQ4_1:
-      return MatMulRangeAvx512<GgmlType::kQ4_1>(x, m, w, out, n0, n1);
-    default:
-      TANDEM_CHECK(false);
+      kernel = Kernel::kQ4_1;
+      break;
+    default: {
+      const model::GgmlTypeTraits& t = model::Traits(w.type);
+      ck = {model::ChunkDecoderFor(w.type), t.type_size, t.block_size / 32};
+      TANDEM_CHECK(ck.decode != nullptr);
+    }
+  }
+  const bool avx512 = HaveAvx512();
+  switch (kernel) {
+    case Kernel::kF32:
+      return avx512 ? MatMulRangeAvx512<Kernel::kF32>(x, m, w, out, n0, n1, ck)
+                    : MatMulRangeAvx2<Kernel::kF32>(x, m, w, out, n0, n1, ck);
+    case Kernel::kQ8_0:
+      return avx512 ? MatMulRangeAvx512<Kernel::kQ8_0>(x, m, w, out, n0, n1, ck)
+                    : MatMulRangeAvx2<Kernel::kQ8_0>(x, m, w, out, n0, n1, ck);
+    case Kernel::kQ4_0:
+      return avx512 ? MatMulRangeAvx512<Kernel::kQ4_0>(x, m, w, out, n0, n1, ck)
+                    : MatMulRangeAvx2<Kernel::kQ4_0>(x, m, w, out, n0, n1, ck);
+    case Kernel::kQ4_1:
+      return avx512 ? MatMulRangeAvx512<Kernel::kQ4_1>(x, m, w, out, n0, n1, ck)
+                    : MatMulRangeAvx2<Kernel::kQ4_1>(x, m, w, out, n0, n1, ck);
+    case Kernel::kChunked:
+      return avx512 ? MatMulRangeAvx512<Kernel::kChunked>(x, m, w, out, n0, n1, ck)
+                    : MatMulRangeAvx2<Kernel::kChunked>(x, m, w, out, n0, n1, ck);
   }
 }
 

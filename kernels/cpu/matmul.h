@@ -1,11 +1,15 @@
 // MatMul: out = x · Wᵀ for float32 activations and (possibly quantized) weights.
 //
 //   x    [m][k]   float32, row-major
-//   W    [n][k]   one row per output feature, in its GGUF type (F32, Q8_0, Q4_0, Q4_1)
+//   W    [n][k]   one row per output feature, in its GGUF type: F32 or any type
+//                 model::Dequantize decodes block by block (Q8_0, Q4_0, Q4_1, Q5_0,
+//                 Q5_1, IQ4_NL, Q2_K … Q6_K, IQ4_XS)
 //   out  [m][n]   float32
 //
 // Weights stay quantized in memory and are decoded on the fly (small m) or into a
-// per-thread float panel reused by every row (large m). Both paths decode with the
+// per-thread float panel reused by every row (large m). Q8_0, Q4_0 and Q4_1 have
+// hand-vectorized decoders; the other types decode each 32-weight chunk through
+// model::ChunkDecoderFor, Dequantize's own code. Both paths decode with the
 // same arithmetic and accumulate each output in the same order: 16 lanes over k in
 // steps of 16, then one fixed horizontal sum. So out[i][j] depends only on x[i] and
 // W[j] — never on m, on the other rows, or on how work is split across threads. That

@@ -10,32 +10,35 @@
 #include "common/util/half.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/vec_math.h"
+#include "tests/quant_blocks.h"
 
 namespace tandem::kernels {
 namespace {
 
 using model::GgmlType;
 
-// Random weights of `type`: random quant bytes, finite random scales.
+// Random weights of `type`: random quant bytes, finite random scales (smaller for the
+// 256-element types, whose 6-bit sub-block scales multiply them again).
 std::vector<uint8_t> RandomWeights(GgmlType type, int64_t n, int64_t k, std::mt19937& rng) {
-  WeightMatrix w{type, n, k, nullptr};
-  std::vector<uint8_t> data(n * w.RowBytes());
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  if (type == GgmlType::kF32) {
-    for (int64_t i = 0; i < n * k; ++i) {
-      float f = u(rng);
-      std::memcpy(data.data() + 4 * i, &f, 4);
-    }
-    return data;
+  if (type != GgmlType::kF32) {
+    return ::tandem::testing::RandomQuantRows(
+        type, n, k, model::Traits(type).block_size == 256 ? 0.002f : 0.05f, rng);
   }
-  for (auto& b : data) b = static_cast<uint8_t>(rng());
-  const auto& t = model::Traits(type);
-  for (int64_t blk = 0; blk < n * k / t.block_size; ++blk) {
-    uint16_t* scales = reinterpret_cast<uint16_t*>(data.data() + blk * t.type_size);
-    scales[0] = FloatToHalf(u(rng) * 0.05f);
-    if (type == GgmlType::kQ4_1) scales[1] = FloatToHalf(u(rng) * 0.2f);
+  std::vector<uint8_t> data(n * k * 4);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t i = 0; i < n * k; ++i) {
+    float f = u(rng);
+    std::memcpy(data.data() + 4 * i, &f, 4);
   }
   return data;
+}
+
+// Row lengths to try: awkward multiples of the type's block.
+std::vector<int64_t> Widths(GgmlType type, std::initializer_list<int64_t> blocks_of_32) {
+  const int64_t unit = std::max<int64_t>(32, model::Traits(type).block_size);
+  std::vector<int64_t> out;
+  for (int64_t b : blocks_of_32) out.push_back(std::max<int64_t>(unit, b * 32 / unit * unit));
+  return out;
 }
 
 std::vector<float> RandomX(int64_t m, int64_t k, std::mt19937& rng) {
@@ -56,7 +59,7 @@ class MatMulTest : public ::testing::TestWithParam<std::tuple<GgmlType, bool>> {
 TEST_P(MatMulTest, MatchesReferenceAtAwkwardSizes) {
   std::mt19937 rng(42);
   ThreadPool pool(2);
-  for (int64_t k : {32, 64, 576}) {
+  for (int64_t k : Widths(type(), {1, 2, 18})) {
     for (int64_t n : {1, 3, 4, 5, 17, 64}) {
       auto wdata = RandomWeights(type(), n, k, rng);
       WeightMatrix w{type(), n, k, wdata.data()};
@@ -78,7 +81,7 @@ TEST_P(MatMulTest, MatchesReferenceAtAwkwardSizes) {
 
 TEST_P(MatMulTest, EachRowIsIndependentOfTheBatchAndThreads) {
   std::mt19937 rng(7);
-  const int64_t k = 576, n = 37, m = 23;
+  const int64_t k = Widths(type(), {18})[0], n = 37, m = 23;
   auto wdata = RandomWeights(type(), n, k, rng);
   WeightMatrix w{type(), n, k, wdata.data()};
   auto x = RandomX(m, k, rng);
@@ -131,7 +134,7 @@ TEST_P(MatMulSimdTest, GivesTheStatedArithmeticsBits) {
   if (!HaveAvx512() && !HaveAvx2Fma()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
   std::mt19937 rng(11);
   ThreadPool two(2);
-  for (int64_t k : {32, 576}) {
+  for (int64_t k : Widths(type(), {1, 18})) {
     const int64_t n = 37;
     auto wdata = RandomWeights(type(), n, k, rng);
     WeightMatrix w{type(), n, k, wdata.data()};
@@ -149,17 +152,21 @@ TEST_P(MatMulSimdTest, GivesTheStatedArithmeticsBits) {
   }
 }
 
+// Every type MatMul takes: the hand-vectorized ones and the chunk-decoded ones.
+const GgmlType kTypes[] = {GgmlType::kF32,   GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,
+                           GgmlType::kQ5_0,  GgmlType::kQ5_1, GgmlType::kIQ4_NL, GgmlType::kQ2_K,
+                           GgmlType::kQ3_K,  GgmlType::kQ4_K, GgmlType::kQ5_K,   GgmlType::kQ6_K,
+                           GgmlType::kIQ4_XS};
+
 INSTANTIATE_TEST_SUITE_P(Types, MatMulTest,
-                         ::testing::Combine(::testing::Values(GgmlType::kF32, GgmlType::kQ8_0,
-                                                              GgmlType::kQ4_0, GgmlType::kQ4_1),
+                         ::testing::Combine(::testing::ValuesIn(kTypes),
                                             ::testing::Values(false, true)),
                          [](const auto& info) {
                            return std::string(model::GgmlTypeName(std::get<0>(info.param))) +
                                   (std::get<1>(info.param) ? "_portable" : "_native");
                          });
 INSTANTIATE_TEST_SUITE_P(Types, MatMulSimdTest,
-                         ::testing::Combine(::testing::Values(GgmlType::kF32, GgmlType::kQ8_0,
-                                                              GgmlType::kQ4_0, GgmlType::kQ4_1),
+                         ::testing::Combine(::testing::ValuesIn(kTypes),
                                             ::testing::Values(false, true)),
                          [](const auto& info) {
                            return std::string(model::GgmlTypeName(std::get<0>(info.param))) +
