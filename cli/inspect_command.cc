@@ -3,7 +3,9 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <vector>
 
+#include "common/engine/model_weights.h"
 #include "common/model/ggml_type.h"
 #include "common/model/gguf_file.h"
 #include "common/model/model_config.h"
@@ -42,6 +44,38 @@ std::string ValueSummary(const model::GgufValue& v) {
         }
       },
       v);
+}
+
+// Whether tandem can serve the file, and if not why: the config (architecture, shapes,
+// special ids), every tensor type it has no decoder for, then what loading would refuse
+// (a missing or misshapen tensor, a feature it lacks: engine::ModelWeights::Check).
+// When it can, the memory its weights will take, as stored and converted to F32.
+void PrintSupport(const model::GgufFile& f) {
+  std::vector<std::string> problems;
+  auto c = model::ModelConfig::FromGguf(f);
+  if (!c.ok()) problems.push_back(StrCat("config: ", c.status().message()));
+  std::map<std::string, std::vector<std::string>> no_decoder;  // type → tensor names
+  for (const auto& t : f.tensors()) {
+    const model::GgmlTypeTraits& traits = model::Traits(t.type);
+    if (!traits.can_dequantize) no_decoder[std::string(traits.name)].push_back(std::string(t.name));
+  }
+  for (const auto& [type, names] : no_decoder) {
+    problems.push_back(StrCat("type ", type, ": no decoder in tandem (", names.size(),
+                              names.size() == 1 ? " tensor: " : " tensors, first ", names[0], ")"));
+  }
+  absl::StatusOr<engine::ModelWeights::Footprint> footprint =
+      absl::FailedPreconditionError("not checked");
+  if (problems.empty()) {
+    footprint = engine::ModelWeights::Check(f, *c);
+    if (!footprint.ok()) problems.push_back(std::string(footprint.status().message()));
+  }
+  std::printf("\nsupport:\n  servable          %s\n", problems.empty() ? "yes" : "no");
+  for (const std::string& p : problems) std::printf("  unsupported       %s\n", p.c_str());
+  if (footprint.ok()) {
+    std::printf("  weights in memory %s as stored + %s converted to F32 at load\n",
+                HumanBytes(footprint->stored_bytes).c_str(),
+                HumanBytes(footprint->converted_bytes).c_str());
+  }
 }
 
 }  // namespace
@@ -126,6 +160,8 @@ int RunInspect(const InspectOptions& o) {
     }
     std::printf("\n");
   }
+
+  PrintSupport(f);
 
   if (o.metadata) {
     std::printf("\nmetadata:\n");

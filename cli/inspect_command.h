@@ -1,4 +1,6 @@
-// `tandem inspect`: prints a GGUF file's model config, tensors and tokenizer summary.
+// `tandem inspect`: prints a GGUF file's model config, tokenizer summary and tensors, and
+// whether tandem can serve it (every reason when not: config, tensor types it cannot
+// decode, features it lacks) with the memory its weights will take.
 #ifndef TANDEM_CLI_INSPECT_COMMAND_H_
 #define TANDEM_CLI_INSPECT_COMMAND_H_
 

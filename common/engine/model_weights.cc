@@ -31,12 +31,13 @@ absl::StatusOr<WeightMatrix> ModelWeights::Matrix(const GgufFile& f, const std::
     return absl::UnimplementedError(
         StrCat("model: tensor '", name, "' has unsupported type ", model::GgmlTypeName(t->type)));
   }
-  ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(*t));
-  owned_.push_back(std::move(values));
-  w.type = GgmlType::kF32;
-  w.data = reinterpret_cast<const uint8_t*>(owned_.back().data());
   weight_bytes_ += rows * cols * 4;
   converted_bytes_ += rows * cols * 4;
+  w.type = GgmlType::kF32;
+  if (check_only_) return w;
+  ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(*t));
+  owned_.push_back(std::move(values));
+  w.data = reinterpret_cast<const uint8_t*>(owned_.back().data());
   return w;
 }
 
@@ -56,18 +57,38 @@ absl::StatusOr<const float*> ModelWeights::Vector(const GgufFile& f, const std::
       reinterpret_cast<uintptr_t>(t->data.data()) % alignof(float) == 0) {
     return reinterpret_cast<const float*>(t->data.data());
   }
+  if (!model::Traits(t->type).can_dequantize) {
+    return absl::UnimplementedError(
+        StrCat("model: tensor '", name, "' has unsupported type ", model::GgmlTypeName(t->type)));
+  }
+  converted_bytes_ += n * 4;
+  if (check_only_) return nullptr;
   ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(*t));
   owned_.push_back(std::move(values));
-  converted_bytes_ += n * 4;
   return owned_.back().data();
+}
+
+absl::StatusOr<ModelWeights::Footprint> ModelWeights::Check(const GgufFile& f,
+                                                            const model::ModelConfig& c) {
+  std::unique_ptr<ModelWeights> w(new ModelWeights());
+  w->check_only_ = true;
+  RETURN_IF_ERROR(w->LoadInto(f, c, {}));
+  return Footprint{w->weight_bytes_ - w->converted_bytes_, w->converted_bytes_};
 }
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
     const GgufFile& f, const model::ModelConfig& c, const std::function<void(int, int)>& progress) {
+  std::unique_ptr<ModelWeights> w(new ModelWeights());
+  RETURN_IF_ERROR(w->LoadInto(f, c, progress));
+  return w;
+}
+
+absl::Status ModelWeights::LoadInto(const GgufFile& f, const model::ModelConfig& c,
+                                    const std::function<void(int, int)>& progress) {
   if (c.rope_scaling.type == model::RopeScalingType::kYarn) {
     return absl::UnimplementedError("model: YaRN RoPE scaling is not supported yet");
   }
-  std::unique_ptr<ModelWeights> w(new ModelWeights());
+  ModelWeights* w = this;
   w->config_ = c;
   const int64_t h = c.hidden_size, q_dim = c.n_heads * c.head_dim,
                 kv_dim = c.n_kv_heads * c.head_dim;
@@ -100,7 +121,7 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
     w->layers_.push_back(L);
     if (progress) progress(static_cast<int>(i + 1), total);
   }
-  return w;
+  return absl::OkStatus();
 }
 
 }  // namespace tandem::engine

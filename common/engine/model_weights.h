@@ -42,6 +42,16 @@ class ModelWeights {
       const model::GgufFile& file, const model::ModelConfig& config,
       const std::function<void(int, int)>& progress = {});
 
+  // What Load would keep, without converting anything: every check Load makes (each
+  // tensor present, its shape, a type tandem decodes, features it supports), and the
+  // bytes the weights would take — as stored in the file, and converted to F32.
+  struct Footprint {
+    int64_t stored_bytes = 0;     // matrices and vectors used where they lie in the file
+    int64_t converted_bytes = 0;  // F32 copies made at load
+  };
+  static absl::StatusOr<Footprint> Check(const model::GgufFile& file,
+                                         const model::ModelConfig& config);
+
   // Random weights of `config`'s shape, no file (synthetic_model.h names the shapes):
   // every matrix of `type` — kF32 (values exactly representable in bf16, so a bf16
   // device reads the same numbers) or kQ8_0 (a quarter of the memory, for large
@@ -62,6 +72,8 @@ class ModelWeights {
 
  private:
   ModelWeights() = default;
+  absl::Status LoadInto(const model::GgufFile& f, const model::ModelConfig& config,
+                        const std::function<void(int, int)>& progress);
   absl::StatusOr<WeightMatrix> Matrix(const model::GgufFile& f, const std::string& name,
                                       int64_t rows, int64_t cols);
   absl::StatusOr<const float*> Vector(const model::GgufFile& f, const std::string& name, int64_t n,
@@ -78,6 +90,7 @@ class ModelWeights {
   std::vector<std::vector<uint8_t>> owned_bytes_;  // Random's quantized matrices
   int64_t weight_bytes_ = 0;
   int64_t converted_bytes_ = 0;
+  bool check_only_ = false;  // Check: account for conversions without making them
 };
 
 }  // namespace tandem::engine

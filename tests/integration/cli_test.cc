@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "common/model/ggml_type.h"
 #include "common/model/gguf_file.h"
 #include "common/rpc/rpc_server.h"
 #include "common/tokenizer/tokenizer.h"
@@ -24,6 +25,7 @@
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/gguf_builder.h"
 #include "tests/test_paths.h"
 
 namespace tandem {
@@ -90,6 +92,65 @@ TEST(CliInspect, ListsEveryTensorWithTypeAndShape) {
   }
   EXPECT_THAT(r.out, ::testing::HasSubstr("layers            30"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("heads / kv heads  9 / 3 (head dim 64)"));
+}
+
+// A file tandem cannot serve, for every reason at once: a tensor type it has no decoder
+// for and YaRN RoPE scaling; and one it can, whose F16 matrix is converted at load.
+TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
+  auto write = [](const std::string& path, uint32_t q_type, bool yarn) {
+    testing::GgufBuilder b = testing::TinyGpt2Vocab();  // architecture llama, 4 tokens
+    b.Uint32("llama.block_count", 1)
+        .Uint32("llama.embedding_length", 256)
+        .Uint32("llama.attention.head_count", 4)
+        .Uint32("llama.attention.head_count_kv", 4)
+        .Uint32("llama.feed_forward_length", 256)
+        .Uint32("llama.context_length", 512)
+        .Float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    if (yarn) b.String("llama.rope.scaling.type", "yarn");
+    const model::GgmlTypeTraits& t = model::Traits(static_cast<model::GgmlType>(q_type));
+    // Every tensor a llama layer needs; attn_q in `q_type`, the others F32.
+    auto f32 = [&](const std::string& name, std::vector<uint64_t> dims) {
+      uint64_t n = 1;
+      for (uint64_t d : dims) n *= d;
+      b.F32Tensor(name, dims, std::vector<float>(n, 0.01f));
+    };
+    f32("token_embd.weight", {256, 4});
+    f32("output_norm.weight", {256});
+    f32("blk.0.attn_norm.weight", {256});
+    b.AddTensor({"blk.0.attn_q.weight",
+                 q_type,
+                 {256, 256},
+                 std::string(static_cast<size_t>(256 * 256 / t.block_size * t.type_size), '\0')});
+    for (const char* m : {"attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+      f32(StrCat("blk.0.", m, ".weight"), {256, 256});
+    }
+    f32("blk.0.ffn_norm.weight", {256});
+    ASSERT_TRUE(b.WriteTo(path));
+  };
+  const std::string dir = std::filesystem::temp_directory_path() / "tandem-cli-inspect";
+  std::filesystem::create_directories(dir);
+  write(dir + "/bad.gguf", static_cast<uint32_t>(model::GgmlType::kIQ2_XXS), true);
+  RunResult bad = Tandem("inspect --model " + dir + "/bad.gguf");
+  EXPECT_EQ(bad.exit_code, 0) << bad.out;  // the file is readable: inspect describes it
+  EXPECT_THAT(bad.out, ::testing::HasSubstr("servable          no"));
+  EXPECT_THAT(bad.out, ::testing::HasSubstr(
+                           "type IQ2_XXS: no decoder in tandem (1 tensor: blk.0.attn_q.weight)"));
+  // Loading would stop at the type; with a decodable type it stops at YaRN.
+  write(dir + "/yarn.gguf", static_cast<uint32_t>(model::GgmlType::kQ4_K), true);
+  RunResult yarn = Tandem("inspect --model " + dir + "/yarn.gguf");
+  EXPECT_THAT(yarn.out, ::testing::HasSubstr("servable          no"));
+  EXPECT_THAT(yarn.out, ::testing::HasSubstr("unsupported       model: YaRN RoPE scaling"));
+
+  write(dir + "/good.gguf", static_cast<uint32_t>(model::GgmlType::kF16), false);
+  RunResult good = Tandem("inspect --model " + dir + "/good.gguf");
+  EXPECT_EQ(good.exit_code, 0) << good.out;
+  EXPECT_THAT(good.out, ::testing::HasSubstr("servable          yes"));
+  EXPECT_THAT(good.out, ::testing::Not(::testing::HasSubstr("unsupported")));
+  // The F16 matrix (128 KiB in the file) becomes 256 KiB of F32; the rest stays as
+  // stored: 6 F32 matrices of 256 KiB, the tied 4 × 256 embedding and 3 norms.
+  EXPECT_THAT(good.out, ::testing::HasSubstr("weights in memory 1.5068 MiB as stored + 256 KiB "
+                                             "converted to F32 at load"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CliTokenize, JsonIdsMatchTheReference) {
