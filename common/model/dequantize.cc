@@ -80,10 +80,6 @@ void ChunkQ8_0(const uint8_t* b, int, float* y) {
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(qs[j]) * d;
 }
 
-// IQ4_NL's 16 non-linear levels (a 4-bit index selects one).
-constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                   1,    13,   25,  38,  53,  69,  89,  113};
-
 // IQ4_NL, 32 elements in 18 bytes: f16 d | u8 qs[16] (nibbles as Q4_0); x = d * level[q].
 void ChunkIQ4_NL(const uint8_t* b, int, float* y) {
   const float d = LoadHalf(b);
@@ -94,23 +90,12 @@ void ChunkIQ4_NL(const uint8_t* b, int, float* y) {
   }
 }
 
-// 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes of Q4_K / Q5_K.
-void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // Q4_K, 256 elements in 144 bytes: f16 d | f16 dmin | u8 scales[12] | u8 qs[128].
 // Eight sub-blocks of 32 (one chunk each) with 6-bit scale/min; x = (d * sc) * q -
 // dmin * m. Each 32 bytes of qs hold two sub-blocks: low nibbles, then high nibbles.
 void ChunkQ4_K(const uint8_t* b, int c, float* y) {
   uint8_t sc, m;
-  ScaleMinK4(c, b + 4, &sc, &m);
+  KQuantScaleMin(b + 4, c, &sc, &m);
   const float d = LoadHalf(b) * sc, dm = LoadHalf(b + 2) * m;
   const uint8_t* q = b + 16 + 32 * (c / 2);
   const int shift = 4 * (c % 2);
@@ -121,7 +106,7 @@ void ChunkQ4_K(const uint8_t* b, int c, float* y) {
 // u8 qs[128]. Q4_K with a fifth bit: bit c of qh[l] for element l of sub-block c.
 void ChunkQ5_K(const uint8_t* b, int c, float* y) {
   uint8_t sc, m;
-  ScaleMinK4(c, b + 4, &sc, &m);
+  KQuantScaleMin(b + 4, c, &sc, &m);
   const float d = LoadHalf(b) * sc, dm = LoadHalf(b + 2) * m;
   const uint8_t* qh = b + 16;
   const uint8_t* q = b + 48 + 32 * (c / 2);
@@ -204,6 +189,16 @@ void ChunkIQ4_XS(const uint8_t* b, int c, float* y) {
 }
 
 }  // namespace
+
+void KQuantScaleMin(const uint8_t* q, int j, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
 
 ChunkDecoder ChunkDecoderFor(GgmlType type) {
   switch (type) {

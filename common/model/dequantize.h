@@ -32,6 +32,15 @@ using ChunkDecoder = void (*)(const uint8_t* block, int chunk, float* y);
 // The decoder of a block-quantized type, or null (float types, unsupported types).
 ChunkDecoder ChunkDecoderFor(GgmlType type);
 
+// Pieces of the layouts that vectorized decoders (kernels/cpu/matmul.cc) share with the
+// chunk decoders, so that both read a block the same way:
+// the 6-bit scale and min of sub-block j (0…7) from the 12 packed scale bytes of Q4_K
+// and Q5_K;
+void KQuantScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m);
+// IQ4_NL's (and IQ4_XS's) 16 non-linear levels, which a 4-bit index selects.
+inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+
 // The whole tensor as float32, in file order ([ne3][ne2][ne1][ne0]).
 absl::StatusOr<std::vector<float>> DequantizeTensor(const GgufTensorInfo& tensor);
 

@@ -46,7 +46,26 @@ namespace {
 // block-quantized type through its chunk decoder (model::ChunkDecoderFor, the code
 // model::Dequantize runs) into a buffer the tile then loads, so the decoded floats
 // are Dequantize's by construction.
-enum class Kernel { kF32, kQ8_0, kQ4_0, kQ4_1, kChunked };
+enum class Kernel {
+  kF32,
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  // Decoded 8 lanes at a time by the "K and 5-bit types" section below (both ISAs).
+  kQ5_0,
+  kQ5_1,
+  kIQ4_NL,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kIQ4_XS,
+  kChunked,  // Q2_K, Q3_K: through the chunk decoder
+};
+
+constexpr bool IsEightWide(Kernel k) {
+  return k == Kernel::kQ5_0 || k == Kernel::kQ5_1 || k == Kernel::kIQ4_NL || k == Kernel::kQ4_K ||
+         k == Kernel::kQ5_K || k == Kernel::kQ6_K || k == Kernel::kIQ4_XS;
+}
 
 // What Kernel::kChunked needs, fixed per matrix.
 struct Chunked {
@@ -63,6 +82,137 @@ constexpr int kMaxM = 6;        // rows of x per micro-tile
 constexpr int kMaxN = 4;        // weight rows per micro-tile
 constexpr int kPanelRows = 16;  // weight rows decoded together on the panel path
 constexpr int64_t kPanelMinM = 8;
+
+// ---------------------------------------------------------------------------
+// The K and 5-bit types, decoded 32 weights (one chunk, model::ChunkDecoderFor's unit)
+// into four registers of eight with AVX2. Each value takes the chunk decoder's float
+// operations in its order — the per-chunk scale products in scalar float arithmetic,
+// then one multiply and at most one add or subtract per weight, never fused — so the
+// floats are Dequantize's (matmul_test holds every type to that). The AVX-512 path
+// joins the four into two.
+
+// Lanes 8q … 8q + 7 of 32 int8 values, as floats (signed: every type's quant fits).
+TANDEM_AVX2 inline void Int8ToFloat(__m256i v, __m256* w) {
+  const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+  w[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+  w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+}
+
+// 16 bytes of nibbles as 32 values: element e < 16 the low nibble of byte e, element
+// 16 + e its high nibble (Q4_0's order, which Q5_*, IQ4_NL and IQ4_XS share).
+TANDEM_AVX2 inline __m256i Nibbles(const uint8_t* p) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i mask = _mm_set1_epi8(0x0F);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask),
+                          _mm_and_si128(bytes, mask));
+}
+
+// 0x10 in byte j where bit j of the little-endian u32 at p is set (Q5_0 / Q5_1's qh).
+TANDEM_AVX2 inline __m256i FifthBits(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                          _mm256_set1_epi8(0x10));
+}
+
+// IQ4_NL's levels of 32 nibble values.
+TANDEM_AVX2 inline __m256i Iq4Levels(__m256i nibbles) {
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(model::kIq4Levels)));
+  return _mm256_shuffle_epi8(table, nibbles);
+}
+
+TANDEM_AVX2 inline float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
+}
+
+// Chunk b of a row (weights 32b … 32b + 31) of kernel K as four registers of eight.
+template <Kernel K>
+TANDEM_AVX2 inline void DecodeEight(const uint8_t* row, int64_t b, __m256* w) {
+  if constexpr (K == Kernel::kQ5_0 || K == Kernel::kQ5_1 || K == Kernel::kIQ4_NL) {
+    // 32-weight blocks: x = d * (q - 16), d * q + m, d * level[q].
+    constexpr int kBytes = K == Kernel::kQ5_0 ? 22 : K == Kernel::kQ5_1 ? 24 : 18;
+    const uint8_t* blk = row + kBytes * b;
+    const __m256 d = _mm256_set1_ps(Half(blk));
+    __m256i q;
+    if constexpr (K == Kernel::kIQ4_NL) {
+      q = Iq4Levels(Nibbles(blk + 2));
+    } else {
+      constexpr int kQh = K == Kernel::kQ5_0 ? 2 : 4;
+      q = _mm256_or_si256(Nibbles(blk + kQh + 4), FifthBits(blk + kQh));
+      if constexpr (K == Kernel::kQ5_0) q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+    }
+    Int8ToFloat(q, w);
+    if constexpr (K == Kernel::kQ5_1) {
+      const __m256 m = _mm256_set1_ps(Half(blk + 2));
+      for (int i = 0; i < 4; ++i) w[i] = _mm256_add_ps(_mm256_mul_ps(d, w[i]), m);
+    } else {
+      for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(d, w[i]);
+    }
+  } else if constexpr (K == Kernel::kQ4_K || K == Kernel::kQ5_K) {
+    // Sub-block c of a 256-weight block: x = (d * sc) * q - dmin * m.
+    constexpr int kBytes = K == Kernel::kQ4_K ? 144 : 176;
+    const uint8_t* blk = row + kBytes * (b / 8);
+    const int c = static_cast<int>(b % 8);
+    uint8_t sc, mn;
+    model::KQuantScaleMin(blk + 4, c, &sc, &mn);
+    const __m256 d = _mm256_set1_ps(Half(blk) * static_cast<float>(sc));
+    const __m256 dm = _mm256_set1_ps(Half(blk + 2) * static_cast<float>(mn));
+    const uint8_t* qs = blk + (K == Kernel::kQ4_K ? 16 : 48) + 32 * (c / 2);
+    __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    q = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * (c % 2))),
+                         _mm256_set1_epi8(0x0F));
+    if constexpr (K == Kernel::kQ5_K) {
+      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16));
+      const __m256i bit =
+          _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(c)), _mm256_set1_epi8(1));
+      q = _mm256_or_si256(q, _mm256_slli_epi16(bit, 4));
+    }
+    Int8ToFloat(q, w);
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_sub_ps(_mm256_mul_ps(d, w[i]), dm);
+  } else if constexpr (K == Kernel::kQ6_K) {
+    // Quarter p of half n: q = (4 low bits | 2 high bits << 4) - 32; x = (d * scale) * q,
+    // a scale per 16 weights.
+    const uint8_t* blk = row + 210 * (b / 8);
+    const int c = static_cast<int>(b % 8), n = c / 4, p = c % 4;
+    __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * n + 32 * (p % 2)));
+    ql = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (p / 2))),
+                          _mm256_set1_epi8(0x0F));
+    __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * n));
+    qh = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p)), _mm256_set1_epi8(3));
+    const __m256i q =
+        _mm256_sub_epi8(_mm256_or_si256(ql, _mm256_slli_epi16(qh, 4)), _mm256_set1_epi8(32));
+    Int8ToFloat(q, w);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 8 * n + 2 * p;
+    const float d = Half(blk + 208);
+    const __m256 d0 = _mm256_set1_ps(d * static_cast<float>(sc[0]));
+    const __m256 d1 = _mm256_set1_ps(d * static_cast<float>(sc[1]));
+    w[0] = _mm256_mul_ps(d0, w[0]);
+    w[1] = _mm256_mul_ps(d0, w[1]);
+    w[2] = _mm256_mul_ps(d1, w[2]);
+    w[3] = _mm256_mul_ps(d1, w[3]);
+  } else {
+    // IQ4_XS, sub-block c: x = (d * (scale - 32)) * level[q].
+    static_assert(K == Kernel::kIQ4_XS);
+    const uint8_t* blk = row + 136 * (b / 8);
+    const int c = static_cast<int>(b % 8);
+    uint16_t scales_h;
+    std::memcpy(&scales_h, blk + 2, 2);
+    const int ls = ((blk[4 + c / 2] >> (4 * (c % 2))) & 0x0F) | (((scales_h >> (2 * c)) & 3) << 4);
+    const __m256 d = _mm256_set1_ps(Half(blk) * static_cast<float>(ls - 32));
+    Int8ToFloat(Iq4Levels(Nibbles(blk + 8 + 16 * c)), w);
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(d, w[i]);
+  }
+}
 
 // ---------------------------------------------------------------------------
 // AVX-512 path.
@@ -104,6 +254,11 @@ TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, const Chunk
     ck.Decode(row, b, buf);
     *lo = _mm512_load_ps(buf);
     *hi = _mm512_load_ps(buf + 16);
+  } else if constexpr (IsEightWide(K)) {
+    __m256 w[4];
+    DecodeEight<K>(row, b, w);
+    *lo = _mm512_insertf32x8(_mm512_castps256_ps512(w[0]), w[1], 1);
+    *hi = _mm512_insertf32x8(_mm512_castps256_ps512(w[2]), w[3], 1);
   } else {
     // 4-bit types: the 16 values a nibble can take, computed once per block exactly as
     // dequantize.cc computes them (multiply, then add), then looked up per weight.
@@ -308,6 +463,8 @@ TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, const Chunke
     alignas(32) float buf[32];
     ck.Decode(row, b, buf);
     for (int q = 0; q < 4; ++q) w[q] = _mm256_load_ps(buf + 8 * q);
+  } else if constexpr (IsEightWide(K)) {
+    DecodeEight<K>(row, b, w);
   } else {
     // Element e < 16 of a block is the low nibble of byte e, element 16 + e its high
     // nibble; values as dequantize.cc computes them (multiply, then add).
@@ -488,49 +645,48 @@ void MatMulRangeGeneric(const float* x, int64_t m, const WeightMatrix& w, float*
   }
 }
 
+template <Kernel K>
+void RunKernel(bool avx512, const float* x, int64_t m, const WeightMatrix& w, float* out,
+               int64_t n0, int64_t n1, const Chunked& ck) {
+  if (avx512) return MatMulRangeAvx512<K>(x, m, w, out, n0, n1, ck);
+  MatMulRangeAvx2<K>(x, m, w, out, n0, n1, ck);
+}
+
 void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
                  int64_t n1) {
   if (w.cols % 32 != 0 || (!HaveAvx512() && !HaveAvx2Fma())) {
     return MatMulRangeGeneric(x, m, w, out, n0, n1);
   }
-  Chunked ck;
-  Kernel kernel = Kernel::kChunked;
+  const model::GgmlTypeTraits& t = model::Traits(w.type);
+  const Chunked ck{model::ChunkDecoderFor(w.type), t.type_size,
+                   std::max<int64_t>(1, t.block_size / 32)};
+  const bool avx512 = HaveAvx512();
   switch (w.type) {
     case GgmlType::kF32:
-      kernel = Kernel::kF32;
-      break;
+      return RunKernel<Kernel::kF32>(avx512, x, m, w, out, n0, n1, ck);
     case GgmlType::kQ8_0:
-      kernel = Kernel::kQ8_0;
-      break;
+      return RunKernel<Kernel::kQ8_0>(avx512, x, m, w, out, n0, n1, ck);
     case GgmlType::kQ4_0:
-      kernel = Kernel::kQ4_0;
-      break;
+      return RunKernel<Kernel::kQ4_0>(avx512, x, m, w, out, n0, n1, ck);
     case GgmlType::kQ4_1:
-      kernel = Kernel::kQ4_1;
-      break;
-    default: {
-      const model::GgmlTypeTraits& t = model::Traits(w.type);
-      ck = {model::ChunkDecoderFor(w.type), t.type_size, t.block_size / 32};
+      return RunKernel<Kernel::kQ4_1>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kQ5_0:
+      return RunKernel<Kernel::kQ5_0>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kQ5_1:
+      return RunKernel<Kernel::kQ5_1>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kIQ4_NL:
+      return RunKernel<Kernel::kIQ4_NL>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kQ4_K:
+      return RunKernel<Kernel::kQ4_K>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kQ5_K:
+      return RunKernel<Kernel::kQ5_K>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kQ6_K:
+      return RunKernel<Kernel::kQ6_K>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kIQ4_XS:
+      return RunKernel<Kernel::kIQ4_XS>(avx512, x, m, w, out, n0, n1, ck);
+    default:
       TANDEM_CHECK(ck.decode != nullptr);
-    }
-  }
-  const bool avx512 = HaveAvx512();
-  switch (kernel) {
-    case Kernel::kF32:
-      return avx512 ? MatMulRangeAvx512<Kernel::kF32>(x, m, w, out, n0, n1, ck)
-                    : MatMulRangeAvx2<Kernel::kF32>(x, m, w, out, n0, n1, ck);
-    case Kernel::kQ8_0:
-      return avx512 ? MatMulRangeAvx512<Kernel::kQ8_0>(x, m, w, out, n0, n1, ck)
-                    : MatMulRangeAvx2<Kernel::kQ8_0>(x, m, w, out, n0, n1, ck);
-    case Kernel::kQ4_0:
-      return avx512 ? MatMulRangeAvx512<Kernel::kQ4_0>(x, m, w, out, n0, n1, ck)
-                    : MatMulRangeAvx2<Kernel::kQ4_0>(x, m, w, out, n0, n1, ck);
-    case Kernel::kQ4_1:
-      return avx512 ? MatMulRangeAvx512<Kernel::kQ4_1>(x, m, w, out, n0, n1, ck)
-                    : MatMulRangeAvx2<Kernel::kQ4_1>(x, m, w, out, n0, n1, ck);
-    case Kernel::kChunked:
-      return avx512 ? MatMulRangeAvx512<Kernel::kChunked>(x, m, w, out, n0, n1, ck)
-                    : MatMulRangeAvx2<Kernel::kChunked>(x, m, w, out, n0, n1, ck);
+      return RunKernel<Kernel::kChunked>(avx512, x, m, w, out, n0, n1, ck);
   }
 }
 
