@@ -59,12 +59,15 @@ enum class Kernel {
   kQ5_K,
   kQ6_K,
   kIQ4_XS,
-  kChunked,  // Q2_K, Q3_K: through the chunk decoder
+  kQ2_K,
+  kQ3_K,
+  kChunked,  // a type with a chunk decoder and no vector code (none today)
 };
 
 constexpr bool IsEightWide(Kernel k) {
   return k == Kernel::kQ5_0 || k == Kernel::kQ5_1 || k == Kernel::kIQ4_NL || k == Kernel::kQ4_K ||
-         k == Kernel::kQ5_K || k == Kernel::kQ6_K || k == Kernel::kIQ4_XS;
+         k == Kernel::kQ5_K || k == Kernel::kQ6_K || k == Kernel::kIQ4_XS || k == Kernel::kQ2_K ||
+         k == Kernel::kQ3_K;
 }
 
 // What Kernel::kChunked needs, fixed per matrix.
@@ -84,7 +87,7 @@ constexpr int kPanelRows = 16;  // weight rows decoded together on the panel pat
 constexpr int64_t kPanelMinM = 8;
 
 // ---------------------------------------------------------------------------
-// The K and 5-bit types, decoded 32 weights (one chunk, model::ChunkDecoderFor's unit)
+// The K, IQ4 and 5-bit types, decoded 32 weights (one chunk, model::ChunkDecoderFor's unit)
 // into four registers of eight with AVX2. Each value takes the chunk decoder's float
 // operations in its order — the per-chunk scale products in scalar float arithmetic,
 // then one multiply and at most one add or subtract per weight, never fused — so the
@@ -200,6 +203,41 @@ TANDEM_AVX2 inline void DecodeEight(const uint8_t* row, int64_t b, __m256* w) {
     w[1] = _mm256_mul_ps(d0, w[1]);
     w[2] = _mm256_mul_ps(d1, w[2]);
     w[3] = _mm256_mul_ps(d1, w[3]);
+  } else if constexpr (K == Kernel::kQ2_K || K == Kernel::kQ3_K) {
+    // Shift j of half n, 2 bits a weight: Q2_K x = (d * sc) * q - dmin * m with a 4-bit
+    // scale and min per 16 weights; Q3_K x = (d * (scale - 32)) * q, q minus 4 where the
+    // chunk's bit of hmask is clear, a 6-bit scale per 16 weights.
+    constexpr int kBytes = K == Kernel::kQ2_K ? 84 : 110;
+    const uint8_t* blk = row + kBytes * (b / 8);
+    const int c = static_cast<int>(b % 8), n = c / 4, j = c % 4;
+    const uint8_t* qs = blk + (K == Kernel::kQ2_K ? 16 : 32) + 32 * n;
+    __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    q = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi8(3));
+    if constexpr (K == Kernel::kQ3_K) {
+      const __m256i hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+      const __m256i bit =
+          _mm256_and_si256(_mm256_srl_epi16(hmask, _mm_cvtsi32_si128(c)), _mm256_set1_epi8(1));
+      q = _mm256_sub_epi8(_mm256_or_si256(q, _mm256_slli_epi16(bit, 2)), _mm256_set1_epi8(4));
+    }
+    Int8ToFloat(q, w);
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (K == Kernel::kQ2_K) {
+        const uint8_t sc = blk[2 * c + h];
+        const __m256 dl = _mm256_set1_ps(Half(blk + 80) * static_cast<float>(sc & 0x0F));
+        const __m256 ml = _mm256_set1_ps(Half(blk + 82) * static_cast<float>(sc >> 4));
+        w[2 * h] = _mm256_sub_ps(_mm256_mul_ps(dl, w[2 * h]), ml);
+        w[2 * h + 1] = _mm256_sub_ps(_mm256_mul_ps(dl, w[2 * h + 1]), ml);
+      } else {
+        const uint8_t* scales = blk + 96;
+        const int s = 2 * c + h;
+        const int lo = (scales[s % 8] >> (4 * (s / 8))) & 0x0F;
+        const int hi = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+        const __m256 dl =
+            _mm256_set1_ps(Half(blk + 108) * static_cast<float>((lo | (hi << 4)) - 32));
+        w[2 * h] = _mm256_mul_ps(dl, w[2 * h]);
+        w[2 * h + 1] = _mm256_mul_ps(dl, w[2 * h + 1]);
+      }
+    }
   } else {
     // IQ4_XS, sub-block c: x = (d * (scale - 32)) * level[q].
     static_assert(K == Kernel::kIQ4_XS);
@@ -684,6 +722,10 @@ void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, i
       return RunKernel<Kernel::kQ6_K>(avx512, x, m, w, out, n0, n1, ck);
     case GgmlType::kIQ4_XS:
       return RunKernel<Kernel::kIQ4_XS>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kQ2_K:
+      return RunKernel<Kernel::kQ2_K>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kQ3_K:
+      return RunKernel<Kernel::kQ3_K>(avx512, x, m, w, out, n0, n1, ck);
     default:
       TANDEM_CHECK(ck.decode != nullptr);
       return RunKernel<Kernel::kChunked>(avx512, x, m, w, out, n0, n1, ck);
