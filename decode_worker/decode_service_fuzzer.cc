@@ -34,6 +34,7 @@
 #include "decode_worker/decode_worker.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/fuzz/service_script.h"
 
 namespace {
 
@@ -116,12 +117,6 @@ Harness& H() {
   return *h;
 }
 
-std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
-  return ctx;
-}
-
 // One reservation the script made, by slot.
 struct Slot {
   uint64_t lease_id = 0;
@@ -129,43 +124,10 @@ struct Slot {
   std::vector<int32_t> block_ids;
 };
 
-// Reads the script.
-class Script {
- public:
-  explicit Script(std::string_view bytes) : rest_(bytes) {}
-  bool Next(uint8_t* op, uint8_t* flags, std::string_view* message) {
-    if (rest_.size() < 3) return false;
-    *op = static_cast<uint8_t>(rest_[0]);
-    *flags = static_cast<uint8_t>(rest_[1]);
-    const size_t n = std::min<size_t>(static_cast<uint8_t>(rest_[2]), rest_.size() - 3);
-    *message = rest_.substr(3, n);
-    rest_.remove_prefix(3 + n);
-    return true;
-  }
-
- private:
-  std::string_view rest_;
-};
-
 // Sends `bytes` unparsed to `method` (a unary call), as a client with a broken encoder would.
 void SendRaw(const std::string& method, std::string_view bytes) {
-  grpc::Slice slice(bytes.data(), bytes.size());
-  grpc::ByteBuffer request(&slice, 1), response;
-  auto ctx = Context(std::chrono::seconds(5));
-  grpc::Status st;
-  bool done = false;
-  std::mutex mu;
-  std::condition_variable cv;
-  H().generic->UnaryCall(ctx.get(), method, grpc::StubOptions(), &request, &response,
-                         [&](grpc::Status s) {
-                           std::lock_guard<std::mutex> lock(mu);
-                           st = std::move(s);
-                           done = true;
-                           cv.notify_all();
-                         });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  // gRPC answers bytes that do not parse as the request INTERNAL before any handler runs.
+  const grpc::Status st = fuzz::CallRaw(*H().generic, method, bytes);
+  // INTERNAL: gRPC's answer to bytes that do not parse, before any handler runs.
   if (st.error_code() != grpc::StatusCode::INTERNAL) CheckStatus(st, method.c_str());
 }
 
@@ -177,7 +139,7 @@ void Reserve(std::string_view bytes, uint8_t flags, std::vector<Slot>& slots) {
   if (flags & 1) req.set_num_tokens(1 + req.num_tokens() % 200);  // one that fits, mostly
   if (flags & 2) req.set_lease_ms(1 + req.lease_ms() % 20000);
   v1::ReserveResponse resp;
-  auto ctx = Context(std::chrono::seconds(5));
+  auto ctx = fuzz::Context(std::chrono::seconds(5));
   const grpc::Status st = H().decode->Reserve(ctx.get(), req, &resp);
   CheckStatus(st, "Reserve");
   if (st.ok()) {
@@ -199,7 +161,7 @@ void Release(std::string_view bytes, uint8_t flags, const std::vector<Slot>& slo
   }
   if (const Slot* s = Pick(slots, flags)) req.set_lease_id(s->lease_id);
   v1::ReleaseResponse resp;
-  auto ctx = Context(std::chrono::seconds(5));
+  auto ctx = fuzz::Context(std::chrono::seconds(5));
   CheckStatus(H().decode->Release(ctx.get(), req, &resp), "Release");
 }
 
@@ -210,7 +172,7 @@ void Handshake(std::string_view bytes, uint8_t flags) {
   }
   if (flags & 1) *req.mutable_fingerprint() = H().fingerprint;
   v1::HandshakeResponse resp;
-  auto ctx = Context(std::chrono::seconds(5));
+  auto ctx = fuzz::Context(std::chrono::seconds(5));
   CheckStatus(H().kv->Handshake(ctx.get(), req, &resp), "Handshake");
 }
 
@@ -218,7 +180,7 @@ void Handshake(std::string_view bytes, uint8_t flags) {
 void Push(std::string_view bytes, uint8_t flags, const std::vector<Slot>& slots) {
   const Slot* slot = Pick(slots, flags);
   v1::PushKvBlocksResponse resp;
-  auto ctx = Context(std::chrono::seconds(10));
+  auto ctx = fuzz::Context(std::chrono::seconds(10));
   auto writer = H().kv->PushKvBlocks(ctx.get(), &resp);
   bool first = true;
   while (!bytes.empty()) {
@@ -255,7 +217,7 @@ void Decode(std::string_view bytes, uint8_t flags, const std::vector<Slot>& slot
   // Bounded work per call: the generation a script can ask for is capped by the
   // reservation anyway; a deadline turns an endless stream into a finding below.
   if (flags & 1) req.mutable_params()->set_max_tokens(1 + req.params().max_tokens() % 8);
-  auto ctx = Context(std::chrono::seconds(20));
+  auto ctx = fuzz::Context(std::chrono::seconds(20));
   auto reader = H().decode->Decode(ctx.get(), req);
   v1::DecodeResponse resp;
   int tokens = 0;
@@ -272,13 +234,13 @@ void CheckBaseline(const std::vector<Slot>& slots) {
     v1::ReleaseRequest req;
     req.set_lease_id(s.lease_id);
     v1::ReleaseResponse resp;
-    auto ctx = Context(std::chrono::seconds(5));
+    auto ctx = fuzz::Context(std::chrono::seconds(5));
     CheckStatus(H().decode->Release(ctx.get(), req, &resp), "Release (cleanup)");
   }
   v1::WorkerStats stats;
   for (int i = 0; i < 500; ++i) {
     stats.Clear();
-    auto ctx = Context(std::chrono::seconds(5));
+    auto ctx = fuzz::Context(std::chrono::seconds(5));
     const grpc::Status st =
         H().decode->GetWorkerStats(ctx.get(), v1::GetWorkerStatsRequest(), &stats);
     if (!st.ok()) Fail("GetWorkerStats: " + st.error_message());
@@ -298,7 +260,7 @@ void CheckBaseline(const std::vector<Slot>& slots) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   H();
-  Script script({reinterpret_cast<const char*>(data), size});
+  fuzz::Script script({reinterpret_cast<const char*>(data), size});
   std::vector<Slot> slots;
   uint8_t op, flags;
   std::string_view message;

@@ -45,6 +45,7 @@
 #include "grpcpp/grpcpp.h"
 #include "prefill_worker/prefill_service.h"
 #include "prefill_worker/prefill_worker.h"
+#include "tests/fuzz/service_script.h"
 
 namespace {
 
@@ -158,12 +159,6 @@ Harness& H() {
   return *h;
 }
 
-std::unique_ptr<grpc::ClientContext> Context(std::chrono::milliseconds timeout) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
-  return ctx;
-}
-
 // One reservation the script made on the decode worker, by slot.
 struct Slot {
   uint64_t lease_id = 0;
@@ -172,44 +167,11 @@ struct Slot {
   int32_t cached_blocks = 0;
 };
 
-// Reads the script.
-class Script {
- public:
-  explicit Script(std::string_view bytes) : rest_(bytes) {}
-  bool Next(uint8_t* op, uint8_t* flags, std::string_view* message) {
-    if (rest_.size() < 3) return false;
-    *op = static_cast<uint8_t>(rest_[0]);
-    *flags = static_cast<uint8_t>(rest_[1]);
-    const size_t n = std::min<size_t>(static_cast<uint8_t>(rest_[2]), rest_.size() - 3);
-    *message = rest_.substr(3, n);
-    rest_.remove_prefix(3 + n);
-    return true;
-  }
-
- private:
-  std::string_view rest_;
-};
-
 // Sends `bytes` unparsed to the prefill worker's `method`, as a client with a broken
 // encoder would.
 void SendRaw(const std::string& method, std::string_view bytes) {
-  grpc::Slice slice(bytes.data(), bytes.size());
-  grpc::ByteBuffer request(&slice, 1), response;
-  auto ctx = Context(std::chrono::seconds(5));
-  grpc::Status st;
-  bool done = false;
-  std::mutex mu;
-  std::condition_variable cv;
-  H().generic->UnaryCall(ctx.get(), method, grpc::StubOptions(), &request, &response,
-                         [&](grpc::Status s) {
-                           std::lock_guard<std::mutex> lock(mu);
-                           st = std::move(s);
-                           done = true;
-                           cv.notify_all();
-                         });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  // gRPC answers bytes that do not parse as the request INTERNAL before any handler runs.
+  const grpc::Status st = fuzz::CallRaw(*H().generic, method, bytes);
+  // INTERNAL: gRPC's answer to bytes that do not parse, before any handler runs.
   if (st.error_code() != grpc::StatusCode::INTERNAL) CheckStatus(st, method.c_str());
 }
 
@@ -224,7 +186,7 @@ void Reserve(std::string_view bytes, uint8_t flags, std::vector<Slot>& slots) {
   if (flags & 1) req.set_num_tokens(1 + req.num_tokens() % 200);  // one that fits, mostly
   if (flags & 2) req.set_lease_ms(1 + req.lease_ms() % 20000);
   v1::ReserveResponse resp;
-  auto ctx = Context(std::chrono::seconds(5));
+  auto ctx = fuzz::Context(std::chrono::seconds(5));
   const grpc::Status st = H().decode->Reserve(ctx.get(), req, &resp);
   CheckStatus(st, "Reserve");
   if (st.ok()) {
@@ -240,7 +202,7 @@ void Release(std::string_view bytes, uint8_t flags, const std::vector<Slot>& slo
   if (!req.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return;
   if (const Slot* s = Pick(slots, flags)) req.set_lease_id(s->lease_id);
   v1::ReleaseResponse resp;
-  auto ctx = Context(std::chrono::seconds(5));
+  auto ctx = fuzz::Context(std::chrono::seconds(5));
   CheckStatus(H().decode->Release(ctx.get(), req, &resp), "Release");
 }
 
@@ -307,7 +269,7 @@ void Prefill(std::string_view bytes, uint8_t op, uint8_t flags, const std::vecto
     v1::PrefillResponse resp;
     // The tiny model prefills in milliseconds and a refused transfer ends at once; a
     // Prefill still running at its deadline is a hang.
-    auto ctx = Context(std::chrono::seconds(8));
+    auto ctx = fuzz::Context(std::chrono::seconds(8));
     const grpc::Status st = H().prefill->Prefill(ctx.get(), req, &resp);
     if (st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) Fail("a Prefill never ended");
     CheckStatus(st, "Prefill");
@@ -327,7 +289,7 @@ void Stats(std::string_view bytes) {
     return SendRaw("/tandem.v1.PrefillWorker/GetWorkerStats", bytes);
   }
   v1::WorkerStats resp;
-  auto ctx = Context(std::chrono::seconds(5));
+  auto ctx = fuzz::Context(std::chrono::seconds(5));
   const grpc::Status st = H().prefill->GetWorkerStats(ctx.get(), req, &resp);
   if (!st.ok()) Fail("GetWorkerStats: " + st.error_message());
 }
@@ -338,7 +300,7 @@ void CheckBaseline(const std::vector<Slot>& slots) {
     v1::ReleaseRequest req;
     req.set_lease_id(s.lease_id);
     v1::ReleaseResponse resp;
-    auto ctx = Context(std::chrono::seconds(5));
+    auto ctx = fuzz::Context(std::chrono::seconds(5));
     CheckStatus(H().decode->Release(ctx.get(), req, &resp), "Release (cleanup)");
   }
   v1::WorkerStats d, p;
@@ -349,8 +311,8 @@ void CheckBaseline(const std::vector<Slot>& slots) {
   for (int i = 0; i < 500; ++i) {
     d.Clear();
     p.Clear();
-    auto dctx = Context(std::chrono::seconds(5));
-    auto pctx = Context(std::chrono::seconds(5));
+    auto dctx = fuzz::Context(std::chrono::seconds(5));
+    auto pctx = fuzz::Context(std::chrono::seconds(5));
     if (grpc::Status st = H().decode->GetWorkerStats(dctx.get(), {}, &d); !st.ok())
       Fail("decode GetWorkerStats: " + st.error_message());
     if (grpc::Status st = H().prefill->GetWorkerStats(pctx.get(), {}, &p); !st.ok())
@@ -372,7 +334,7 @@ void CheckBaseline(const std::vector<Slot>& slots) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   H();
-  Script script({reinterpret_cast<const char*>(data), size});
+  fuzz::Script script({reinterpret_cast<const char*>(data), size});
   std::vector<Slot> slots;
   uint8_t op, flags;
   std::string_view message;
