@@ -24,7 +24,8 @@ size_t WeightMatrix::RowBytes() const {
 }
 
 bool MatMulSupports(GgmlType type) {
-  return type == GgmlType::kF32 || model::ChunkDecoderFor(type) != nullptr;
+  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 ||
+         model::ChunkDecoderFor(type) != nullptr;
 }
 
 void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* out) {
@@ -48,6 +49,8 @@ namespace {
 // are Dequantize's by construction.
 enum class Kernel {
   kF32,
+  kF16,   // converted 8 at a time (exact, as HalfToFloat)
+  kBF16,  // widened 8 at a time (exact, as Bf16ToFloat)
   kQ8_0,
   kQ4_0,
   kQ4_1,
@@ -65,9 +68,9 @@ enum class Kernel {
 };
 
 constexpr bool IsEightWide(Kernel k) {
-  return k == Kernel::kQ5_0 || k == Kernel::kQ5_1 || k == Kernel::kIQ4_NL || k == Kernel::kQ4_K ||
-         k == Kernel::kQ5_K || k == Kernel::kQ6_K || k == Kernel::kIQ4_XS || k == Kernel::kQ2_K ||
-         k == Kernel::kQ3_K;
+  return k == Kernel::kF16 || k == Kernel::kBF16 || k == Kernel::kQ5_0 || k == Kernel::kQ5_1 ||
+         k == Kernel::kIQ4_NL || k == Kernel::kQ4_K || k == Kernel::kQ5_K || k == Kernel::kQ6_K ||
+         k == Kernel::kIQ4_XS || k == Kernel::kQ2_K || k == Kernel::kQ3_K;
 }
 
 // What Kernel::kChunked needs, fixed per matrix.
@@ -141,7 +144,17 @@ TANDEM_AVX2 inline float Half(const uint8_t* p) {
 // Chunk b of a row (weights 32b … 32b + 31) of kernel K as four registers of eight.
 template <Kernel K>
 TANDEM_AVX2 inline void DecodeEight(const uint8_t* row, int64_t b, __m256* w) {
-  if constexpr (K == Kernel::kQ5_0 || K == Kernel::kQ5_1 || K == Kernel::kIQ4_NL) {
+  if constexpr (K == Kernel::kF16 || K == Kernel::kBF16) {
+    const uint8_t* p = row + 64 * b;  // 32 values of 2 bytes
+    for (int i = 0; i < 4; ++i) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i));
+      if constexpr (K == Kernel::kF16) {
+        w[i] = _mm256_cvtph_ps(v);
+      } else {
+        w[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+      }
+    }
+  } else if constexpr (K == Kernel::kQ5_0 || K == Kernel::kQ5_1 || K == Kernel::kIQ4_NL) {
     // 32-weight blocks: x = d * (q - 16), d * q + m, d * level[q].
     constexpr int kBytes = K == Kernel::kQ5_0 ? 22 : K == Kernel::kQ5_1 ? 24 : 18;
     const uint8_t* blk = row + kBytes * b;
@@ -702,6 +715,10 @@ void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, i
   switch (w.type) {
     case GgmlType::kF32:
       return RunKernel<Kernel::kF32>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kF16:
+      return RunKernel<Kernel::kF16>(avx512, x, m, w, out, n0, n1, ck);
+    case GgmlType::kBF16:
+      return RunKernel<Kernel::kBF16>(avx512, x, m, w, out, n0, n1, ck);
     case GgmlType::kQ8_0:
       return RunKernel<Kernel::kQ8_0>(avx512, x, m, w, out, n0, n1, ck);
     case GgmlType::kQ4_0:

@@ -20,6 +20,15 @@ using model::GgmlType;
 // Random weights of `type`: random quant bytes, finite random scales (smaller for the
 // 256-element types, whose 6-bit sub-block scales multiply them again).
 std::vector<uint8_t> RandomWeights(GgmlType type, int64_t n, int64_t k, std::mt19937& rng) {
+  if (type == GgmlType::kF16 || type == GgmlType::kBF16) {
+    std::vector<uint8_t> data(n * k * 2);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int64_t i = 0; i < n * k; ++i) {
+      const uint16_t h = type == GgmlType::kF16 ? FloatToHalf(u(rng)) : FloatToBf16(u(rng));
+      std::memcpy(data.data() + 2 * i, &h, 2);
+    }
+    return data;
+  }
   if (type != GgmlType::kF32) {
     return ::tandem::testing::RandomQuantRows(
         type, n, k, model::Traits(type).block_size == 256 ? 0.002f : 0.05f, rng);
@@ -153,10 +162,10 @@ TEST_P(MatMulSimdTest, GivesTheStatedArithmeticsBits) {
 }
 
 // Every type MatMul takes: the hand-vectorized ones and the chunk-decoded ones.
-const GgmlType kTypes[] = {GgmlType::kF32,   GgmlType::kQ8_0, GgmlType::kQ4_0,   GgmlType::kQ4_1,
-                           GgmlType::kQ5_0,  GgmlType::kQ5_1, GgmlType::kIQ4_NL, GgmlType::kQ2_K,
-                           GgmlType::kQ3_K,  GgmlType::kQ4_K, GgmlType::kQ5_K,   GgmlType::kQ6_K,
-                           GgmlType::kIQ4_XS};
+const GgmlType kTypes[] = {GgmlType::kF32,    GgmlType::kF16,  GgmlType::kBF16,  GgmlType::kQ8_0,
+                           GgmlType::kQ4_0,   GgmlType::kQ4_1, GgmlType::kQ5_0,  GgmlType::kQ5_1,
+                           GgmlType::kIQ4_NL, GgmlType::kQ2_K, GgmlType::kQ3_K,  GgmlType::kQ4_K,
+                           GgmlType::kQ5_K,   GgmlType::kQ6_K, GgmlType::kIQ4_XS};
 
 INSTANTIATE_TEST_SUITE_P(Types, MatMulTest,
                          ::testing::Combine(::testing::ValuesIn(kTypes),

@@ -95,7 +95,7 @@ TEST(CliInspect, ListsEveryTensorWithTypeAndShape) {
 }
 
 // A file tandem cannot serve, for every reason at once: a tensor type it has no decoder
-// for and YaRN RoPE scaling; and one it can, whose F16 matrix is converted at load.
+// for and YaRN RoPE scaling; and one it can, with the memory its weights take.
 TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
   auto write = [](const std::string& path, uint32_t q_type, bool yarn) {
     testing::GgufBuilder b = testing::TinyGpt2Vocab();  // architecture llama, 4 tokens
@@ -115,7 +115,11 @@ TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
       b.F32Tensor(name, dims, std::vector<float>(n, 0.01f));
     };
     f32("token_embd.weight", {256, 4});
-    f32("output_norm.weight", {256});
+    // The final norm in F16: a vector the engine converts to F32 at load.
+    b.AddTensor({"output_norm.weight",
+                 static_cast<uint32_t>(model::GgmlType::kF16),
+                 {256},
+                 std::string(512, '\0')});
     f32("blk.0.attn_norm.weight", {256});
     b.AddTensor({"blk.0.attn_q.weight",
                  q_type,
@@ -146,9 +150,9 @@ TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
   EXPECT_EQ(good.exit_code, 0) << good.out;
   EXPECT_THAT(good.out, ::testing::HasSubstr("servable          yes"));
   EXPECT_THAT(good.out, ::testing::Not(::testing::HasSubstr("unsupported")));
-  // The F16 matrix (128 KiB in the file) becomes 256 KiB of F32; the rest stays as
-  // stored: 6 F32 matrices of 256 KiB, the tied 4 × 256 embedding and 3 norms.
-  EXPECT_THAT(good.out, ::testing::HasSubstr("weights in memory 1.5068 MiB as stored + 256 KiB "
+  // Stored: the F16 matrix (128 KiB), 6 F32 matrices of 256 KiB, the tied 4 × 256 F32
+  // embedding and 2 F32 norms; converted: the F16 norm, 256 floats.
+  EXPECT_THAT(good.out, ::testing::HasSubstr("weights in memory 1.6308 MiB as stored + 1 KiB "
                                              "converted to F32 at load"));
   std::filesystem::remove_all(dir);
 }
