@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds every libFuzzer target under ASan and UBSan with clang (build-san/, shared
 # with scripts/sanitize.sh) and runs each for FUZZ_SECONDS (default 30) from its
-# committed seed corpus (tests/fuzz/<name>/; the GGUF reader's is tests/data/*.gguf).
+# committed seed corpus (tests/fuzz/<name>/; the GGUF and safetensors readers' are
+# tests/data/*.gguf and tests/data/*.safetensors).
 # Fails on a target that does not build, any crash, sanitizer report, leak, timeout
 # (a unit over 10 s: a hang) or single allocation over 256 MiB.
 #
@@ -10,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_RUN=${FUZZ_SECONDS:-30}
-FUZZERS=(gguf_fuzzer tokenizer_fuzzer chat_template_fuzzer openai_request_fuzzer
+FUZZERS=(gguf_fuzzer safetensors_fuzzer tokenizer_fuzzer chat_template_fuzzer openai_request_fuzzer
          decode_service_fuzzer prefill_service_fuzzer)
 [ $# -gt 0 ] && FUZZERS=("$@")
 scripts/sanitize.sh --configure
@@ -27,6 +28,7 @@ max_len() {
 seeds() {
   case "$1" in
     gguf_fuzzer) echo tests/data/*.gguf ;;
+    safetensors_fuzzer) echo tests/data/*.safetensors ;;
     *) echo "tests/fuzz/${1%_fuzzer}"/* ;;
   esac
 }
