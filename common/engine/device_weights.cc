@@ -63,12 +63,13 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Prepare(const Mode
   for (size_t i = 0; i < host.layers().size(); ++i) {
     const LayerWeights& L = host.layers()[i];
     DeviceLayer& D = w->layers_[i];
-    src.insert(
-        src.end(),
-        {Vector(L.attn_norm, h, &D.attn_norm), Matrix(L.wq, &D.wq), Matrix(L.wk, &D.wk),
-         Matrix(L.wv, &D.wv), Vector(L.bq, q_dim, &D.bq), Vector(L.bk, kv_dim, &D.bk),
-         Vector(L.bv, kv_dim, &D.bv), Matrix(L.wo, &D.wo), Vector(L.ffn_norm, h, &D.ffn_norm),
-         Matrix(L.w_gate, &D.w_gate), Matrix(L.w_up, &D.w_up), Matrix(L.w_down, &D.w_down)});
+    src.insert(src.end(),
+               {Vector(L.attn_norm, h, &D.attn_norm), Matrix(L.wq, &D.wq), Matrix(L.wk, &D.wk),
+                Matrix(L.wv, &D.wv), Vector(L.bq, q_dim, &D.bq), Vector(L.bk, kv_dim, &D.bk),
+                Vector(L.bv, kv_dim, &D.bv), Vector(L.q_norm, c.head_dim, &D.q_norm),
+                Vector(L.k_norm, c.head_dim, &D.k_norm), Matrix(L.wo, &D.wo),
+                Vector(L.ffn_norm, h, &D.ffn_norm), Matrix(L.w_gate, &D.w_gate),
+                Matrix(L.w_up, &D.w_up), Matrix(L.w_down, &D.w_down)});
   }
   // The type each tensor takes in backend memory.
   const std::optional<model::GgmlType> want = backend->WeightType();

@@ -24,6 +24,7 @@ struct DeviceLayer {
   Tensor attn_norm;             // [1][hidden] f32
   Tensor wq, wk, wv;            // [n_heads·head_dim | n_kv_heads·head_dim][hidden]
   Tensor bq, bk, bv;            // [1][…] f32, or empty
+  Tensor q_norm, k_norm;        // [1][head_dim] f32, or empty
   Tensor wo;                    // [hidden][n_heads·head_dim]
   Tensor ffn_norm;              // [1][hidden] f32
   Tensor w_gate, w_up, w_down;  // [ffn][hidden], [ffn][hidden], [hidden][ffn]

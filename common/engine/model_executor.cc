@@ -285,6 +285,12 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
     if (!L.bq.empty()) backend_->AddBias(q, L.bq);
     if (!L.bk.empty()) backend_->AddBias(k, L.bk);
     if (!L.bv.empty()) backend_->AddBias(v, L.bv);
+    if (!L.q_norm.empty()) {  // per head: [T·heads][head_dim] rows, in place
+      backend_->RmsNorm(f32(at.q, T * c.n_heads, c.head_dim), L.q_norm, eps,
+                        f32(at.q, T * c.n_heads, c.head_dim));
+      backend_->RmsNorm(f32(at.k, T * c.n_kv_heads, c.head_dim), L.k_norm, eps,
+                        f32(at.k, T * c.n_kv_heads, c.head_dim));
+    }
     backend_->Rope(q, attn_.n_heads, rope_table, rope_);
     backend_->Rope(k, attn_.n_kv_heads, rope_table, rope_);
     backend_->WriteKv(k, v, step, l, kv_);

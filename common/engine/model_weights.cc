@@ -113,6 +113,10 @@ absl::Status ModelWeights::LoadInto(const GgufFile& f, const model::ModelConfig&
     ASSIGN_OR_RETURN(L.bq, w->Vector(f, p + "attn_q.bias", q_dim, /*optional=*/true));
     ASSIGN_OR_RETURN(L.bk, w->Vector(f, p + "attn_k.bias", kv_dim, true));
     ASSIGN_OR_RETURN(L.bv, w->Vector(f, p + "attn_v.bias", kv_dim, true));
+    if (c.qk_norm) {
+      ASSIGN_OR_RETURN(L.q_norm, w->Vector(f, p + "attn_q_norm.weight", c.head_dim));
+      ASSIGN_OR_RETURN(L.k_norm, w->Vector(f, p + "attn_k_norm.weight", c.head_dim));
+    }
     ASSIGN_OR_RETURN(L.wo, w->Matrix(f, p + "attn_output.weight", h, q_dim));
     ASSIGN_OR_RETURN(L.ffn_norm, w->Vector(f, p + "ffn_norm.weight", h));
     ASSIGN_OR_RETURN(L.w_gate, w->Matrix(f, p + "ffn_gate.weight", c.ffn_size, h));

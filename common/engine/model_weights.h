@@ -28,6 +28,8 @@ struct LayerWeights {
   const float* bq = nullptr;         // qwen2 only: [n_heads·head_dim]
   const float* bk = nullptr;         // [n_kv_heads·head_dim]
   const float* bv = nullptr;
+  const float* q_norm = nullptr;    // qwen3 only: [head_dim], every query head
+  const float* k_norm = nullptr;    // [head_dim], every key head
   WeightMatrix wo;                  // [hidden][n_heads·head_dim]
   const float* ffn_norm = nullptr;  // [hidden]
   WeightMatrix w_gate;              // [ffn][hidden]

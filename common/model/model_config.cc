@@ -49,9 +49,9 @@ absl::StatusOr<int32_t> TokenIdOr(const GgufFile& f, const std::string& key) {
 absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ModelConfig c;
   ASSIGN_OR_RETURN(std::string_view arch, f.GetString("general.architecture"));
-  if (arch != "llama" && arch != "mistral" && arch != "qwen2") {
-    return absl::UnimplementedError(
-        StrCat("model config: architecture '", arch, "' is not supported (llama, mistral, qwen2)"));
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3") {
+    return absl::UnimplementedError(StrCat("model config: architecture '", arch,
+                                           "' is not supported (llama, mistral, qwen2, qwen3)"));
   }
   c.architecture = std::string(arch);
   if (auto name = f.GetString("general.name"); name.ok()) c.name = std::string(*name);
@@ -114,7 +114,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
 
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
-  c.rope_halves = c.architecture == "qwen2";
+  c.rope_halves = c.architecture == "qwen2" || c.architecture == "qwen3";
+  c.qk_norm = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
 
   ASSIGN_OR_RETURN(c.bos_token_id, TokenIdOr(f, "tokenizer.ggml.bos_token_id"));
   ASSIGN_OR_RETURN(c.eos_token_id, TokenIdOr(f, "tokenizer.ggml.eos_token_id"));

@@ -1,7 +1,8 @@
 // ModelConfig: the hyper-parameters of a Llama-family model, read from GGUF metadata.
 //
-// Covers `general.architecture` = llama, mistral and qwen2 (the same decoder math;
-// qwen2 adds biases to the Q/K/V projections). A plain value type; FromGguf checks
+// Covers `general.architecture` = llama, mistral, qwen2 and qwen3 (the same decoder
+// math; qwen2 adds biases to the Q/K/V projections, qwen3 an RMSNorm of each head's
+// query and key before RoPE, and a head dim of its own). A plain value type; FromGguf checks
 // that the numbers are consistent (heads divide the hidden size, KV heads divide
 // heads, ...) and returns InvalidArgument naming the key otherwise.
 #ifndef TANDEM_COMMON_MODEL_MODEL_CONFIG_H_
@@ -51,6 +52,9 @@ struct ModelConfig {
   // RoPE pairs (i, i + rope_dim/2) as NeoX does (qwen2); llama/mistral GGUF files store
   // Q/K permuted for adjacent pairs (2i, 2i+1).
   bool rope_halves = false;
+  // Each head's query and key RMS-normalised (weights attn_q_norm / attn_k_norm, one
+  // per head dim) after the projection, before RoPE (qwen3).
+  bool qk_norm = false;
 
   int32_t bos_token_id = -1;  // -1: none
   int32_t eos_token_id = -1;

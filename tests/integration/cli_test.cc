@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -256,7 +257,10 @@ TEST(CliBench, SyntheticModelsAndTheAttentionBenchRunOnTheCpu) {
   const auto j = nlohmann::json::parse(e.out.substr(e.out.find('{')));
   EXPECT_EQ(j["model"], "synthetic:tiny");
   EXPECT_EQ(j["pp_sweep"].size(), 3u);
-  EXPECT_GT(j["pp_fit"]["slope_us_per_token"].get<double>(), 0);
+  // The fit is reported; its value is timing (three tiny prompts of a tiny model: under
+  // load its slope came out negative once), which a unit test does not judge.
+  EXPECT_TRUE(std::isfinite(j["pp_fit"]["slope_us_per_token"].get<double>()));
+  EXPECT_TRUE(j["pp_fit"].contains("r2"));
   RunResult d = Tandem(
       "bench attention -t 2 --batch 3 --context 100 --heads 4 --kv-heads 2 "
       "--head-dim 64 -r 2 --json");
