@@ -190,16 +190,6 @@ void ChunkIQ4_XS(const uint8_t* b, int c, float* y) {
 
 }  // namespace
 
-void KQuantScaleMin(const uint8_t* q, int j, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 ChunkDecoder ChunkDecoderFor(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_0:

@@ -36,7 +36,16 @@ ChunkDecoder ChunkDecoderFor(GgmlType type);
 // chunk decoders, so that both read a block the same way:
 // the 6-bit scale and min of sub-block j (0…7) from the 12 packed scale bytes of Q4_K
 // and Q5_K;
-void KQuantScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m);
+// (Inline: the matmul kernels call it once per 32 weights.)
+inline void KQuantScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *m = scales[j + 4] & 63;
+  } else {
+    *sc = (scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4);
+    *m = (scales[j + 4] >> 4) | ((scales[j] >> 6) << 4);
+  }
+}
 // IQ4_NL's (and IQ4_XS's) 16 non-linear levels, which a 4-bit index selects.
 inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                           1,    13,   25,  38,  53,  69,  89,  113};
