@@ -98,20 +98,42 @@ std::string Key(int i, const char* field) {
   return k;
 }
 
+// `n` greedy tokens after `prompt` through the engine's own loop (prefill, then
+// KV-cached decode steps), EOS ignored.
+std::vector<int32_t> GreedyContinuation(Engine& engine, const std::vector<int32_t>& prompt,
+                                        int64_t n) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = static_cast<int32_t>(n);
+  sp.ignore_eos = true;
+  auto id = engine.AddRequest(prompt, sp);
+  EXPECT_TRUE(id.ok()) << id.status();
+  std::vector<int32_t> got;
+  while (engine.HasWork())
+    for (const auto& ev : StepOk(engine)) got.push_back(ev.token);
+  return got;
+}
+
+// A GGUF file and the weights loaded from it.
+void LoadModelFile(const std::string& path, std::unique_ptr<model::GgufFile>* file,
+                   std::unique_ptr<ModelWeights>* weights) {
+  auto f = model::GgufFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  *file = std::move(*f);
+  auto c = model::ModelConfig::FromGguf(**file);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto w = ModelWeights::Load(**file, *c);
+  ASSERT_TRUE(w.ok()) << w.status();
+  *weights = std::move(*w);
+}
+
 class GoldenTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto g = model::GgufFile::Open(TestDataPath("engine_golden.gguf"));
     ASSERT_TRUE(g.ok()) << g.status();
     golden_ = std::move(*g);
-    auto f = model::GgufFile::Open(DefaultModelPath());
-    ASSERT_TRUE(f.ok()) << f.status() << " (run scripts/fetch-model.sh)";
-    model_ = std::move(*f);
-    auto c = model::ModelConfig::FromGguf(*model_);
-    ASSERT_TRUE(c.ok());
-    auto w = ModelWeights::Load(*model_, *c);
-    ASSERT_TRUE(w.ok()) << w.status();
-    weights_ = std::move(*w);
+    LoadModelFile(DefaultModelPath(), &model_, &weights_);  // scripts/fetch-model.sh
   }
   std::unique_ptr<model::GgufFile> golden_, model_;
   std::unique_ptr<ModelWeights> weights_;
@@ -173,15 +195,8 @@ std::vector<std::vector<int32_t>> Greedy(const ModelWeights& weights, const mode
   for (int i = 0; i < n_prompts; ++i) {
     const auto tokens = TensorValues<int32_t>(golden, Key(i, "tokens"));
     const int64_t n_prompt = static_cast<int64_t>(*golden.GetUint(Key(i, "n_prompt")));
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.max_tokens = static_cast<int32_t>(tokens.size() - n_prompt);
-    sp.ignore_eos = true;
-    EXPECT_TRUE(engine->AddRequest({tokens.begin(), tokens.begin() + n_prompt}, sp).ok());
-    std::vector<int32_t> got;
-    while (engine->HasWork())
-      for (const auto& ev : StepOk(*engine)) got.push_back(ev.token);
-    out.push_back(got);
+    out.push_back(GreedyContinuation(*engine, {tokens.begin(), tokens.begin() + n_prompt},
+                                     static_cast<int64_t>(tokens.size()) - n_prompt));
   }
   return out;
 }
@@ -259,15 +274,8 @@ TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
     const int64_t n_prompt = static_cast<int64_t>(*golden_->GetUint(Key(i, "n_prompt")));
     const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + n_prompt);
     const std::vector<int32_t> want(tokens.begin() + n_prompt, tokens.end());
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.max_tokens = static_cast<int32_t>(want.size());
-    sp.ignore_eos = true;
-    auto id = engine->AddRequest(prompt, sp);
-    ASSERT_TRUE(id.ok()) << id.status();
-    std::vector<int32_t> got;
-    while (engine->HasWork())
-      for (const auto& ev : StepOk(*engine)) got.push_back(ev.token);
+    const std::vector<int32_t> got =
+        GreedyContinuation(*engine, prompt, static_cast<int64_t>(want.size()));
     ASSERT_EQ(got.size(), want.size());
     for (size_t j = 0; j < want.size(); ++j) {
       if (got[j] == want[j]) continue;
@@ -287,18 +295,11 @@ TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
 class ArchGoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    auto m = model::GgufFile::Open(TestDataPath("tiny_" + GetParam() + ".gguf"));
-    ASSERT_TRUE(m.ok()) << m.status();
-    model_ = std::move(*m);
+    LoadModelFile(TestDataPath("tiny_" + GetParam() + ".gguf"), &model_, &weights_);
     auto g = model::GgufFile::Open(TestDataPath("tiny_" + GetParam() + "_golden.gguf"));
     ASSERT_TRUE(g.ok()) << g.status();
     golden_ = std::move(*g);
-    auto c = model::ModelConfig::FromGguf(*model_);
-    ASSERT_TRUE(c.ok()) << c.status();
-    EXPECT_EQ(c->architecture, GetParam());
-    auto w = ModelWeights::Load(*model_, *c);
-    ASSERT_TRUE(w.ok()) << w.status();
-    weights_ = std::move(*w);
+    EXPECT_EQ(weights_->config().architecture, GetParam());
   }
   std::unique_ptr<model::GgufFile> model_, golden_;
   std::unique_ptr<ModelWeights> weights_;
@@ -339,14 +340,8 @@ TEST_P(ArchGoldenTest, GreedyContinuationMatchesTransformers) {
     const int64_t n_prompt = static_cast<int64_t>(*golden_->GetUint(Key(i, "n_prompt")));
     const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + n_prompt);
     const std::vector<int32_t> want(tokens.begin() + n_prompt, tokens.end());
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.max_tokens = static_cast<int32_t>(want.size());
-    sp.ignore_eos = true;
-    ASSERT_TRUE(engine->AddRequest(prompt, sp).ok());
-    std::vector<int32_t> got;
-    while (engine->HasWork())
-      for (const auto& ev : StepOk(*engine)) got.push_back(ev.token);
+    const std::vector<int32_t> got =
+        GreedyContinuation(*engine, prompt, static_cast<int64_t>(want.size()));
     ASSERT_EQ(got.size(), want.size());
     for (size_t j = 0; j < want.size(); ++j) {
       // The generator recorded every greedy margin; none is a near-tie.
