@@ -32,6 +32,8 @@ def main():
     for name, v in (("hidden", a.hidden), ("ffn", a.ffn)):
         if v % 256:
             ap.error(f"--{name} must be a multiple of 256")
+    if a.hidden % a.heads or a.heads % a.kv_heads:
+        ap.error("--heads must divide --hidden, and --kv-heads must divide --heads")
 
     src = gguf.GGUFReader(a.tokenizer_from)
     w = gguf.GGUFWriter(a.out, arch="llama")
@@ -59,7 +61,7 @@ def main():
         if vt == gguf.GGUFValueType.ARRAY:
             sub = field.types[1]
             if sub == gguf.GGUFValueType.STRING:
-                vals = [bytes(field.parts[i]).decode("utf-8", "surrogateescape") for i in field.data]
+                vals = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
             else:
                 vals = [field.parts[i].tolist()[0] for i in field.data]
             w.add_array(key, vals)

@@ -47,30 +47,31 @@ std::string ValueSummary(const model::GgufValue& v) {
 }
 
 // Whether tandem can serve the file, and if not why: the config (architecture, shapes,
-// special ids), every tensor type it has no decoder for, then what loading would refuse
-// (a missing or misshapen tensor, a feature it lacks: engine::ModelWeights::Check).
-// When it can, the memory its weights will take, as stored and converted to F32.
+// special ids), then what loading refuses (a missing or misshapen tensor, a type it has
+// no decoder for, a feature it lacks: engine::ModelWeights::Check, which converts
+// nothing). Also every tensor type without a decoder, used by the model or not, and, when
+// servable, the memory its weights take as stored and converted to F32.
 void PrintSupport(const model::GgufFile& f) {
   std::vector<std::string> problems;
-  auto c = model::ModelConfig::FromGguf(f);
-  if (!c.ok()) problems.push_back(StrCat("config: ", c.status().message()));
+  absl::StatusOr<engine::ModelWeights::Footprint> footprint =
+      absl::FailedPreconditionError("not checked");
+  if (auto c = model::ModelConfig::FromGguf(f); !c.ok()) {
+    problems.push_back(StrCat("config: ", c.status().message()));
+  } else {
+    footprint = engine::ModelWeights::Check(f, *c);
+    if (!footprint.ok()) problems.push_back(std::string(footprint.status().message()));
+  }
   std::map<std::string, std::vector<std::string>> no_decoder;  // type → tensor names
   for (const auto& t : f.tensors()) {
     const model::GgmlTypeTraits& traits = model::Traits(t.type);
     if (!traits.can_dequantize) no_decoder[std::string(traits.name)].push_back(std::string(t.name));
   }
-  for (const auto& [type, names] : no_decoder) {
-    problems.push_back(StrCat("type ", type, ": no decoder in tandem (", names.size(),
-                              names.size() == 1 ? " tensor: " : " tensors, first ", names[0], ")"));
-  }
-  absl::StatusOr<engine::ModelWeights::Footprint> footprint =
-      absl::FailedPreconditionError("not checked");
-  if (problems.empty()) {
-    footprint = engine::ModelWeights::Check(f, *c);
-    if (!footprint.ok()) problems.push_back(std::string(footprint.status().message()));
-  }
   std::printf("\nsupport:\n  servable          %s\n", problems.empty() ? "yes" : "no");
   for (const std::string& p : problems) std::printf("  unsupported       %s\n", p.c_str());
+  for (const auto& [type, names] : no_decoder) {
+    std::printf("  not decodable     type %s: no decoder in tandem (%zu %s%s)\n", type.c_str(),
+                names.size(), names.size() == 1 ? "tensor: " : "tensors, first ", names[0].c_str());
+  }
   if (footprint.ok()) {
     std::printf("  weights in memory %s as stored + %s converted to F32 at load\n",
                 HumanBytes(footprint->stored_bytes).c_str(),

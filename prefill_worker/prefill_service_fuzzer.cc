@@ -12,9 +12,9 @@
 // Flags substitute what an attacker could not guess but a router would send: a lease
 // id and epoch the decode worker handed out earlier (by slot), the reservation's block
 // ids and cached-block count, the layout fingerprint, prompt ids inside the vocabulary.
-// The address is the live decode worker, a closed loopback port, a loopback port from
-// the input, or one of a fixed set of malformed targets: never a host that needs DNS
-// or a route, so a call cannot hang on the network.
+// The address is the live decode worker, a closed loopback port, a malformed loopback
+// port from the input, or one of a fixed set of malformed targets: never a host that
+// needs DNS or a route, nor another listener on this machine, so a call cannot hang.
 //
 // After each script every lease is released; then both workers must be back at their
 // baseline (no lease, nothing running, waiting or queued, every block free or cached)
@@ -214,11 +214,18 @@ std::string Address(uint8_t flags, const std::string& fuzzed) {
     case 1:
       return "127.0.0.1:1";  // nothing listens there
     case 2: {
+      // The input's digits as a port; a valid one that is not the decode worker's becomes
+      // the closed port 1, so that no other listener on this machine is dialled.
       std::string port;
       for (char c : fuzzed) {
         if (port.size() < 6 && c >= '0' && c <= '9') port += c;
       }
-      return "127.0.0.1:" + port;
+      const std::string address = "127.0.0.1:" + port;
+      if (!port.empty() && port.size() <= 5 && std::stoi(port) >= 1 && std::stoi(port) <= 65535 &&
+          address != H().decode_address) {
+        return "127.0.0.1:1";
+      }
+      return address;
     }
     default: {
       static const char* const kMalformed[] = {"",
@@ -232,7 +239,9 @@ std::string Address(uint8_t flags, const std::string& fuzzed) {
                                                "127.0.0.1:-5",
                                                "ipv6:[::1]:1",
                                                "\x01\xff",
-                                               "127.0.0.1:1,127.0.0.1:2"};
+                                               "127.0.0.1:1,127.0.0.1:2",
+                                               "unix:80",
+                                               "dns:1234"};
       return kMalformed[fuzzed.size() % std::size(kMalformed)];
     }
   }

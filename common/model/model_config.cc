@@ -115,7 +115,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
   c.rope_halves = c.architecture == "qwen2" || c.architecture == "qwen3";
-  c.qk_norm = f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
+  // Qwen3 always has it (loading then requires the tensors); others where the file does.
+  c.qk_norm = c.architecture == "qwen3" || f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
 
   ASSIGN_OR_RETURN(c.bos_token_id, TokenIdOr(f, "tokenizer.ggml.bos_token_id"));
   ASSIGN_OR_RETURN(c.eos_token_id, TokenIdOr(f, "tokenizer.ggml.eos_token_id"));

@@ -68,6 +68,10 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
   }
   bool number_unsigned(number_unsigned_t v) override {
     if (state_ == State::kShape) {
+      if (entries.back().shape.size() == SafetensorsFile::kMaxRank) {
+        return Fail(
+            StrCat("shape has more than ", SafetensorsFile::kMaxRank, " dimensions", InField()));
+      }
       entries.back().shape.push_back(v);
       return true;
     }
@@ -124,9 +128,12 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
                    : k == "data_offsets" ? &e.has_offsets
                                          : nullptr;
       if (seen == nullptr) {
-        return Fail(StrCat("unknown field \"", k.substr(0, 40), "\" in tensor \"", e.name, "\""));
+        return Fail(StrCat("unknown field \"", k.substr(0, 40), "\" in tensor \"",
+                           e.name.substr(0, 200), "\""));
       }
-      if (*seen) return Fail(StrCat("field \"", k, "\" twice in tensor \"", e.name, "\""));
+      if (*seen) {
+        return Fail(StrCat("field \"", k, "\" twice in tensor \"", e.name.substr(0, 200), "\""));
+      }
       *seen = true;
       field_ = k;
       return true;
@@ -184,7 +191,7 @@ class HeaderReader : public nlohmann::json_sax<nlohmann::json> {
   }
   std::string InField() const {
     if (state_ == State::kTensor || state_ == State::kShape || state_ == State::kOffsets) {
-      return StrCat(" in tensor \"", entries.back().name, "\"",
+      return StrCat(" in tensor \"", entries.back().name.substr(0, 200), "\"",
                     field_.empty() ? "" : StrCat(" field \"", field_, "\""));
     }
     if (state_ == State::kMetadata) return " in __metadata__";

@@ -9,10 +9,11 @@
 // string values. Open()/Parse() accept a file only if: N ≤ 100 MB and the header fits
 // in the file; the header is that object and nothing else (no duplicate names, no other
 // fields, no negative or fractional numbers, nesting no deeper than the format's);
-// every dtype is known; each tensor's byte count — its shape's product times the
-// dtype's size, computed without overflow — is end − begin; and the tensors, ordered by
-// offset, tile the data section exactly: the first begins at 0, each begins where the
-// previous ends, the last ends at the end of the file. Every failure is an
+// every dtype is known; no shape has more than kMaxRank dimensions; each tensor's byte
+// count — its shape's product times the dtype's size, computed without overflow — is
+// end − begin; and the tensors, ordered by offset, tile the data section exactly: the
+// first begins at 0, each begins where the previous ends, the last ends at the end of the
+// file. Messages quote at most 200 bytes of a name. Every failure is an
 // absl::Status naming the file's field (never an abort); the header is read by a
 // streaming parser, so a hostile header cannot make the reader build a large document.
 //
@@ -72,6 +73,9 @@ struct SafetensorsTensor {
 class SafetensorsFile {
  public:
   static constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+  // Dimensions a shape may have (models use at most 5; the bound keeps a hostile header
+  // from holding 50 million of them).
+  static constexpr size_t kMaxRank = 16;
 
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
   // `bytes` must outlive the result.

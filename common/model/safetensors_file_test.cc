@@ -164,12 +164,30 @@ TEST(SafetensorsFile, RefusesHostileHeadersNamingTheReason) {
       {File(R"({"a":{"dtype":"F32","shape":[[2]],"data_offsets":[0,8]}})", 8), "unexpected array"},
       {File(R"({"a":{"dtype":{"x":1},"shape":[2],"data_offsets":[0,8]}})", 8), "unexpected object"},
       {File(R"({"a":null})", 0), "null"},
+      {File(R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],)"
+            R"("data_offsets":[0,4]}})",
+            4),
+       "more than 16 dimensions"},
       {File(R"({"a":"x"})", 0), "unexpected string"},
   };
   for (const Case& c : cases) {
     const absl::Status st = ParseStatus(c.bytes);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.reason << ": " << st;
     EXPECT_THAT(st.message(), HasSubstr(c.reason)) << st;
+  }
+}
+
+// A refusal quotes a bounded piece of a hostile name, not the name.
+TEST(SafetensorsFile, ErrorsQuoteAtMost200BytesOfAName) {
+  const std::string name(1 << 20, 'n');
+  for (const std::string& header :
+       {"{\"" + name + R"(":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})",
+        "{\"" + name + R"(":{"dtype":"F32","dtype":"F32"}})",
+        "{\"" + name + R"(":{"dtype":"F32","shape":[-1]}})",
+        "{\"" + name + R"(":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})"}) {
+    const absl::Status st = ParseStatus(File(header, 8));
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_LT(st.message().size(), 400u) << st.message().substr(0, 100);
   }
 }
 

@@ -49,6 +49,16 @@ absl::Status CheckAddress(std::string_view address, std::string_view what) {
       })) {
     return bad("has no host name or IP address");
   }
+  // gRPC reads a target as a URI first: "unix:80" would dial the unix socket ./80 and
+  // "dns:1234" 0.0.4.210:443. A host that is the name of a gRPC resolver scheme is not a
+  // host here.
+  static constexpr std::string_view kSchemes[] = {
+      "dns", "ipv4",        "ipv6", "unix",     "unix-abstract", "vsock",  "xds", "google-c2p",
+      "c2p", "passthrough", "fake", "sockaddr", "local",         "inproc", "test"};
+  const std::string lower = absl::AsciiStrToLower(host);
+  if (std::find(std::begin(kSchemes), std::end(kSchemes), lower) != std::end(kSchemes)) {
+    return bad("names a gRPC target scheme, not a host");
+  }
   return absl::OkStatus();
 }
 

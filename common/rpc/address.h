@@ -4,8 +4,9 @@
 // flags, where a DNS name stands for every address it resolves to). CheckAddress is
 // for an address that arrives in a request — a KV destination the prefill worker is
 // told to push to — and must be a well-formed host:port before anything dials it: a
-// host of name characters or an IP literal, a decimal port in 1..65535. gRPC itself
-// would take "127.0.0.1:99999" as port 34463, and answer an empty target UNKNOWN.
+// host of name characters or an IP literal (not the name of a gRPC target scheme:
+// "unix:80" is a socket path to gRPC), a decimal port in 1..65535. gRPC itself would take
+// "127.0.0.1:99999" as port 34463, and answer an empty target UNKNOWN.
 #ifndef TANDEM_COMMON_RPC_ADDRESS_H_
 #define TANDEM_COMMON_RPC_ADDRESS_H_
 

@@ -47,7 +47,9 @@ TEST(CheckAddress, RefusesWhatGrpcWouldMisreadOrRefuseLate) {
         std::string("127.0.0.1:0x50"), std::string("[::1"), std::string("[::1]"),
         std::string("[nope]:80"), std::string("ipv4:127.0.0.1:80"), std::string("unix:/tmp/s"),
         std::string("a,b:80"), std::string("host name:80"), std::string("\x01\xff:80"), with_nul,
-        std::string(300, 'a') + ":80"}) {
+        // gRPC URI schemes that look like host:port (found in review).
+        std::string("unix:80"), std::string("unix-abstract:80"), std::string("dns:1234"),
+        std::string("vsock:2"), std::string("IPv4:80"), std::string(300, 'a') + ":80"}) {
     const absl::Status st = CheckAddress(a, "destination.address");
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << a;
     EXPECT_THAT(st.message(), HasSubstr("destination.address")) << a;

@@ -43,10 +43,11 @@ void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* ou
 
 namespace {
 
-// How a kernel decodes weights: four types by hand-written SIMD code, every other
-// block-quantized type through its chunk decoder (model::ChunkDecoderFor, the code
-// model::Dequantize runs) into a buffer the tile then loads, so the decoded floats
-// are Dequantize's by construction.
+// How a kernel decodes weights: every supported type by SIMD code (F32, Q8_0, Q4_0 and
+// Q4_1 in each ISA's own registers; the others 8 lanes at a time, shared by both ISAs).
+// kChunked — a block-quantized type with a chunk decoder (model::ChunkDecoderFor, the
+// code model::Dequantize runs) but no SIMD decoder, decoded into a buffer the tile then
+// loads — serves no type today; MatMulTest would cover it through any type routed to it.
 enum class Kernel {
   kF32,
   kF16,   // converted 8 at a time (exact, as HalfToFloat)

@@ -95,10 +95,10 @@ TEST(CliInspect, ListsEveryTensorWithTypeAndShape) {
   EXPECT_THAT(r.out, ::testing::HasSubstr("heads / kv heads  9 / 3 (head dim 64)"));
 }
 
-// A file tandem cannot serve, for every reason at once: a tensor type it has no decoder
-// for and YaRN RoPE scaling; and one it can, with the memory its weights take.
+// Files tandem cannot serve (a tensor in a type it has no decoder for; YaRN RoPE
+// scaling), and ones it can, with the memory their weights take.
 TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
-  auto write = [](const std::string& path, uint32_t q_type, bool yarn) {
+  auto write = [](const std::string& path, uint32_t q_type, bool yarn, bool unused = false) {
     testing::GgufBuilder b = testing::TinyGpt2Vocab();  // architecture llama, 4 tokens
     b.Uint32("llama.block_count", 1)
         .Uint32("llama.embedding_length", 256)
@@ -130,17 +130,24 @@ TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
       f32(StrCat("blk.0.", m, ".weight"), {256, 256});
     }
     f32("blk.0.ffn_norm.weight", {256});
+    if (unused) {  // a tensor the model does not use, in a type tandem cannot decode
+      b.AddTensor({"extra.weight",
+                   static_cast<uint32_t>(model::GgmlType::kIQ2_XXS),
+                   {256},
+                   std::string(66, '\0')});
+    }
     ASSERT_TRUE(b.WriteTo(path));
   };
   const std::string dir = std::filesystem::temp_directory_path() / "tandem-cli-inspect";
   std::filesystem::create_directories(dir);
-  write(dir + "/bad.gguf", static_cast<uint32_t>(model::GgmlType::kIQ2_XXS), true);
+  write(dir + "/bad.gguf", static_cast<uint32_t>(model::GgmlType::kIQ2_XXS), false);
   RunResult bad = Tandem("inspect --model " + dir + "/bad.gguf");
   EXPECT_EQ(bad.exit_code, 0) << bad.out;  // the file is readable: inspect describes it
   EXPECT_THAT(bad.out, ::testing::HasSubstr("servable          no"));
+  EXPECT_THAT(bad.out, ::testing::HasSubstr("unsupported       model: tensor "
+                                            "'blk.0.attn_q.weight' has unsupported type IQ2_XXS"));
   EXPECT_THAT(bad.out, ::testing::HasSubstr(
                            "type IQ2_XXS: no decoder in tandem (1 tensor: blk.0.attn_q.weight)"));
-  // Loading would stop at the type; with a decodable type it stops at YaRN.
   write(dir + "/yarn.gguf", static_cast<uint32_t>(model::GgmlType::kQ4_K), true);
   RunResult yarn = Tandem("inspect --model " + dir + "/yarn.gguf");
   EXPECT_THAT(yarn.out, ::testing::HasSubstr("servable          no"));
@@ -151,10 +158,18 @@ TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
   EXPECT_EQ(good.exit_code, 0) << good.out;
   EXPECT_THAT(good.out, ::testing::HasSubstr("servable          yes"));
   EXPECT_THAT(good.out, ::testing::Not(::testing::HasSubstr("unsupported")));
+  EXPECT_THAT(good.out, ::testing::Not(::testing::HasSubstr("not decodable")));
   // Stored: the F16 matrix (128 KiB), 6 F32 matrices of 256 KiB, the tied 4 × 256 F32
   // embedding and 2 F32 norms; converted: the F16 norm, 256 floats.
   EXPECT_THAT(good.out, ::testing::HasSubstr("weights in memory 1.6308 MiB as stored + 1 KiB "
                                              "converted to F32 at load"));
+  // A tensor the model does not use does not stop it; inspect still names its type.
+  write(dir + "/extra.gguf", static_cast<uint32_t>(model::GgmlType::kF16), false, true);
+  RunResult extra = Tandem("inspect --model " + dir + "/extra.gguf");
+  EXPECT_THAT(extra.out, ::testing::HasSubstr("servable          yes"));
+  EXPECT_THAT(extra.out, ::testing::HasSubstr(
+                             "not decodable     type IQ2_XXS: no decoder in tandem (1 tensor: "
+                             "extra.weight)"));
   std::filesystem::remove_all(dir);
 }
 
