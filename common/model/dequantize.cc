@@ -188,8 +188,12 @@ void ChunkIQ4_XS(const uint8_t* b, int c, float* y) {
   }
 }
 
-}  // namespace
+// Decodes chunk `chunk` of the block at `block` — its 32 consecutive elements
+// 32·chunk … 32·chunk + 31, chunk < block_size / 32 — into y[0, 32). Dequantize is this,
+// chunk after chunk (the unit kernels/cpu/matmul.cc's vector decoders also work in).
+using ChunkDecoder = void (*)(const uint8_t* block, int chunk, float* y);
 
+// The decoder of a block-quantized type, or null (float types, unsupported types).
 ChunkDecoder ChunkDecoderFor(GgmlType type) {
   switch (type) {
     case GgmlType::kQ4_0:
@@ -220,6 +224,8 @@ ChunkDecoder ChunkDecoderFor(GgmlType type) {
       return nullptr;
   }
 }
+
+}  // namespace
 
 absl::Status Dequantize(GgmlType type, std::span<const uint8_t> src, std::span<float> dst) {
   const GgmlTypeTraits& t = Traits(type);

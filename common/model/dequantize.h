@@ -23,17 +23,8 @@ namespace tandem::model {
 // block size and `src` must hold exactly dst.size() / block_size blocks.
 absl::Status Dequantize(GgmlType type, std::span<const uint8_t> src, std::span<float> dst);
 
-// Decodes chunk `chunk` of the block at `block` — its 32 consecutive elements
-// 32·chunk … 32·chunk + 31, chunk < block_size / 32 — into y[0, 32), with exactly
-// Dequantize's arithmetic (Dequantize is this, chunk after chunk). The CPU matmul
-// kernels decode quantized weights through it (kernels/cpu/matmul.h).
-using ChunkDecoder = void (*)(const uint8_t* block, int chunk, float* y);
-
-// The decoder of a block-quantized type, or null (float types, unsupported types).
-ChunkDecoder ChunkDecoderFor(GgmlType type);
-
-// Pieces of the layouts that vectorized decoders (kernels/cpu/matmul.cc) share with the
-// chunk decoders, so that both read a block the same way:
+// Pieces of the layouts that vectorized decoders (kernels/cpu/matmul.cc) share with
+// Dequantize, so that both read a block the same way:
 // the 6-bit scale and min of sub-block j (0…7) from the 12 packed scale bytes of Q4_K
 // and Q5_K;
 // (Inline: the matmul kernels call it once per 32 weights.)

@@ -288,6 +288,7 @@ absl::Status SafetensorsFile::ParseAll(std::span<const uint8_t> bytes) {
 
   struct Placed {
     size_t entry;
+    SafetensorsDtype dtype;
     uint64_t begin, end;
   };
   std::vector<Placed> placed;
@@ -323,7 +324,7 @@ absl::Status SafetensorsFile::ParseAll(std::span<const uint8_t> bytes) {
                             *bytes_needed, " bytes, data_offsets hold ",
                             e.offsets[1] - e.offsets[0]));
     }
-    placed.push_back({i, e.offsets[0], e.offsets[1]});
+    placed.push_back({i, info->dtype, e.offsets[0], e.offsets[1]});
   }
   std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
@@ -347,9 +348,7 @@ absl::Status SafetensorsFile::ParseAll(std::span<const uint8_t> bytes) {
     Entry& e = reader.entries[p.entry];
     SafetensorsTensor t;
     t.name = std::move(e.name);
-    for (const DtypeInfo& d : kDtypes) {
-      if (d.name == e.dtype) t.dtype = d.dtype;
-    }
+    t.dtype = p.dtype;
     t.shape.assign(e.shape.begin(), e.shape.end());  // each fits: the byte count did
     t.data = data.subspan(p.begin, p.end - p.begin);
     by_name_[t.name] = tensors_.size();

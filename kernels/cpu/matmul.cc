@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -23,11 +24,6 @@ size_t WeightMatrix::RowBytes() const {
   return static_cast<size_t>(cols / t.block_size * t.type_size);
 }
 
-bool MatMulSupports(GgmlType type) {
-  return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 ||
-         model::ChunkDecoderFor(type) != nullptr;
-}
-
 void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* out) {
   std::vector<float> row(w.cols);
   for (int64_t j = 0; j < w.rows; ++j) {
@@ -43,11 +39,8 @@ void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* ou
 
 namespace {
 
-// How a kernel decodes weights: every supported type by SIMD code (F32, Q8_0, Q4_0 and
-// Q4_1 in each ISA's own registers; the others 8 lanes at a time, shared by both ISAs).
-// kChunked — a block-quantized type with a chunk decoder (model::ChunkDecoderFor, the
-// code model::Dequantize runs) but no SIMD decoder, decoded into a buffer the tile then
-// loads — serves no type today; MatMulTest would cover it through any type routed to it.
+// How a kernel decodes weights: F32, Q8_0, Q4_0 and Q4_1 in each ISA's own registers;
+// the other types 8 lanes at a time (DecodeEight), shared by both ISAs.
 enum class Kernel {
   kF32,
   kF16,   // converted 8 at a time (exact, as HalfToFloat)
@@ -65,7 +58,6 @@ enum class Kernel {
   kIQ4_XS,
   kQ2_K,
   kQ3_K,
-  kChunked,  // a type with a chunk decoder and no vector code (none today)
 };
 
 constexpr bool IsEightWide(Kernel k) {
@@ -74,16 +66,43 @@ constexpr bool IsEightWide(Kernel k) {
          k == Kernel::kIQ4_XS || k == Kernel::kQ2_K || k == Kernel::kQ3_K;
 }
 
-// What Kernel::kChunked needs, fixed per matrix.
-struct Chunked {
-  model::ChunkDecoder decode = nullptr;
-  int64_t type_size = 0;  // bytes per block
-  int64_t chunks = 1;     // 32-element chunks per block
-  // Block b / chunks, chunk b % chunks of a row: its 32 weights into dst.
-  void Decode(const uint8_t* row, int64_t b, float* dst) const {
-    decode(row + b / chunks * type_size, static_cast<int>(b % chunks), dst);
+// The kernel of a weight type, or nullopt: the one table MatMulSupports and the dispatch read.
+std::optional<Kernel> KernelFor(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32:
+      return Kernel::kF32;
+    case GgmlType::kF16:
+      return Kernel::kF16;
+    case GgmlType::kBF16:
+      return Kernel::kBF16;
+    case GgmlType::kQ8_0:
+      return Kernel::kQ8_0;
+    case GgmlType::kQ4_0:
+      return Kernel::kQ4_0;
+    case GgmlType::kQ4_1:
+      return Kernel::kQ4_1;
+    case GgmlType::kQ5_0:
+      return Kernel::kQ5_0;
+    case GgmlType::kQ5_1:
+      return Kernel::kQ5_1;
+    case GgmlType::kIQ4_NL:
+      return Kernel::kIQ4_NL;
+    case GgmlType::kQ4_K:
+      return Kernel::kQ4_K;
+    case GgmlType::kQ5_K:
+      return Kernel::kQ5_K;
+    case GgmlType::kQ6_K:
+      return Kernel::kQ6_K;
+    case GgmlType::kIQ4_XS:
+      return Kernel::kIQ4_XS;
+    case GgmlType::kQ2_K:
+      return Kernel::kQ2_K;
+    case GgmlType::kQ3_K:
+      return Kernel::kQ3_K;
+    default:
+      return std::nullopt;
   }
-};
+}
 
 constexpr int kMaxM = 6;        // rows of x per micro-tile
 constexpr int kMaxN = 4;        // weight rows per micro-tile
@@ -91,7 +110,7 @@ constexpr int kPanelRows = 16;  // weight rows decoded together on the panel pat
 constexpr int64_t kPanelMinM = 8;
 
 // ---------------------------------------------------------------------------
-// The K, IQ4 and 5-bit types, decoded 32 weights (one chunk, model::ChunkDecoderFor's unit)
+// The K, IQ4 and 5-bit types, decoded 32 weights (one chunk, Dequantize's unit)
 // into four registers of eight with AVX2. Each value takes the chunk decoder's float
 // operations in its order — the per-chunk scale products in scalar float arithmetic,
 // then one multiply and at most one add or subtract per weight, never fused — so the
@@ -288,8 +307,7 @@ TANDEM_AVX512 inline __m512 Scale(const uint8_t* p) {
 }
 
 template <Kernel K>
-TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, const Chunked& ck, __m512* lo,
-                                      __m512* hi) {
+TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, __m512* lo, __m512* hi) {
   if constexpr (K == Kernel::kF32) {
     const float* f = reinterpret_cast<const float*>(row) + 32 * b;
     *lo = _mm512_loadu_ps(f);
@@ -301,11 +319,6 @@ TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, const Chunk
     const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18));
     *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
     *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
-  } else if constexpr (K == Kernel::kChunked) {
-    alignas(64) float buf[32];
-    ck.Decode(row, b, buf);
-    *lo = _mm512_load_ps(buf);
-    *hi = _mm512_load_ps(buf + 16);
   } else if constexpr (IsEightWide(K)) {
     __m256 w[4];
     DecodeEight<K>(row, b, w);
@@ -340,13 +353,13 @@ TANDEM_AVX512 inline void DecodeBlock(const uint8_t* row, int64_t b, const Chunk
 // out[i][j] for MT rows of x and NT weight rows decoded on the fly.
 template <Kernel K, int MT, int NT>
 TANDEM_AVX512 void TileDirect(const float* x, int64_t k, const uint8_t* const* wrows, float* out,
-                              int64_t ldo, const Chunked& ck) {
+                              int64_t ldo) {
   __m512 acc[MT][NT];
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k / 32; ++b) {
     __m512 lo[NT], hi[NT];
-    for (int j = 0; j < NT; ++j) DecodeBlock<K>(wrows[j], b, ck, &lo[j], &hi[j]);
+    for (int j = 0; j < NT; ++j) DecodeBlock<K>(wrows[j], b, &lo[j], &hi[j]);
     for (int i = 0; i < MT; ++i) {
       const __m512 x0 = _mm512_loadu_ps(x + i * k + 32 * b);
       const __m512 x1 = _mm512_loadu_ps(x + i * k + 32 * b + 16);
@@ -378,10 +391,10 @@ TANDEM_AVX512 void TilePanel(const float* x, int64_t k, const float* panel, floa
 }
 
 template <Kernel K>
-TANDEM_AVX512 void DecodeRow(const uint8_t* row, int64_t k, const Chunked& ck, float* dst) {
+TANDEM_AVX512 void DecodeRow(const uint8_t* row, int64_t k, float* dst) {
   for (int64_t b = 0; b < k / 32; ++b) {
     __m512 lo, hi;
-    DecodeBlock<K>(row, b, ck, &lo, &hi);
+    DecodeBlock<K>(row, b, &lo, &hi);
     _mm512_storeu_ps(dst + 32 * b, lo);
     _mm512_storeu_ps(dst + 32 * b + 16, hi);
   }
@@ -390,22 +403,21 @@ TANDEM_AVX512 void DecodeRow(const uint8_t* row, int64_t k, const Chunked& ck, f
 // Dispatch a tile of runtime size (mt ≤ kMaxM, nt ≤ kMaxN) to its instantiation.
 template <Kernel K, int MT = kMaxM>
 TANDEM_AVX512 void DirectDispatch(int mt, int nt, const float* x, int64_t k,
-                                  const uint8_t* const* wrows, float* out, int64_t ldo,
-                                  const Chunked& ck) {
+                                  const uint8_t* const* wrows, float* out, int64_t ldo) {
   if constexpr (MT > 0) {
     if (mt == MT) {
       switch (nt) {
         case 1:
-          return TileDirect<K, MT, 1>(x, k, wrows, out, ldo, ck);
+          return TileDirect<K, MT, 1>(x, k, wrows, out, ldo);
         case 2:
-          return TileDirect<K, MT, 2>(x, k, wrows, out, ldo, ck);
+          return TileDirect<K, MT, 2>(x, k, wrows, out, ldo);
         case 3:
-          return TileDirect<K, MT, 3>(x, k, wrows, out, ldo, ck);
+          return TileDirect<K, MT, 3>(x, k, wrows, out, ldo);
         default:
-          return TileDirect<K, MT, 4>(x, k, wrows, out, ldo, ck);
+          return TileDirect<K, MT, 4>(x, k, wrows, out, ldo);
       }
     }
-    DirectDispatch<K, MT - 1>(mt, nt, x, k, wrows, out, ldo, ck);
+    DirectDispatch<K, MT - 1>(mt, nt, x, k, wrows, out, ldo);
   }
 }
 
@@ -431,7 +443,7 @@ TANDEM_AVX512 void PanelDispatch(int mt, int nt, const float* x, int64_t k, cons
 
 template <Kernel K>
 TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatrix& w, float* out,
-                                     int64_t n0, int64_t n1, const Chunked& ck) {
+                                     int64_t n0, int64_t n1) {
   const int64_t k = w.cols, n = w.rows;
   const size_t rb = w.RowBytes();
   if (m < kPanelMinM) {
@@ -448,7 +460,7 @@ TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatr
       for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
       for (int64_t i = 0; i < m; i += kMaxM) {
         const int mt = static_cast<int>(std::min<int64_t>(kMaxM, m - i));
-        DirectDispatch<K>(mt, nt, x + i * k, k, rows, out + i * n + j, n, ck);
+        DirectDispatch<K>(mt, nt, x + i * k, k, rows, out + i * n + j, n);
       }
     }
     return;
@@ -458,7 +470,7 @@ TANDEM_AVX512 void MatMulRangeAvx512(const float* x, int64_t m, const WeightMatr
   for (int64_t j0 = n0; j0 < n1; j0 += kPanelRows) {
     const int64_t pr = std::min<int64_t>(kPanelRows, n1 - j0);
     for (int64_t t = 0; t < pr; ++t) {
-      DecodeRow<K>(w.data + (j0 + t) * rb, k, ck, panel.data() + t * k);
+      DecodeRow<K>(w.data + (j0 + t) * rb, k, panel.data() + t * k);
     }
     for (int64_t i = 0; i < m; i += kMaxM) {
       const int mt = static_cast<int>(std::min<int64_t>(kMaxM, m - i));
@@ -498,7 +510,7 @@ TANDEM_AVX2 inline float ReduceAdd256x2(__m256 a, __m256 b) {
 
 // Block b of a row (weights 32b … 32b + 31) as four registers of eight.
 template <Kernel K>
-TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, const Chunked& ck, __m256* w) {
+TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, __m256* w) {
   if constexpr (K == Kernel::kF32) {
     const float* f = reinterpret_cast<const float*>(row) + 32 * b;
     for (int q = 0; q < 4; ++q) w[q] = _mm256_loadu_ps(f + 8 * q);
@@ -511,10 +523,6 @@ TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, const Chunke
       w[2 * h + 1] =
           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8))), d);
     }
-  } else if constexpr (K == Kernel::kChunked) {
-    alignas(32) float buf[32];
-    ck.Decode(row, b, buf);
-    for (int q = 0; q < 4; ++q) w[q] = _mm256_load_ps(buf + 8 * q);
   } else if constexpr (IsEightWide(K)) {
     DecodeEight<K>(row, b, w);
   } else {
@@ -547,13 +555,13 @@ TANDEM_AVX2 inline void DecodeBlock2(const uint8_t* row, int64_t b, const Chunke
 // out[i][j] for MT rows of x and NT weight rows decoded on the fly, a block at a time.
 template <Kernel K, int MT, int NT>
 TANDEM_AVX2 void TileDirect2(const float* x, int64_t k, const uint8_t* const* wrows, float* out,
-                             int64_t ldo, const Chunked& ck) {
+                             int64_t ldo) {
   __m256 acc[MT][NT][2];
   for (int i = 0; i < MT; ++i)
     for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
   for (int64_t b = 0; b < k / 32; ++b) {
     __m256 w[NT][4];
-    for (int j = 0; j < NT; ++j) DecodeBlock2<K>(wrows[j], b, ck, w[j]);
+    for (int j = 0; j < NT; ++j) DecodeBlock2<K>(wrows[j], b, w[j]);
     for (int i = 0; i < MT; ++i) {
       const float* xb = x + i * k + 32 * b;
       for (int q = 0; q < 4; ++q) {
@@ -594,10 +602,10 @@ TANDEM_AVX2 void TilePanel2(const float* x, int64_t k, const float* panel, float
 }
 
 template <Kernel K>
-TANDEM_AVX2 void DecodeRow2(const uint8_t* row, int64_t k, const Chunked& ck, float* dst) {
+TANDEM_AVX2 void DecodeRow2(const uint8_t* row, int64_t k, float* dst) {
   for (int64_t b = 0; b < k / 32; ++b) {
     __m256 w[4];
-    DecodeBlock2<K>(row, b, ck, w);
+    DecodeBlock2<K>(row, b, w);
     for (int q = 0; q < 4; ++q) _mm256_storeu_ps(dst + 32 * b + 8 * q, w[q]);
   }
 }
@@ -605,14 +613,13 @@ TANDEM_AVX2 void DecodeRow2(const uint8_t* row, int64_t k, const Chunked& ck, fl
 // A tile of runtime size (mt ≤ kMaxM2, nt ≤ kMaxN2) to its instantiation.
 template <Kernel K, int MT = kMaxM2>
 TANDEM_AVX2 void DirectDispatch2(int mt, int nt, const float* x, int64_t k,
-                                 const uint8_t* const* wrows, float* out, int64_t ldo,
-                                 const Chunked& ck) {
+                                 const uint8_t* const* wrows, float* out, int64_t ldo) {
   if constexpr (MT > 0) {
     if (mt == MT) {
-      return nt == 1 ? TileDirect2<K, MT, 1>(x, k, wrows, out, ldo, ck)
-                     : TileDirect2<K, MT, 2>(x, k, wrows, out, ldo, ck);
+      return nt == 1 ? TileDirect2<K, MT, 1>(x, k, wrows, out, ldo)
+                     : TileDirect2<K, MT, 2>(x, k, wrows, out, ldo);
     }
-    DirectDispatch2<K, MT - 1>(mt, nt, x, k, wrows, out, ldo, ck);
+    DirectDispatch2<K, MT - 1>(mt, nt, x, k, wrows, out, ldo);
   }
 }
 
@@ -633,7 +640,7 @@ TANDEM_AVX2 void PanelDispatch2(int mt, int nt, const float* x, int64_t k, const
 // not inline into it (tried: 9 % slower AVX-512 prefill, bench/ab_engine.sh).
 template <Kernel K>
 TANDEM_AVX2 void MatMulRangeAvx2(const float* x, int64_t m, const WeightMatrix& w, float* out,
-                                 int64_t n0, int64_t n1, const Chunked& ck) {
+                                 int64_t n0, int64_t n1) {
   const int64_t k = w.cols, n = w.rows;
   const size_t rb = w.RowBytes();
   if (m < kPanelMinM) {
@@ -649,7 +656,7 @@ TANDEM_AVX2 void MatMulRangeAvx2(const float* x, int64_t m, const WeightMatrix& 
       for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
       for (int64_t i = 0; i < m; i += kMaxM2) {
         const int mt = static_cast<int>(std::min<int64_t>(kMaxM2, m - i));
-        DirectDispatch2<K>(mt, nt, x + i * k, k, rows, out + i * n + j, n, ck);
+        DirectDispatch2<K>(mt, nt, x + i * k, k, rows, out + i * n + j, n);
       }
     }
     return;
@@ -659,7 +666,7 @@ TANDEM_AVX2 void MatMulRangeAvx2(const float* x, int64_t m, const WeightMatrix& 
   for (int64_t j0 = n0; j0 < n1; j0 += kPanelRows) {
     const int64_t pr = std::min<int64_t>(kPanelRows, n1 - j0);
     for (int64_t t = 0; t < pr; ++t) {
-      DecodeRow2<K>(w.data + (j0 + t) * rb, k, ck, panel.data() + t * k);
+      DecodeRow2<K>(w.data + (j0 + t) * rb, k, panel.data() + t * k);
     }
     for (int64_t i = 0; i < m; i += kMaxM2) {
       const int mt = static_cast<int>(std::min<int64_t>(kMaxM2, m - i));
@@ -699,9 +706,9 @@ void MatMulRangeGeneric(const float* x, int64_t m, const WeightMatrix& w, float*
 
 template <Kernel K>
 void RunKernel(bool avx512, const float* x, int64_t m, const WeightMatrix& w, float* out,
-               int64_t n0, int64_t n1, const Chunked& ck) {
-  if (avx512) return MatMulRangeAvx512<K>(x, m, w, out, n0, n1, ck);
-  MatMulRangeAvx2<K>(x, m, w, out, n0, n1, ck);
+               int64_t n0, int64_t n1) {
+  if (avx512) return MatMulRangeAvx512<K>(x, m, w, out, n0, n1);
+  MatMulRangeAvx2<K>(x, m, w, out, n0, n1);
 }
 
 void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
@@ -709,44 +716,38 @@ void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, i
   if (w.cols % 32 != 0 || (!HaveAvx512() && !HaveAvx2Fma())) {
     return MatMulRangeGeneric(x, m, w, out, n0, n1);
   }
-  const model::GgmlTypeTraits& t = model::Traits(w.type);
-  const Chunked ck{model::ChunkDecoderFor(w.type), t.type_size,
-                   std::max<int64_t>(1, t.block_size / 32)};
   const bool avx512 = HaveAvx512();
-  switch (w.type) {
-    case GgmlType::kF32:
-      return RunKernel<Kernel::kF32>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kF16:
-      return RunKernel<Kernel::kF16>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kBF16:
-      return RunKernel<Kernel::kBF16>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ8_0:
-      return RunKernel<Kernel::kQ8_0>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ4_0:
-      return RunKernel<Kernel::kQ4_0>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ4_1:
-      return RunKernel<Kernel::kQ4_1>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ5_0:
-      return RunKernel<Kernel::kQ5_0>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ5_1:
-      return RunKernel<Kernel::kQ5_1>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kIQ4_NL:
-      return RunKernel<Kernel::kIQ4_NL>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ4_K:
-      return RunKernel<Kernel::kQ4_K>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ5_K:
-      return RunKernel<Kernel::kQ5_K>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ6_K:
-      return RunKernel<Kernel::kQ6_K>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kIQ4_XS:
-      return RunKernel<Kernel::kIQ4_XS>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ2_K:
-      return RunKernel<Kernel::kQ2_K>(avx512, x, m, w, out, n0, n1, ck);
-    case GgmlType::kQ3_K:
-      return RunKernel<Kernel::kQ3_K>(avx512, x, m, w, out, n0, n1, ck);
-    default:
-      TANDEM_CHECK(ck.decode != nullptr);
-      return RunKernel<Kernel::kChunked>(avx512, x, m, w, out, n0, n1, ck);
+  switch (*KernelFor(w.type)) {  // MatMulGroup checked MatMulSupports
+    case Kernel::kF32:
+      return RunKernel<Kernel::kF32>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kF16:
+      return RunKernel<Kernel::kF16>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kBF16:
+      return RunKernel<Kernel::kBF16>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ8_0:
+      return RunKernel<Kernel::kQ8_0>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ4_0:
+      return RunKernel<Kernel::kQ4_0>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ4_1:
+      return RunKernel<Kernel::kQ4_1>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ5_0:
+      return RunKernel<Kernel::kQ5_0>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ5_1:
+      return RunKernel<Kernel::kQ5_1>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kIQ4_NL:
+      return RunKernel<Kernel::kIQ4_NL>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ4_K:
+      return RunKernel<Kernel::kQ4_K>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ5_K:
+      return RunKernel<Kernel::kQ5_K>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ6_K:
+      return RunKernel<Kernel::kQ6_K>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kIQ4_XS:
+      return RunKernel<Kernel::kIQ4_XS>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ2_K:
+      return RunKernel<Kernel::kQ2_K>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kQ3_K:
+      return RunKernel<Kernel::kQ3_K>(avx512, x, m, w, out, n0, n1);
   }
 }
 
@@ -796,6 +797,8 @@ bool HaveAvx2Fma() {
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HaveF16c();
   return have;
 }
+
+bool MatMulSupports(GgmlType type) { return KernelFor(type).has_value(); }
 
 const char* MatMulIsa() { return HaveAvx512() ? "avx512" : HaveAvx2Fma() ? "avx2" : "generic"; }
 

@@ -8,10 +8,8 @@
 //
 // Weights stay quantized in memory and are decoded on the fly (small m) or into a
 // per-thread float panel reused by every row (large m). Every type has a vectorized
-// decoder (the K, IQ4 and 5-bit ones in 8-lane AVX2 code the AVX-512 path shares); a
-// type with only a chunk decoder (model::ChunkDecoderFor, Dequantize's own code) would
-// run through it. Both paths decode with the
-// same arithmetic and accumulate each output in the same order: 16 lanes over k in
+// decoder (the K, IQ4 and 5-bit ones in 8-lane AVX2 code the AVX-512 path shares). Both paths
+// decode with the same arithmetic and accumulate each output in the same order: 16 lanes over k in
 // steps of 16, then one fixed horizontal sum. So out[i][j] depends only on x[i] and
 // W[j] — never on m, on the other rows, or on how work is split across threads. That
 // is what makes the engine batch-invariant.
