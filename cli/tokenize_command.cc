@@ -18,7 +18,7 @@ void AddTokenizeCommand(CLI::App& app, TokenizeOptions* o) {
   cmd->add_flag("--show-pieces", o->show_pieces, "Print one line per token: id and its text");
   cmd->add_flag("--no-special", o->no_special, "Do not add BOS/EOS even if the model asks");
   cmd->add_flag("--no-parse-special", o->no_parse_special,
-                "Treat special-token text (e.g. <|im_start|>) as plain text");
+                "Treat control-token text (e.g. <|im_start|>) as plain text");
 }
 
 int RunTokenize(const TokenizeOptions& o) {

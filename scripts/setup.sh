@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   python3 python3-pip python3-venv
-  libabsl-dev libpcre2-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+  libabsl-dev libpcre2-dev libutf8proc-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc grpc-proto
   libboost-dev libssl-dev prometheus-cpp-dev   # HTTP server (Beast/Asio, TLS), /metrics

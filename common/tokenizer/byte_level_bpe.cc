@@ -32,6 +32,11 @@ absl::StatusOr<std::unique_ptr<ByteLevelBpe>> ByteLevelBpe::Create(const Vocab& 
     auto it = vocab.token_to_id.find(alphabet.Spell(static_cast<uint8_t>(b)));
     bpe->byte_token_[b] = it == vocab.token_to_id.end() ? -1 : it->second;  // -1: dropped
   }
+  if (vocab.ignore_merges) {
+    for (int32_t i = 0; i < vocab.size(); ++i) {
+      if (!vocab.IsSpecial(i)) bpe->whole_.try_emplace(vocab.tokens[i], i);
+    }
+  }
   bpe->merges_.reserve(vocab.merges.size());
   for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
     std::string_view m = vocab.merges[rank];
@@ -72,6 +77,15 @@ void ByteLevelBpe::Encode(std::string_view piece, std::vector<int32_t>* out) con
 }
 
 void ByteLevelBpe::EncodeUncached(std::string_view piece, std::vector<int32_t>* out) const {
+  if (!whole_.empty()) {
+    const ByteAlphabet& alphabet = GetByteAlphabet();
+    std::string spelled;
+    for (char c : piece) spelled += alphabet.Spell(static_cast<uint8_t>(c));
+    if (auto it = whole_.find(spelled); it != whole_.end()) {
+      out->push_back(it->second);
+      return;
+    }
+  }
   // Symbols form a doubly linked list over the bytes that have a token; a merged-away
   // symbol has id -2.
   std::vector<int32_t> id;

@@ -6,7 +6,8 @@
 // merged repeatedly, leftmost first among equal ranks, until no listed merge applies.
 // A byte whose spelling is not in the vocabulary is dropped before merging (its
 // neighbours may then merge), as Hugging Face's BPE without an unknown token does:
-// SmolLM2's vocabulary, for one, has no token for byte 0x14.
+// SmolLM2's vocabulary, for one, has no token for byte 0x14. With the vocabulary's
+// ignore_merges, a piece whose spelling is a (non-special) token is that token.
 //
 // Immutable after Create() except for a bounded word cache guarded by a mutex, so
 // Encode() may run on any number of threads.
@@ -69,6 +70,8 @@ class ByteLevelBpe {
 
   std::array<int32_t, 256> byte_token_{};  // id of each single spelled byte, -1 if absent
   absl::flat_hash_map<uint64_t, Merge> merges_;
+  // Spelled token text → id, when the vocabulary ignores merges for whole tokens.
+  absl::flat_hash_map<std::string, int32_t, StringViewHash, StringViewEq> whole_;
 
   static constexpr size_t kCacheCapacity = 1 << 16;
   static constexpr size_t kMaxCachedPiece = 64;  // bytes

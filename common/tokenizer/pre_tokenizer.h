@@ -4,7 +4,9 @@
 // A pre-tokenizer is a sequence of patterns; each one splits every piece produced by
 // the previous one, keeping both the matches and the text between them ("isolated"
 // splitting, as in Hugging Face tokenizers). Concatenating the pieces always gives
-// back the input. Immutable after Create(); Split() may be called from any thread.
+// back the input. Pieces are UTF-8 except after a byte-mode step (falcon's digits, as
+// its byte-level spelling sees them), which may cut a character. Immutable after Create(); Split()
+// may be called from any thread.
 #ifndef TANDEM_COMMON_TOKENIZER_PRE_TOKENIZER_H_
 #define TANDEM_COMMON_TOKENIZER_PRE_TOKENIZER_H_
 
@@ -20,7 +22,8 @@ namespace tandem::tokenizer {
 class PreTokenizer {
  public:
   // The pre-tokenizer named by `tokenizer.ggml.pre` (e.g. "gpt2", "smollm", "llama3",
-  // "qwen2"); "" and "default" mean GPT-2. Unimplemented for unknown names.
+  // "qwen2", "deepseek-llm", "falcon", "tekken"); "" and "default" mean GPT-2.
+  // Unimplemented for unknown names.
   static absl::StatusOr<std::unique_ptr<PreTokenizer>> ForName(std::string_view name);
   // A pre-tokenizer from explicit patterns, applied in order.
   static absl::StatusOr<std::unique_ptr<PreTokenizer>> FromPatterns(
@@ -37,6 +40,9 @@ class PreTokenizer {
  private:
   struct Pattern;
   PreTokenizer() = default;
+  // Appends a step; `bytes` matches bytes rather than UTF-8 code points, and such a
+  // step may cut a character (for byte-level BPE, whose pieces are bytes).
+  absl::Status Add(std::string_view pattern, bool bytes);
   std::vector<std::unique_ptr<Pattern>> patterns_;
 };
 

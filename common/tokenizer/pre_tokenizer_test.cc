@@ -38,6 +38,32 @@ TEST(PreTokenizer, Qwen2) {
   EXPECT_THAT(Split("qwen2", "ab12\r\n"), ElementsAre("ab", "1", "2", "\r\n"));
 }
 
+TEST(PreTokenizer, DeepSeekLlmChainsSixSplits) {
+  // Newlines alone, letter runs with one leading space, punctuation runs, trailing
+  // white space, CJK runs, digit runs.
+  EXPECT_THAT(Split("deepseek-llm", "Hi, 世界 42\n!! "),
+              ElementsAre("Hi", ",", " ", "世界", " ", "42", "\n", "!!", " "));
+}
+
+TEST(PreTokenizer, DeepSeekCoderSplitsEveryDigit) {
+  EXPECT_THAT(Split("deepseek-coder", "x=12;"), ElementsAre("x", "=", "1", "2", ";"));
+}
+
+TEST(PreTokenizer, FalconSplitsPunctuationRunsThenSpelledDigits) {
+  // Punctuation runs first (ASCII symbols count), GPT-2 splitting, then digit runs
+  // cut into threes, ASCII only ("٣" is not an ASCII digit).
+  EXPECT_THAT(Split("falcon", "a+=b 1234567"), ElementsAre("a", "+=", "b", " ", "123", "456", "7"));
+  EXPECT_THAT(Split("falcon", "x ٣٤"), ElementsAre("x", " ٣٤"));
+  // "½" is C2 BD; its spelled form "Â½" holds the numeric ½, so the byte step cuts the
+  // character between its two bytes, as Hugging Face's Digits does after ByteLevel.
+  EXPECT_THAT(Split("falcon", "4½"), ElementsAre("4", "\xC2", "\xBD"));
+}
+
+TEST(PreTokenizer, TekkenSplitsAtCaseChanges) {
+  // A word is capitals then lower case: a capital after lower case starts the next.
+  EXPECT_THAT(Split("tekken", "HelloWorld XMLHttp"), ElementsAre("Hello", "World", " XMLHttp"));
+}
+
 TEST(PreTokenizer, WhiteSpaceIsUnicodeWhiteSpace) {
   // U+3000 is White_Space; U+180E (which PCRE2's \s would accept) is not.
   EXPECT_THAT(Split("gpt2",
@@ -54,7 +80,8 @@ TEST(PreTokenizer, PiecesAlwaysConcatenateToTheInput) {
   std::mt19937 rng(3);
   const std::vector<uint32_t> pool = {'a', 'Z',  '1',  ' ',    '\n',    '\t',   '\'',
                                       '!', 0xA0, 0xE9, 0x4E2D, 0x1F600, 0x3000, 0x2028};
-  for (const char* name : {"gpt2", "smollm", "llama3", "qwen2"}) {
+  for (const char* name : {"gpt2", "smollm", "llama3", "qwen2", "qwen35", "tekken", "gpt-4o",
+                           "deepseek-llm", "deepseek-coder", "falcon", "mpt"}) {
     for (int trial = 0; trial < 100; ++trial) {
       std::string text;
       for (int i = 0; i < 30; ++i) utf8::AppendCodepoint(pool[rng() % pool.size()], &text);

@@ -35,7 +35,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::Gguf
     tok->strip_leading_space_ = v.add_space_prefix;
   }
   for (int32_t i = 0; i < n; ++i) {
-    if (v.IsSpecial(i) && !v.tokens[i].empty()) tok->special_.push_back(i);
+    if (v.IsSpecial(i) && !v.tokens[i].empty()) {
+      tok->special_.push_back(i);
+      if (v.types[i] == TokenType::kUserDefined) tok->has_user_defined_ = true;
+    }
   }
   for (int32_t id : tok->special_) {
     tok->special_by_first_byte_[static_cast<uint8_t>(v.tokens[id][0])].push_back(id);
@@ -53,6 +56,11 @@ void Tokenizer::EncodeText(std::string_view text, bool at_start, std::vector<int
     spm_->Encode(text, at_start, out);
     return;
   }
+  std::string normalized;
+  if (vocab_.normalization != Normalization::kNone) {
+    normalized = Normalize(vocab_.normalization, text);
+    text = normalized;
+  }
   std::vector<std::string_view> pieces;
   pre_->Split(text, &pieces);
   for (std::string_view p : pieces) bpe_->Encode(p, out);
@@ -69,10 +77,13 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text,
   if (options.add_special && vocab_.add_bos) ids.push_back(vocab_.bos_id);
 
   size_t segment = 0;  // start of the plain text not yet encoded
-  if (options.parse_special && !special_.empty()) {
+  // User-defined tokens are always matched whole (Hugging Face's non-special added
+  // tokens, such as GPT-NeoX's runs of spaces); control tokens only when asked.
+  if (options.parse_special ? !special_.empty() : has_user_defined_) {
     for (size_t i = 0; i < text.size();) {
       int32_t match = -1;
       for (int32_t id : special_by_first_byte_[static_cast<uint8_t>(text[i])]) {
+        if (!options.parse_special && vocab_.types[id] != TokenType::kUserDefined) continue;
         if (text.substr(i, vocab_.tokens[id].size()) == vocab_.tokens[id]) {
           match = id;
           break;

@@ -1,9 +1,9 @@
 // Tokenizer: text ↔ token ids for a model, built from its GGUF metadata.
 //
-// Encoding: special tokens (CONTROL and USER_DEFINED) written in the text are matched
-// whole first (leftmost, longest); the text between them is pre-tokenized and BPE'd by
-// the vocabulary's model (byte-level BPE or SentencePiece BPE). Decoding goes through
-// the same byte table as the streaming Detokenizer.
+// Encoding: special tokens (CONTROL and USER_DEFINED; CONTROL only when parse_special)
+// written in the text are matched whole first (leftmost, longest); the text between them is
+// pre-tokenized and BPE'd by the vocabulary's model (byte-level BPE or SentencePiece BPE). Decoding
+// goes through the same byte table as the streaming Detokenizer.
 //
 // Immutable after FromGguf() (the BPE word cache is internally synchronized), so one
 // Tokenizer serves every thread. It does not keep the GgufFile alive.
@@ -28,8 +28,11 @@ class ByteLevelBpe;
 class SentencePieceBpe;
 
 struct EncodeOptions {
-  bool add_special = true;    // BOS/EOS as the vocabulary's add_bos/add_eos flags say
-  bool parse_special = true;  // special-token text in the input becomes that token
+  bool add_special = true;  // BOS/EOS as the vocabulary's add_bos/add_eos flags say
+  // Control-token text in the input (e.g. <|im_start|>) becomes that token; when false
+  // it is plain text. User-defined tokens are matched either way, as Hugging Face
+  // matches non-special added tokens.
+  bool parse_special = true;
 };
 
 class Tokenizer {
@@ -68,6 +71,7 @@ class Tokenizer {
   bool strip_leading_space_ = false;
   // Special tokens by first byte, longest first.
   std::vector<int32_t> special_;
+  bool has_user_defined_ = false;
   std::array<std::vector<int32_t>, 256> special_by_first_byte_;
 };
 

@@ -1,5 +1,6 @@
-// libFuzzer target: the tokenizers of the default model (byte-level BPE, SmolLM2) and
-// of tests/data/spm_tiny.gguf (SentencePiece BPE) on arbitrary input.
+// libFuzzer target: the tokenizers of the default model (byte-level BPE, SmolLM2), of
+// tests/data/spm_tiny.gguf (SentencePiece BPE) and of the falcon and deepseek-llm test
+// vocabularies (a byte-mode splitting step; six chained patterns) on arbitrary input.
 //
 // The first byte picks the mode. Text: Encode either refuses ill-formed UTF-8 or
 // succeeds, and for byte-level BPE decode(encode(text)) == text exactly (special
@@ -135,10 +136,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Load(std::string(TANDEM_SOURCE_DIR) + "/models/smollm2-135m-instruct-q4_1.gguf");
   static const std::unique_ptr<Tokenizer> spm =
       Load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/spm_tiny.gguf");
+  static const std::unique_ptr<Tokenizer> falcon =
+      Load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/bpe_falcon.gguf");
+  static const std::unique_ptr<Tokenizer> deepseek =
+      Load(std::string(TANDEM_SOURCE_DIR) + "/tests/data/bpe_deepseek_llm.gguf");
   static const std::array<bool, 256> bpe_spelled = SpelledBytes(*bpe);
+  static const std::array<bool, 256> falcon_spelled = SpelledBytes(*falcon);
+  static const std::array<bool, 256> deepseek_spelled = SpelledBytes(*deepseek);
   if (size == 0) return 0;
   const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 6) {
     case 0:
       CheckText(*bpe, &bpe_spelled, rest);
       break;
@@ -149,8 +156,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 2:
       CheckIds(*bpe, rest);
       break;
-    default:
+    case 3:
       CheckIds(*spm, rest);
+      break;
+    case 4:
+      CheckText(*falcon, &falcon_spelled, rest);
+      break;
+    default:
+      CheckText(*deepseek, &deepseek_spelled, rest);
       break;
   }
   return 0;

@@ -49,6 +49,12 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
     ASSIGN_OR_RETURN(std::string_view pre, f.GetString("tokenizer.ggml.pre"));
     v.pre = std::string(pre);
   }
+  // GGUF has no key for it: the families whose tokenizer.json sets it.
+  for (std::string_view name :
+       {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "tekken", "glm4"}) {
+    if (v.pre == name) v.ignore_merges = true;
+  }
+  if (v.pre == "mpt") v.normalization = Normalization::kNfc;  // GPT-NeoX's tokenizer
 
   ASSIGN_OR_RETURN(const GgufArray* tokens,
                    f.GetArray("tokenizer.ggml.tokens", GgufValueType::kString));

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/model/gguf_file.h"
+#include "common/tokenizer/normalizer.h"
 #include "common/util/strings.h"
 
 namespace tandem::tokenizer {
@@ -51,6 +52,11 @@ struct Vocab {
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;  // SentencePiece: prepend "▁" to the text
+  // Byte-level BPE: a pre-tokenized piece that is itself a token is that token, merges
+  // or not (Hugging Face's `ignore_merges`; Llama 3 and Tekken vocabularies set it).
+  bool ignore_merges = false;
+  // Applied to the text between special tokens before pre-tokenizing.
+  Normalization normalization = Normalization::kNone;
 
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
   bool IsSpecial(int32_t id) const {

@@ -1,5 +1,5 @@
-"""Tiny byte-level BPE vocabularies for the gpt2, llama3 and qwen2 pre-tokenizers, as
-vocab-only GGUFs, with golden ids from Hugging Face `tokenizers`.
+"""Tiny byte-level BPE vocabularies for every byte-level pre-tokenizer family tandem
+implements, as vocab-only GGUFs, with golden ids from Hugging Face `tokenizers`.
 
 Why
     The default model (SmolLM2) covers only the 'smollm' pre-tokenizer. Llama 3, Qwen2 and
@@ -7,16 +7,20 @@ Why
     PCRE2 (common/tokenizer/pre_tokenizer.cc), Hugging Face on its own regex engine. These
     goldens check that both split, and so encode, every case the same way.
 
-Produces, for each PRE in gpt2, llama-bpe (Llama 3) and qwen2:
+Produces, for each family in FAMILIES (gpt2, llama3, qwen2, qwen35, tekken, gpt4o,
+deepseek_llm, deepseek_coder, falcon, mpt):
     tests/data/bpe_<name>.gguf        vocab-only GGUF (~30 KB): general.architecture='llama',
         tokenizer.ggml.model='gpt2', tokenizer.ggml.pre=PRE, tokens, token_type
-        (NORMAL=1, CONTROL=3), merges, bos/eos ids of the two CONTROL tokens, add_bos false.
+        (NORMAL=1, CONTROL=3, USER_DEFINED=4 for mpt's space runs), merges, bos/eos ids of
+        the two CONTROL tokens, add_bos false.
     tests/data/tokenizer_<name>.json  {"gguf_file", "pre", "reference",
         "cases": [{"text", "ids"[, "decoded"]}]}: ids = the Hugging Face tokenizer's
         encode(text, add_special_tokens=False); decoded where its decode differs from text.
 
 The Hugging Face tokenizer for each is built as the published tokenizer.json of that model
-family builds it: GPT-2 ByteLevel(add_prefix_space=False, use_regex=True); Llama 3 and Qwen2
+family builds it (FAMILIES spells each out; llama3 and tekken with ignore_merges and whole
+words added to the vocabulary that no merge makes, mpt with NFC and GPT-NeoX's space-run
+added tokens), e.g.: GPT-2 ByteLevel(add_prefix_space=False, use_regex=True); Llama 3 and Qwen2
 Sequence([Split(Regex(<the family's pattern>), 'isolated'), ByteLevel(add_prefix_space=False,
 use_regex=False)]), a ByteLevel decoder, the two CONTROL tokens as special added tokens. Its
 BPE model is trained (tokenizers' BpeTrainer, vocab 1500, the 256-byte initial alphabet) on
@@ -40,7 +44,7 @@ import os
 import sys
 
 import gguf
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -52,40 +56,137 @@ LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+          r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_UPPER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]"
+_LOWER = r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+TEKKEN = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
+          r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTION}"
+         rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTION}"
+         r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def _chars(ranges):
+    """A character class body of literal characters, as DeepSeek's tokenizer.json writes it."""
+    return "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in ranges)
+
+
+_DEEPSEEK_LETTERS = [
+    (0x41, 0x5A), (0x61, 0x7A), (0xB5, 0xB5), (0xC0, 0xD6), (0xD8, 0xF6), (0xF8, 0x1BA),
+    (0x1BC, 0x1BF), (0x1C4, 0x293), (0x295, 0x2AF), (0x370, 0x373), (0x376, 0x377),
+    (0x37B, 0x37D), (0x37F, 0x37F), (0x386, 0x386), (0x388, 0x38A), (0x38C, 0x38C),
+    (0x38E, 0x3A1), (0x3A3, 0x3F5), (0x3F7, 0x481), (0x48A, 0x52F), (0x531, 0x556),
+    (0x10A0, 0x10C5), (0x13A0, 0x13F5), (0x13F8, 0x13FD), (0x1C90, 0x1CBA), (0x1CBD, 0x1CBF),
+    (0x1D00, 0x1D2B), (0x1D6B, 0x1D77), (0x1D79, 0x1D9A), (0x1E00, 0x1F15), (0x1F18, 0x1F1D),
+    (0x1F20, 0x1F45), (0x1F48, 0x1F4D), (0x1F50, 0x1F57), (0x1F59, 0x1F59), (0x1F5B, 0x1F5B),
+    (0x1F5D, 0x1F5D), (0x1F5F, 0x1F7D), (0x1F80, 0x1FB4), (0x1FB6, 0x1FBC), (0x1FBE, 0x1FBE),
+    (0x1FC2, 0x1FC4), (0x1FC6, 0x1FCC), (0x1FD0, 0x1FD3), (0x1FD6, 0x1FDB), (0x1FE0, 0x1FEC),
+    (0x1FF2, 0x1FF4), (0x1FF6, 0x1FFC), (0x2102, 0x2102), (0x2107, 0x2107), (0x210A, 0x2113),
+    (0x2115, 0x2115), (0x2119, 0x211D), (0x2124, 0x2124), (0x2126, 0x2126), (0x2128, 0x2128),
+    (0x212A, 0x212D), (0x212F, 0x2134), (0x2139, 0x2139), (0x213C, 0x213F), (0x2145, 0x2149),
+    (0x214E, 0x214E), (0x2183, 0x2184), (0x2C00, 0x2C7B), (0x2C7E, 0x2CE4), (0x2CEB, 0x2CEE),
+    (0x2CF2, 0x2CF3), (0xA640, 0xA66D), (0xA680, 0xA69B), (0xA722, 0xA76F), (0xA771, 0xA787),
+    (0xA78B, 0xA78E), (0xAB70, 0xABBF), (0xFB00, 0xFB06), (0xFB13, 0xFB17), (0xFF21, 0xFF3A),
+    (0xFF41, 0xFF5A), (0x10400, 0x1044F), (0x104B0, 0x104D3), (0x104D8, 0x104FB),
+    (0x10C80, 0x10CB2), (0x10CC0, 0x10CF2), (0x118A0, 0x118DF), (0x1E900, 0x1E943)]
+_DEEPSEEK_PUNCT = [(0x21, 0x2F), (0x3A, 0x7E), (0xFF01, 0xFF0F), (0xFF1A, 0xFF5E),
+                   (0x2018, 0x201F), (0x3000, 0x3002)]
+_DEEPSEEK_CJK = "[" + _chars([(0x4E00, 0x9FA5), (0x800, 0x4E00), (0xAC00, 0xD7FF)]) + "]+"
+DEEPSEEK_LLM = [r"[\r\n]", r"\s?[" + _chars(_DEEPSEEK_LETTERS) + "]+",
+                r"\s?[" + _chars(_DEEPSEEK_PUNCT) + "]+", r"\s+$", _DEEPSEEK_CJK, r"\p{N}+"]
+DEEPSEEK_CODER = [r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _DEEPSEEK_CJK, r"\p{N}"]
+
+
+def _splits(patterns, trim_offsets=True):
+    return lambda: pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False) for p in patterns]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=trim_offsets,
+                                    use_regex=False)])
+
 
 FAMILIES = {
-    # name: (tokenizer.ggml.pre, HF pre-tokenizer)
+    # name: (tokenizer.ggml.pre, HF pre-tokenizer[, options])
     "gpt2": ("gpt2", lambda: pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)),
-    "llama3": ("llama-bpe", lambda: pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])),
-    "qwen2": ("qwen2", lambda: pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])),
+    # ignore_merges, as Llama 3's tokenizer.json sets: whole words added to the trained
+    # vocabulary without merges must come out as one token.
+    "llama3": ("llama-bpe", _splits([LLAMA3]), {"ignore_merges": True}),
+    "qwen2": ("qwen2", _splits([QWEN2], trim_offsets=False)),
+    "qwen35": ("qwen35", _splits([QWEN35], trim_offsets=False)),
+    "tekken": ("tekken", _splits([TEKKEN]), {"ignore_merges": True}),
+    "gpt4o": ("gpt-4o", _splits([GPT4O])),
+    "deepseek_llm": ("deepseek-llm", _splits(DEEPSEEK_LLM)),
+    "deepseek_coder": ("deepseek-coder", _splits(DEEPSEEK_CODER)),
+    # Falcon: punctuation runs, GPT-2 splitting with the byte spelling, then digit runs
+    # and groups of three digits on the spelled pieces.
+    "falcon": ("falcon", lambda: pre_tokenizers.Sequence([
+        pre_tokenizers.Punctuation(behavior="contiguous"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.Split(Regex("[0-9][0-9][0-9]"), behavior="isolated", invert=False)])),
+    # MPT (GPT-NeoX's tokenizer): GPT-2 splitting, and runs of 2..24 spaces as
+    # non-special added tokens (user-defined in the GGUF), matched before splitting.
+    "mpt": ("mpt", lambda: pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            {"space_runs": True, "nfc": True}),
 }
 SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>"]
-EXTRA = ["1234567", "x=123456789;", "3.14159 2.71828", "In 2024, 12345 people", "00:11:22",
+# GPT-2's spelling of each byte (bytes_to_unicode).
+BYTE_SPELLING = {}
+_n = 0
+for _b in range(256):
+    if 0x21 <= _b <= 0x7E or 0xA1 <= _b <= 0xAC or _b >= 0xAE:
+        BYTE_SPELLING[_b] = chr(_b)
+    else:
+        BYTE_SPELLING[_b] = chr(256 + _n)
+        _n += 1
+# Pieces given a token of their own (not made by any merge) under ignore_merges.
+WHOLE_WORDS = [" Vi\u1ec7t", " quickly", " Nam", "Hello", "\u4e16\u754c", "HelloWorld"]
+EXTRA = ["Cửa Việt", "Việt Nam quickly", "Hello quickly 世界", "x  y   z    w", "½ ¾ ²³ ¹",
+         "4½ months", "12½3456", "a+b=c|d~e^f`g$h", "HelloWorld XMLHttpRequest iPhone",
+         "1234567", "x=123456789;", "3.14159 2.71828", "In 2024, 12345 people", "00:11:22",
          "١٢٣٤٥ ٦٧", "IT'S I'M YOU'LL THEY'D WE'VE", "a\r\n\r\nb", "  \n  \n", "tab\t\tsep",
          "\u00a0nbsp\u00a0", "line1\nline2\r\n"]
 
 
 def build(name, texts):
-    pre, make_pre = FAMILIES[name]
+    pre, make_pre, *rest = FAMILIES[name]
+    options = rest[0] if rest else {}
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = make_pre()
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=SPECIAL, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer)
-    return pre, tok
+    user_defined = []
+    if options.get("ignore_merges"):
+        model = json.loads(tok.to_str())["model"]
+        vocab, merges = model["vocab"], [tuple(m) for m in model["merges"]]
+        # Whole pieces the merges do not reach: each becomes a token of its own.
+        added = 0
+        for word in WHOLE_WORDS:
+            spelled = "".join(BYTE_SPELLING[b] for b in word.encode("utf-8"))
+            if spelled not in vocab:
+                vocab[spelled] = len(vocab)
+                added += 1
+        assert added >= 2, f"{name}: the trained vocabulary already holds the whole words"
+        tok.model = models.BPE(vocab, merges, ignore_merges=True)
+    if options.get("nfc"):
+        tok.normalizer = normalizers.NFC()
+    if options.get("space_runs"):
+        user_defined = [" " * n for n in range(24, 1, -1)]
+        tok.add_tokens(user_defined)
+    return pre, tok, user_defined
 
 
-def write_gguf(path, name, pre, tok):
+def write_gguf(path, name, pre, tok, user_defined):
     vocab = tok.get_vocab()
     tokens = [None] * len(vocab)
     for t, i in vocab.items():
         tokens[i] = t
-    types = [gguf.TokenType.CONTROL if t in SPECIAL else gguf.TokenType.NORMAL for t in tokens]
+    types = [gguf.TokenType.CONTROL if t in SPECIAL else
+             gguf.TokenType.USER_DEFINED if t in user_defined else gguf.TokenType.NORMAL
+             for t in tokens]
     merges = [" ".join(m) if isinstance(m, (list, tuple)) else m
               for m in json.loads(tok.to_str())["model"]["merges"]]
     w = gguf.GGUFWriter(path, arch="llama")
@@ -110,9 +211,9 @@ def main() -> int:
     args = ap.parse_args()
     texts = build_cases() + EXTRA
     for name in FAMILIES:
-        pre, tok = build(name, texts)
+        pre, tok, user_defined = build(name, texts)
         gguf_path = os.path.join(args.outdir, f"bpe_{name}.gguf")
-        write_gguf(gguf_path, name, pre, tok)
+        write_gguf(gguf_path, name, pre, tok, user_defined)
         cases, differs = [], 0
         for text in texts:
             ids = tok.encode(text, add_special_tokens=False).ids
