@@ -52,6 +52,14 @@ struct AttentionShape {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   float scale = 0;  // usually 1/sqrt(head_dim)
+  // Sliding window: > 0 lets the query at position p see only keys p − window + 1 .. p
+  // (Mistral, Gemma's local layers, Phi-3); 0 sees every earlier key.
+  int32_t window = 0;
+  // Soft-capping: > 0 maps each scaled score x to softcap · tanh(x / softcap) before
+  // the softmax (Gemma 2); 0 leaves scores as they are.
+  float softcap = 0;
+  // The first key position row `pos` sees.
+  int32_t FirstKey(int32_t pos) const { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 };
 
 // The step plan in backend memory: built once per step on the host, uploaded once,
@@ -228,6 +236,13 @@ class Backend {
   virtual void Rope(const Tensor& x, int32_t n_heads, const Tensor& table, const RopeParams& p) = 0;
   // out = silu(gate) × up, element-wise (out may be gate).
   virtual void SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // out = gelu(gate) × up with GELU's tanh approximation (Gemma), element-wise (out
+  // may be gate).
+  virtual void GeGlu(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  // x *= factor, element-wise (Gemma's embedding scale).
+  virtual void Scale(const Tensor& x, float factor) = 0;
+  // x = cap · tanh(x / cap), element-wise (Gemma 2's final logit soft-capping).
+  virtual void SoftCap(const Tensor& x, float cap) = 0;
   // x += y, element-wise.
   virtual void Add(const Tensor& x, const Tensor& y) = 0;
   // x += y, then out = RmsNorm(x, weight, eps): the residual add and the next norm in
@@ -245,7 +260,7 @@ class Backend {
   virtual void WriteKv(const Tensor& k, const Tensor& v, const StepView& step, int32_t layer,
                        KvStorage* kv) = 0;
   // Causal attention of q [T][n_heads × head_dim] over each sequence's cached K/V
-  // (GQA-aware); out has q's shape.
+  // (GQA-aware; shape.window and shape.softcap honoured); out has q's shape.
   virtual void Attention(const Tensor& q, const StepView& step, const AttentionShape& shape,
                          int32_t layer, const KvStorage& kv, const Tensor& out) = 0;
 };

@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Prepare(const Mode
                 Matrix(L.wv, &D.wv), Vector(L.bq, q_dim, &D.bq), Vector(L.bk, kv_dim, &D.bk),
                 Vector(L.bv, kv_dim, &D.bv), Vector(L.q_norm, c.head_dim, &D.q_norm),
                 Vector(L.k_norm, c.head_dim, &D.k_norm), Matrix(L.wo, &D.wo),
-                Vector(L.ffn_norm, h, &D.ffn_norm), Matrix(L.w_gate, &D.w_gate),
+                Vector(L.post_attn_norm, h, &D.post_attn_norm), Vector(L.ffn_norm, h, &D.ffn_norm),
+                Vector(L.post_ffn_norm, h, &D.post_ffn_norm), Matrix(L.w_gate, &D.w_gate),
                 Matrix(L.w_up, &D.w_up), Matrix(L.w_down, &D.w_down)});
   }
   // The type each tensor takes in backend memory.

@@ -26,7 +26,9 @@ struct DeviceLayer {
   Tensor bq, bk, bv;            // [1][…] f32, or empty
   Tensor q_norm, k_norm;        // [1][head_dim] f32, or empty
   Tensor wo;                    // [hidden][n_heads·head_dim]
+  Tensor post_attn_norm;        // [1][hidden] f32, or empty (gemma)
   Tensor ffn_norm;              // [1][hidden] f32
+  Tensor post_ffn_norm;         // [1][hidden] f32, or empty (gemma)
   Tensor w_gate, w_up, w_down;  // [ffn][hidden], [ffn][hidden], [hidden][ffn]
 };
 

@@ -51,7 +51,7 @@ struct Regions {
     proj = next(T * H);
     gate = next(T * c.ffn_size);
     up = next(T * c.ffn_size);
-    rope = next(T * c.rope_dim);
+    rope = next(2 * T * c.rope_dim);  // global layers' table, then local layers'
     picked = next(S * H);
     normed = next(S * H);
     logits = next(S * c.vocab_size);
@@ -101,10 +101,18 @@ ModelExecutor::ModelExecutor(const model::ModelConfig& c, const DeviceWeights& w
   if (c.rope_scaling.type == model::RopeScalingType::kLinear && c.rope_scaling.factor > 0) {
     rope_.position_scale = static_cast<float>(c.rope_scaling.factor);
   }
+  rope_local_ = rope_;
+  if (c.rope_theta_local > 0) {
+    local_rope_ = true;
+    rope_local_.theta = static_cast<float>(c.rope_theta_local);
+    rope_local_.position_scale = 1.0f;  // scaling applies to the global layers only
+  }
   attn_.n_heads = static_cast<int32_t>(c.n_heads);
   attn_.n_kv_heads = static_cast<int32_t>(c.n_kv_heads);
   attn_.head_dim = static_cast<int32_t>(c.head_dim);
-  attn_.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attn_.scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
+                                      : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  attn_.softcap = static_cast<float>(c.attn_softcap);
 }
 
 absl::Status ModelExecutor::Reserve(int64_t tokens, int64_t seqs, int64_t table_entries) {
@@ -273,14 +281,23 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
   const kernels::Tensor gate = f32(at.gate, T, F);
   const kernels::Tensor up = f32(at.up, T, F);
   const kernels::Tensor rope_table = f32(at.rope, T, c.rope_dim);  // cos | sin
+  const kernels::Tensor rope_table_local =
+      local_rope_ ? f32(at.rope + T * c.rope_dim * 4, T, c.rope_dim) : rope_table;
 
   const float eps = static_cast<float>(c.rms_norm_eps);
   backend_->RopeTable(step.positions, w_.rope_freqs(), rope_, rope_table);
+  if (local_rope_) backend_->RopeTable(step.positions, {}, rope_local_, rope_table_local);
   backend_->Embedding(w_.token_embd(), step.tokens, x);
+  if (c.embedding_scale > 0) backend_->Scale(x, static_cast<float>(c.embedding_scale));
   const int32_t n_layers = static_cast<int32_t>(c.n_layers);
   backend_->RmsNorm(x, w_.layers()[0].attn_norm, eps, h);
   for (int32_t l = 0; l < n_layers; ++l) {
     const DeviceLayer& L = w_.layers()[l];
+    const bool local = c.LayerIsLocal(l);
+    kernels::AttentionShape shape = attn_;
+    if (local) shape.window = static_cast<int32_t>(c.sliding_window);
+    const kernels::RopeParams& rope = local && local_rope_ ? rope_local_ : rope_;
+    const kernels::Tensor& table = local && local_rope_ ? rope_table_local : rope_table;
     backend_->MatMul3(h, L.wq, q, L.wk, k, L.wv, v);
     if (!L.bq.empty()) backend_->AddBias(q, L.bq);
     if (!L.bk.empty()) backend_->AddBias(k, L.bk);
@@ -291,17 +308,23 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
       backend_->RmsNorm(f32(at.k, T * c.n_kv_heads, c.head_dim), L.k_norm, eps,
                         f32(at.k, T * c.n_kv_heads, c.head_dim));
     }
-    backend_->Rope(q, attn_.n_heads, rope_table, rope_);
-    backend_->Rope(k, attn_.n_kv_heads, rope_table, rope_);
+    backend_->Rope(q, attn_.n_heads, table, rope);
+    backend_->Rope(k, attn_.n_kv_heads, table, rope);
     backend_->WriteKv(k, v, step, l, kv_);
     if (on_layer_kv) on_layer_kv(l, backend_->RecordEvent());
-    backend_->Attention(q, step, attn_, l, *kv_, attn_out);
+    backend_->Attention(q, step, shape, l, *kv_, attn_out);
     backend_->MatMul(attn_out, L.wo, proj);
+    if (!L.post_attn_norm.empty()) backend_->RmsNorm(proj, L.post_attn_norm, eps, proj);
     backend_->AddRmsNorm(x, proj, L.ffn_norm, eps, h);  // residual, then the FFN's norm
 
     backend_->MatMul2(h, L.w_gate, gate, L.w_up, up);
-    backend_->SwiGlu(gate, up, gate);
+    if (c.ffn_activation == model::FfnActivation::kGeluTanh) {
+      backend_->GeGlu(gate, up, gate);
+    } else {
+      backend_->SwiGlu(gate, up, gate);
+    }
     backend_->MatMul(gate, L.w_down, proj);
+    if (!L.post_ffn_norm.empty()) backend_->RmsNorm(proj, L.post_ffn_norm, eps, proj);
     if (l + 1 < n_layers) {
       backend_->AddRmsNorm(x, proj, w_.layers()[l + 1].attn_norm, eps, h);  // and the next norm
     } else {
@@ -314,6 +337,9 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
   backend_->GatherRows(x, logit_rows, picked);
   backend_->RmsNorm(picked, w_.output_norm(), eps, normed);
   backend_->MatMul(normed, w_.output(), f32(at.logits, R, c.vocab_size));
+  if (c.final_softcap > 0) {
+    backend_->SoftCap(f32(at.logits, R, c.vocab_size), static_cast<float>(c.final_softcap));
+  }
 }
 
 }  // namespace tandem::engine

@@ -107,6 +107,8 @@ class ModelExecutor {
   kernels::Backend* backend_;
   kernels::KvStorage* kv_;
   kernels::RopeParams rope_;
+  kernels::RopeParams rope_local_;  // sliding-window layers' RoPE where it differs
+  bool local_rope_ = false;         // whether it does (Gemma 3)
   kernels::AttentionShape attn_;
   std::unique_ptr<kernels::Buffer> workspace_;
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_table_ = 0;

@@ -41,6 +41,18 @@ absl::StatusOr<WeightMatrix> ModelWeights::Matrix(const GgufFile& f, const std::
   return w;
 }
 
+namespace {
+
+// Rows first .. first + n of `w`, in place.
+WeightMatrix Rows(const WeightMatrix& w, int64_t first, int64_t n) {
+  WeightMatrix r = w;
+  r.rows = n;
+  if (w.data != nullptr) r.data = w.data + first * static_cast<int64_t>(w.RowBytes());
+  return r;
+}
+
+}  // namespace
+
 absl::StatusOr<const float*> ModelWeights::Vector(const GgufFile& f, const std::string& name,
                                                   int64_t n, bool optional) {
   const model::GgufTensorInfo* t = f.FindTensor(name);
@@ -107,9 +119,17 @@ absl::Status ModelWeights::LoadInto(const GgufFile& f, const model::ModelConfig&
     const std::string p = StrCat("blk.", i, ".");
     LayerWeights L;
     ASSIGN_OR_RETURN(L.attn_norm, w->Vector(f, p + "attn_norm.weight", h));
-    ASSIGN_OR_RETURN(L.wq, w->Matrix(f, p + "attn_q.weight", q_dim, h));
-    ASSIGN_OR_RETURN(L.wk, w->Matrix(f, p + "attn_k.weight", kv_dim, h));
-    ASSIGN_OR_RETURN(L.wv, w->Matrix(f, p + "attn_v.weight", kv_dim, h));
+    if (c.fused_qkv) {
+      ASSIGN_OR_RETURN(WeightMatrix qkv,
+                       w->Matrix(f, p + "attn_qkv.weight", q_dim + 2 * kv_dim, h));
+      L.wq = Rows(qkv, 0, q_dim);
+      L.wk = Rows(qkv, q_dim, kv_dim);
+      L.wv = Rows(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      ASSIGN_OR_RETURN(L.wq, w->Matrix(f, p + "attn_q.weight", q_dim, h));
+      ASSIGN_OR_RETURN(L.wk, w->Matrix(f, p + "attn_k.weight", kv_dim, h));
+      ASSIGN_OR_RETURN(L.wv, w->Matrix(f, p + "attn_v.weight", kv_dim, h));
+    }
     ASSIGN_OR_RETURN(L.bq, w->Vector(f, p + "attn_q.bias", q_dim, /*optional=*/true));
     ASSIGN_OR_RETURN(L.bk, w->Vector(f, p + "attn_k.bias", kv_dim, true));
     ASSIGN_OR_RETURN(L.bv, w->Vector(f, p + "attn_v.bias", kv_dim, true));
@@ -119,8 +139,18 @@ absl::Status ModelWeights::LoadInto(const GgufFile& f, const model::ModelConfig&
     }
     ASSIGN_OR_RETURN(L.wo, w->Matrix(f, p + "attn_output.weight", h, q_dim));
     ASSIGN_OR_RETURN(L.ffn_norm, w->Vector(f, p + "ffn_norm.weight", h));
-    ASSIGN_OR_RETURN(L.w_gate, w->Matrix(f, p + "ffn_gate.weight", c.ffn_size, h));
-    ASSIGN_OR_RETURN(L.w_up, w->Matrix(f, p + "ffn_up.weight", c.ffn_size, h));
+    if (c.post_norms) {
+      ASSIGN_OR_RETURN(L.post_attn_norm, w->Vector(f, p + "post_attention_norm.weight", h));
+      ASSIGN_OR_RETURN(L.post_ffn_norm, w->Vector(f, p + "post_ffw_norm.weight", h));
+    }
+    if (c.fused_gate_up) {
+      ASSIGN_OR_RETURN(WeightMatrix gate_up, w->Matrix(f, p + "ffn_up.weight", 2 * c.ffn_size, h));
+      L.w_gate = Rows(gate_up, 0, c.ffn_size);
+      L.w_up = Rows(gate_up, c.ffn_size, c.ffn_size);
+    } else {
+      ASSIGN_OR_RETURN(L.w_gate, w->Matrix(f, p + "ffn_gate.weight", c.ffn_size, h));
+      ASSIGN_OR_RETURN(L.w_up, w->Matrix(f, p + "ffn_up.weight", c.ffn_size, h));
+    }
     ASSIGN_OR_RETURN(L.w_down, w->Matrix(f, p + "ffn_down.weight", h, c.ffn_size));
     w->layers_.push_back(L);
     if (progress) progress(static_cast<int>(i + 1), total);

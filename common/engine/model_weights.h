@@ -1,9 +1,10 @@
 // ModelWeights: a Llama-family model's tensors, checked against its config and laid
 // out for the CPU backend.
 //
-// Weights of a type MatMul handles (F32, Q8_0, Q4_0, Q4_1) stay as views into the
-// memory-mapped GGUF file; others (F16, BF16, Q4_K, Q6_K) are dequantized to F32 once,
-// at load. Norm vectors are float32. Immutable after Load; the GgufFile must outlive it.
+// Weights of a type MatMul handles (every common GGUF type) stay as views into the
+// memory-mapped GGUF file; others are dequantized to F32 once, at load. Fused
+// projections (Phi-3's attn_qkv and gate/up ffn_up) become views of their row ranges.
+// Norm vectors are float32. Immutable after Load; the GgufFile must outlive it.
 #ifndef TANDEM_COMMON_ENGINE_MODEL_WEIGHTS_H_
 #define TANDEM_COMMON_ENGINE_MODEL_WEIGHTS_H_
 
@@ -28,13 +29,15 @@ struct LayerWeights {
   const float* bq = nullptr;         // qwen2 only: [n_heads·head_dim]
   const float* bk = nullptr;         // [n_kv_heads·head_dim]
   const float* bv = nullptr;
-  const float* q_norm = nullptr;    // qwen3 only: [head_dim], every query head
-  const float* k_norm = nullptr;    // [head_dim], every key head
-  WeightMatrix wo;                  // [hidden][n_heads·head_dim]
-  const float* ffn_norm = nullptr;  // [hidden]
-  WeightMatrix w_gate;              // [ffn][hidden]
-  WeightMatrix w_up;                // [ffn][hidden]
-  WeightMatrix w_down;              // [hidden][ffn]
+  const float* q_norm = nullptr;          // qwen3, gemma3: [head_dim], every query head
+  const float* k_norm = nullptr;          // [head_dim], every key head
+  WeightMatrix wo;                        // [hidden][n_heads·head_dim]
+  const float* post_attn_norm = nullptr;  // gemma: [hidden], of the attention output
+  const float* ffn_norm = nullptr;        // [hidden]
+  const float* post_ffn_norm = nullptr;   // gemma: [hidden], of the FFN output
+  WeightMatrix w_gate;                    // [ffn][hidden]
+  WeightMatrix w_up;                      // [ffn][hidden]
+  WeightMatrix w_down;                    // [hidden][ffn]
 };
 
 class ModelWeights {

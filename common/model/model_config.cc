@@ -49,10 +49,13 @@ absl::StatusOr<int32_t> TokenIdOr(const GgufFile& f, const std::string& key) {
 absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ModelConfig c;
   ASSIGN_OR_RETURN(std::string_view arch, f.GetString("general.architecture"));
-  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3") {
-    return absl::UnimplementedError(StrCat("model config: architecture '", arch,
-                                           "' is not supported (llama, mistral, qwen2, qwen3)"));
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" &&
+      arch != "phi3" && arch != "gemma2" && arch != "gemma3") {
+    return absl::UnimplementedError(
+        StrCat("model config: architecture '", arch,
+               "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3)"));
   }
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
   c.architecture = std::string(arch);
   if (auto name = f.GetString("general.name"); name.ok()) c.name = std::string(*name);
   const std::string p = c.architecture + ".";
@@ -65,7 +68,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(c.context_length, IntOr(f, p + "context_length", 2048));
   ASSIGN_OR_RETURN(c.sliding_window, IntOr(f, p + "attention.sliding_window", 0));
   if (c.sliding_window < 0) return Invalid(p + "attention.sliding_window", "must not be negative");
-  if (c.sliding_window > 0) c.context_length = std::min(c.context_length, c.sliding_window);
+  if (arch == "gemma2") c.sliding_window_period = 2;  // local, global, local, ...
+  if (arch == "gemma3") c.sliding_window_period = 6;  // five local layers, one global
   if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) {
     return Invalid(p + "attention.head_count_kv",
                    StrCat("= ", c.n_kv_heads, " must divide head_count = ", c.n_heads));
@@ -112,11 +116,43 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(c.vocab_size, IntOr(f, p + "vocab_size", n_tokens));
   if (c.vocab_size <= 0) return Invalid(p + "vocab_size", "is missing and there is no token list");
 
+  // Gemma: attention scores scaled by query_pre_attn_scalar^-1/2, which GGUF does not
+  // store: head_dim, except the 27B models' hidden / heads (46 and 62 layers).
+  if (gemma) {
+    const bool big =
+        (arch == "gemma2" && c.n_layers == 46) || (arch == "gemma3" && c.n_layers == 62);
+    c.attention_scale =
+        1.0 / std::sqrt(static_cast<double>(big ? c.hidden_size / c.n_heads : c.head_dim));
+    c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
+    c.ffn_activation = FfnActivation::kGeluTanh;
+    c.post_norms = true;
+    ASSIGN_OR_RETURN(c.attn_softcap, FloatOr(f, p + "attn_logit_softcapping", 0.0));
+    ASSIGN_OR_RETURN(c.final_softcap, FloatOr(f, p + "final_logit_softcapping", 0.0));
+    if (c.attn_softcap < 0 || c.final_softcap < 0) {
+      return Invalid(p + "attn_logit_softcapping",
+                     "and final_logit_softcapping must not be negative");
+    }
+  }
+  if (arch == "gemma3") c.rope_theta_local = 10000.0;  // GGUF's freq_base is the global one
+  if (arch == "phi3") {
+    c.fused_qkv = f.FindTensor("blk.0.attn_qkv.weight") != nullptr;
+    c.fused_gate_up = f.FindTensor("blk.0.ffn_gate.weight") == nullptr;
+    if (f.FindTensor("rope_factors_long.weight") != nullptr) {
+      return absl::UnimplementedError(
+          "model config: Phi-3's LongRoPE (rope_factors_long / rope_factors_short) is not "
+          "supported yet");
+    }
+  }
+
   c.tied_embeddings = f.FindTensor("output.weight") == nullptr;
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
-  c.rope_halves = c.architecture == "qwen2" || c.architecture == "qwen3";
-  // Qwen3 always has it (loading then requires the tensors); others where the file does.
-  c.qk_norm = c.architecture == "qwen3" || f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
+  // NeoX-style RoPE: llama.cpp's converter permutes Q/K for adjacent pairs only for
+  // llama and mistral.
+  c.rope_halves = arch == "qwen2" || arch == "qwen3" || arch == "phi3" || gemma;
+  // Qwen3 and Gemma 3 always have it (loading then requires the tensors); others where
+  // the file does.
+  c.qk_norm =
+      arch == "qwen3" || arch == "gemma3" || f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
 
   ASSIGN_OR_RETURN(c.bos_token_id, TokenIdOr(f, "tokenizer.ggml.bos_token_id"));
   ASSIGN_OR_RETURN(c.eos_token_id, TokenIdOr(f, "tokenizer.ggml.eos_token_id"));

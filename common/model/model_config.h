@@ -1,10 +1,14 @@
-// ModelConfig: the hyper-parameters of a Llama-family model, read from GGUF metadata.
+// ModelConfig: the hyper-parameters of a Llama-family decoder, read from GGUF metadata.
 //
-// Covers `general.architecture` = llama, mistral, qwen2 and qwen3 (the same decoder
-// math; qwen2 adds biases to the Q/K/V projections, qwen3 an RMSNorm of each head's
-// query and key before RoPE, and a head dim of its own). A plain value type; FromGguf checks
-// that the numbers are consistent (heads divide the hidden size, KV heads divide
-// heads, ...) and returns InvalidArgument naming the key otherwise.
+// Covers `general.architecture` = llama, mistral, qwen2, qwen3, phi3, gemma2 and gemma3:
+// one decoder (RMSNorm, RoPE attention with GQA, a gated FFN) whose variations are the
+// fields below — qwen2's Q/K/V biases; qwen3's and gemma3's per-head QK-norm; phi3's
+// fused QKV and gate/up projections; Gemma's GeGLU, embedding scale, norms after
+// attention and after the FFN, soft-capping (gemma2), and sliding-window layers
+// interleaved with global ones, each kind with its own RoPE base (gemma3). A plain
+// value type; FromGguf checks that the numbers are consistent (heads divide the hidden
+// size, KV heads divide heads, ...) and returns InvalidArgument naming the key
+// otherwise.
 #ifndef TANDEM_COMMON_MODEL_MODEL_CONFIG_H_
 #define TANDEM_COMMON_MODEL_MODEL_CONFIG_H_
 
@@ -18,6 +22,12 @@
 namespace tandem::model {
 
 enum class RopeScalingType { kNone, kLinear, kYarn, kLlama3 };
+
+// The gate's activation in the FFN: down(act(gate(x)) × up(x)).
+enum class FfnActivation {
+  kSilu,      // SwiGLU (Llama, Qwen, Phi-3)
+  kGeluTanh,  // GeGLU, GELU's tanh approximation (Gemma)
+};
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
@@ -37,16 +47,34 @@ struct ModelConfig {
   int64_t head_dim = 0;
   int64_t ffn_size = 0;  // feed_forward_length
   int64_t vocab_size = 0;
-  // The context tandem serves: the file's context_length, or the attention's sliding
-  // window where the file has a smaller one (Mistral 7B v0.1: 4,096 of 32,768). tandem
-  // attends to every earlier token, which equals sliding-window attention only while a
-  // sequence fits the window, so it serves no more than that.
   int64_t context_length = 0;
-  int64_t sliding_window = 0;  // attention.sliding_window; 0: none
-  int64_t rope_dim = 0;        // rotated dims per head (usually head_dim)
+  // attention.sliding_window; 0: none. A local layer's query at position p sees keys
+  // p − sliding_window + 1 .. p; which layers are local: LayerIsLocal.
+  int64_t sliding_window = 0;
+  // 0: every layer is local (Mistral, Phi-3); n: layer l is global when l % n == n − 1
+  // and local otherwise (Gemma 2: 2, Gemma 3: 6).
+  int32_t sliding_window_period = 0;
+  int64_t rope_dim = 0;  // rotated dims per head (usually head_dim)
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
+  // Local layers' RoPE base, without scaling (Gemma 3: 10,000 beside its global
+  // 1,000,000); 0: local layers rotate as global ones do.
+  double rope_theta_local = 0;
+  // Attention scores are q·k × attention_scale (1/sqrt(head_dim) unless the model says,
+  // e.g. Gemma's query_pre_attn_scalar).
+  double attention_scale = 0;
+  double attn_softcap = 0;     // > 0: scores soft-capped (Gemma 2: 50)
+  double final_softcap = 0;    // > 0: logits soft-capped (Gemma 2: 30)
+  double embedding_scale = 0;  // > 0: embeddings multiplied by it (Gemma: sqrt(hidden))
+  FfnActivation ffn_activation = FfnActivation::kSilu;
+  // RMSNorm of the attention output and of the FFN output before each joins the
+  // residual stream (Gemma 2 and 3: post_attention_norm, post_ffw_norm).
+  bool post_norms = false;
+  // Phi-3: Q, K and V are one matrix (attn_qkv) and gate and up another (ffn_up, gate
+  // first), each used as row ranges of the fused tensor.
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
   bool tied_embeddings = false;  // no output.weight: logits reuse token_embd.weight
   bool qkv_bias = false;
   // RoPE pairs (i, i + rope_dim/2) as NeoX does (qwen2); llama/mistral GGUF files store
@@ -61,6 +89,11 @@ struct ModelConfig {
   int32_t pad_token_id = -1;
   int32_t unk_token_id = -1;
   std::string chat_template;  // may be empty
+
+  bool LayerIsLocal(int64_t layer) const {
+    return sliding_window > 0 && (sliding_window_period == 0 ||
+                                  layer % sliding_window_period != sliding_window_period - 1);
+  }
 
   // 2 × layers × kv_heads × head_dim: float elements of K and V per token.
   int64_t KvElementsPerToken() const { return 2 * n_layers * n_kv_heads * head_dim; }

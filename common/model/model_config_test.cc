@@ -122,7 +122,10 @@ TEST(ModelConfig, ReadsMistralLikeLlamaAndCapsTheContextAtItsSlidingWindow) {
   auto v01 = Parse(windowed);
   ASSERT_TRUE(v01.ok()) << v01.status();
   EXPECT_EQ(v01->sliding_window, 4096);
-  EXPECT_EQ(v01->context_length, 4096);
+  // The window is honoured by attention, so the whole context is served.
+  EXPECT_EQ(v01->context_length, 32768);
+  EXPECT_TRUE(v01->LayerIsLocal(0));
+  EXPECT_TRUE(v01->LayerIsLocal(1));
 }
 
 TEST(ModelConfig, RejectsInconsistentShapes) {

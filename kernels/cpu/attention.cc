@@ -93,6 +93,12 @@ inline const T* VRow(const KvView& c, std::span<const int32_t> table, int32_t j,
          (static_cast<int64_t>(j % L.block_size) * L.n_kv_heads + h) * L.head_dim;
 }
 
+// x, or softcap · tanh(x / softcap) when soft-capping (tanhf: the same function in
+// every build of this file).
+inline float SoftCap(float x, float softcap) {
+  return softcap > 0 ? softcap * std::tanh(x / softcap) : x;
+}
+
 // --- portable path -------------------------------------------------------------
 
 // One body, built twice: for any x86-64, and with AVX2 and FMA for the CPUs that have
@@ -104,10 +110,10 @@ template <class T>
 __attribute__((always_inline)) inline void AttendPortable(
     const float* q, int32_t pos, std::span<const int32_t> table, int32_t layer, int32_t kvh,
     const AttentionShape& sh, const KvView& cache, std::vector<float>& scores, float* out) {
-  const int32_t hd = sh.head_dim, bs = cache.layout.block_size;
+  const int32_t hd = sh.head_dim, bs = cache.layout.block_size, lo = sh.FirstKey(pos);
   scores.resize(pos + 1);
   float mx = -INFINITY;
-  for (int32_t j0 = 0; j0 <= pos;) {
+  for (int32_t j0 = lo; j0 <= pos;) {
     const T* k = KColumn<T>(cache, table, j0, layer, kvh);
     if (pos + 1 - j0 >= 8 && j0 % bs + 8 <= bs) {
       // Eight keys of one block: their K columns are adjacent.
@@ -117,7 +123,7 @@ __attribute__((always_inline)) inline void AttendPortable(
         for (int32_t i = 0; i < 8; ++i) s[i] = std::fma(q[d], ToFloat(kd[i]), s[i]);
       }
       for (int32_t i = 0; i < 8; ++i) {
-        scores[j0 + i] = s[i] * sh.scale;
+        scores[j0 + i] = SoftCap(s[i] * sh.scale, sh.softcap);
         mx = std::max(mx, scores[j0 + i]);
       }
       j0 += 8;
@@ -125,13 +131,13 @@ __attribute__((always_inline)) inline void AttendPortable(
       float s = 0;
       for (int32_t d = 0; d < hd; ++d)
         s = std::fma(q[d], ToFloat(k[static_cast<int64_t>(d) * bs]), s);
-      scores[j0] = s * sh.scale;
+      scores[j0] = SoftCap(s * sh.scale, sh.softcap);
       mx = std::max(mx, scores[j0]);
       j0 += 1;
     }
   }
   float lanes[16] = {};
-  for (int32_t j = 0; j <= pos; ++j) {
+  for (int32_t j = lo; j <= pos; ++j) {
     scores[j] = std::exp(scores[j] - mx);
     lanes[j % 16] += scores[j];
   }
@@ -139,7 +145,7 @@ __attribute__((always_inline)) inline void AttendPortable(
     for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
   const float inv = 1.0f / lanes[0];
   for (int32_t d = 0; d < hd; ++d) out[d] = 0;
-  for (int32_t j = 0; j <= pos; ++j) {
+  for (int32_t j = lo; j <= pos; ++j) {
     const T* v = VRow<T>(cache, table, j, layer, kvh);
     for (int32_t d = 0; d < hd; ++d) out[d] = std::fma(scores[j], ToFloat(v[d]), out[d]);
   }
@@ -170,18 +176,21 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
                                 const AttentionShape& sh, const KvView& cache,
                                 std::vector<float>& scores, float* out) {
   const int32_t hd = sh.head_dim, bs = cache.layout.block_size, n = pos + 1;
-  const int32_t padded = (n + 15) / 16 * 16;
-  scores.resize(static_cast<size_t>(group) * padded);
-  const __m512 scale = _mm512_set1_ps(sh.scale);
   // Scores, 16 keys at a time (a chunk never crosses a block: block sizes are
   // multiples of 16, or chunks shrink to the block). Each score is a sequential FMA
   // chain over d; up to 4 heads × 2 chunks run side by side to hide FMA latency.
+  // With a window, chunks start at the chunk holding the first visible key, and the
+  // keys before it in that chunk score −inf (weight exactly 0). sc[j − base] is key j.
   const int32_t chunk = bs >= 16 ? 16 : bs;
+  const int32_t lo = sh.FirstKey(pos), base = lo / chunk * chunk;
+  const int32_t padded = (n - base + 15) / 16 * 16;
+  scores.resize(static_cast<size_t>(group) * padded);
+  const __m512 scale = _mm512_set1_ps(sh.scale);
   auto mask_of = [&](int32_t j0) {
     const int32_t len = std::min(chunk, n - j0);
     return static_cast<__mmask16>((1u << len) - 1);
   };
-  for (int32_t j0 = 0; j0 < n; j0 += 2 * chunk) {
+  for (int32_t j0 = base; j0 < n; j0 += 2 * chunk) {
     const bool two = j0 + chunk < n;
     const __mmask16 m0 = mask_of(j0), m1 = two ? mask_of(j0 + chunk) : 0;
     const T* k0 = KColumn<T>(cache, table, j0, layer, kvh);
@@ -200,7 +209,7 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
         }
       }
       for (int32_t g = 0; g < ng; ++g) {
-        float* sc = scores.data() + static_cast<int64_t>(g0 + g) * padded;
+        float* sc = scores.data() + static_cast<int64_t>(g0 + g) * padded - base;
         _mm512_mask_storeu_ps(sc + j0, m0, _mm512_mul_ps(s0[g], scale));
         if (two) _mm512_mask_storeu_ps(sc + j0 + chunk, m1, _mm512_mul_ps(s1[g], scale));
       }
@@ -208,17 +217,26 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
   }
   for (int32_t g = 0; g < group; ++g) {
     float* sc = scores.data() + static_cast<int64_t>(g) * padded;
+    for (int32_t j = base; j < n; ++j) {
+      sc[j - base] = j < lo ? -INFINITY : SoftCap(sc[j - base], sh.softcap);
+    }
+    const int32_t m_keys = n - base;  // keys base .. pos, as sc[0 .. m_keys)
     // Max over the keys (exact in any order), then exp and the 16-lane partial sums.
     __m512 vmax = _mm512_set1_ps(-INFINITY);
-    for (int32_t j = 0; j < n; j += 16) {
-      const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
+    for (int32_t j = 0; j < m_keys; j += 16) {
+      const __mmask16 m =
+          static_cast<__mmask16>(m_keys - j >= 16 ? 0xFFFF : (1u << (m_keys - j)) - 1);
       vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, sc + j));
     }
     const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
     __m512 z = _mm512_setzero_ps();
-    for (int32_t j = 0; j < n; j += 16) {
-      const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
-      const __m512 e = _mm512_maskz_mov_ps(m, Exp512(_mm512_sub_ps(_mm512_loadu_ps(sc + j), mx)));
+    for (int32_t j = 0; j < m_keys; j += 16) {
+      const __mmask16 m =
+          static_cast<__mmask16>(m_keys - j >= 16 ? 0xFFFF : (1u << (m_keys - j)) - 1);
+      // Keys before the window weigh exactly 0 (Exp512 clamps −inf to a tiny number).
+      const __mmask16 live = j == 0 ? static_cast<__mmask16>(m & ~((1u << (lo - base)) - 1)) : m;
+      const __m512 e =
+          _mm512_maskz_mov_ps(live, Exp512(_mm512_sub_ps(_mm512_loadu_ps(sc + j), mx)));
       _mm512_mask_storeu_ps(sc + j, m, e);
       z = _mm512_add_ps(z, e);
     }
@@ -228,14 +246,15 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
     for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_setzero_ps();
     // Walk the blocks (no division per key); keys stay in order.
     const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * hd;
-    for (int32_t j0 = 0; j0 < n; j0 += bs) {
+    for (int32_t j0 = base; j0 < n;) {
       const T* vr = VRow<T>(cache, table, j0, layer, kvh);
-      const int32_t len = std::min(bs, n - j0);
+      const int32_t len = std::min(bs - j0 % bs, n - j0);
       for (int32_t i = 0; i < len; ++i, vr += vstride) {
-        const __m512 p = _mm512_set1_ps(sc[j0 + i]);
+        const __m512 p = _mm512_set1_ps(sc[j0 - base + i]);
         for (int32_t v = 0; v < nv; ++v)
           acc[v] = _mm512_fmadd_ps(p, Load16(0xFFFF, vr + 16 * v), acc[v]);
       }
+      j0 += len;
     }
     float* o = out + static_cast<int64_t>(g) * hd;
     const __m512 vinv = _mm512_set1_ps(inv);
@@ -329,6 +348,8 @@ void PagedAttentionReferenceAs(const float* q, const PagedBatch& batch, const At
           double dot = 0;
           for (int32_t d = 0; d < hd; ++d) dot += qv[d] * K[j * hd + d];
           w[j] = dot * sh.scale;
+          if (sh.softcap > 0) w[j] = sh.softcap * std::tanh(w[j] / sh.softcap);
+          if (sh.window > 0 && pos - j >= sh.window) w[j] = -INFINITY;  // outside the window
           mx = std::max(mx, w[j]);
         }
         for (auto& x : w) sum += (x = std::exp(x - mx));

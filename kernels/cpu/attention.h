@@ -10,7 +10,8 @@
 // in float32, bfloat16 or float16 (converted to float32 as they are read; written
 // with round-to-nearest-even).
 //
-// Query row t at position p attends to cache positions 0..p, visited in order with a
+// Query row t at position p attends to cache positions FirstKey(p)..p (0..p without a
+// sliding window; scores soft-capped where the shape says), visited in order with a
 // fixed summation order, so its result does not depend on the rest of the batch or on
 // how the prompt was split into steps. AttentionReference gathers K/V into
 // contiguous arrays and computes in double.

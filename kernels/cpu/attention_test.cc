@@ -14,6 +14,7 @@ namespace tandem::kernels {
 namespace {
 
 using ::tandem::kernels::testing::Fixture;
+using ::tandem::kernels::testing::MaxAbsError;
 
 class PagedAttentionPaths : public ::testing::TestWithParam<bool> {
  protected:
@@ -49,6 +50,51 @@ TEST_P(PagedAttentionPaths, SixteenBitCachesMatchReference) {
       PagedAttentionReference(f.q.data(), f.batch(), f.shape, 1, *f.cache, want.data());
       for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << i;
     }
+  }
+}
+
+// Sliding windows (narrower than a block, a block, not a multiple of 16, wider than
+// every sequence) and soft-capping, on both paths, against the float64 reference.
+TEST_P(PagedAttentionPaths, WindowsAndSoftCappingMatchReference) {
+  std::mt19937 rng(11);
+  ThreadPool pool(2);
+  for (int32_t block_size : {1, 16, 24}) {
+    Fixture f(8, 2, 64, block_size, {{1, 1}, {15, 15}, {40, 40}, {300, 3}, {1000, 1}}, rng);
+    std::vector<float> plain(f.q.size());
+    PagedAttention(f.q.data(), f.batch(), f.shape, 1, *f.cache, plain.data(), &pool);
+    for (int32_t window : {1, 5, 16, 37, 5000}) {
+      for (float softcap : {0.0f, 0.5f}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "block " << block_size << " window " << window << " softcap " << softcap);
+        AttentionShape shape = f.shape;
+        shape.window = window;
+        shape.softcap = softcap;
+        std::vector<float> got(f.q.size(), NAN), want(f.q.size());
+        PagedAttention(f.q.data(), f.batch(), shape, 1, *f.cache, got.data(), &pool);
+        PagedAttentionReference(f.q.data(), f.batch(), shape, 1, *f.cache, want.data());
+        for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << i;
+        if (window == 5000 && softcap == 0) {
+          // Wider than every sequence: the very same bits as no window.
+          EXPECT_EQ(0, std::memcmp(got.data(), plain.data(), got.size() * sizeof(float)));
+        } else {
+          EXPECT_GT(MaxAbsError(got, plain), 1e-3);  // the window or the cap matters here
+        }
+      }
+    }
+  }
+}
+
+// A window of one key: each row's output is its own V row, exactly.
+TEST_P(PagedAttentionPaths, WindowOfOneReturnsTheOwnValue) {
+  std::mt19937 rng(12);
+  Fixture f(4, 4, 64, 16, {{20, 20}}, rng);
+  AttentionShape shape = f.shape;
+  shape.window = 1;
+  std::vector<float> got(f.q.size());
+  PagedAttention(f.q.data(), f.batch(), shape, 0, *f.cache, got.data(), nullptr);
+  for (int32_t t = 0; t < 20; ++t) {
+    const float* v = f.cache->Part(f.block_ids[t / 16], 0, 1) + (t % 16) * 4 * 64;
+    for (int32_t i = 0; i < 4 * 64; ++i) ASSERT_EQ(got[t * 4 * 64 + i], v[i]) << t << " " << i;
   }
 }
 

@@ -262,6 +262,29 @@ void CpuBackend::SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out)
       [&](int64_t b, int64_t e, int) { kernels::SwiGlu(g + b, u + b, e - b, o + b); }, 1024);
 }
 
+void CpuBackend::GeGlu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  if (!Proceed()) return;
+  const float* g = Host(gate);
+  const float* u = Host(up);
+  float* o = Host(out);
+  pool_->ParallelFor(
+      gate.elements(),
+      [&](int64_t b, int64_t e, int) { kernels::GeGlu(g + b, u + b, e - b, o + b); }, 1024);
+}
+
+void CpuBackend::Scale(const Tensor& x, float factor) {
+  if (!Proceed()) return;
+  float* xs = Host(x);
+  for (int64_t i = 0; i < x.elements(); ++i) xs[i] *= factor;
+}
+
+void CpuBackend::SoftCap(const Tensor& x, float cap) {
+  if (!Proceed()) return;
+  float* xs = Host(x);
+  pool_->ParallelFor(
+      x.elements(), [&](int64_t b, int64_t e, int) { kernels::SoftCap(xs + b, e - b, cap); }, 1024);
+}
+
 void CpuBackend::Add(const Tensor& x, const Tensor& y) {
   if (!Proceed()) return;
   AddInPlace(Host(x), Host(y), x.elements());

@@ -65,6 +65,9 @@ class CpuBackend : public Backend {
                  const Tensor& table) override;
   void Rope(const Tensor& x, int32_t n_heads, const Tensor& table, const RopeParams& p) override;
   void SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void GeGlu(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void Scale(const Tensor& x, float factor) override;
+  void SoftCap(const Tensor& x, float cap) override;
   void Add(const Tensor& x, const Tensor& y) override;
   void AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                   const Tensor& out) override;

@@ -43,6 +43,14 @@ void RopeReference(float* x, int64_t n, int32_t n_heads, std::span<const int32_t
 void SwiGlu(const float* gate, const float* up, int64_t n, float* out);
 void SwiGluReference(const float* gate, const float* up, int64_t n, float* out);
 
+// out = gelu_tanh(gate) * up, gelu_tanh(g) = g/2 · (1 + tanh(√(2/π) · (g + 0.044715 g³)))
+//                                                                   [n]
+void GeGlu(const float* gate, const float* up, int64_t n, float* out);
+void GeGluReference(const float* gate, const float* up, int64_t n, float* out);
+
+// x = cap · tanh(x / cap)                                           [n]
+void SoftCap(float* x, int64_t n, float cap);
+
 // x += y                                                            [n]
 void AddInPlace(float* x, const float* y, int64_t n);
 

@@ -142,5 +142,32 @@ TEST(Ops, SwiGluMatchesReference) {
   }
 }
 
+TEST(Ops, GeGluMatchesReference) {
+  std::mt19937 rng(14);
+  for (int64_t n : {1, 15, 17, 1536}) {
+    auto g = Random(n, rng, 4.0f), u = Random(n, rng);
+    std::vector<float> got(n), want(n);
+    GeGlu(g.data(), u.data(), n, got.data());
+    GeGluReference(g.data(), u.data(), n, want.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + std::fabs(want[i])));
+  }
+  // gelu(0) = 0, gelu(x) → x for large x and → 0 for very negative x.
+  const float g[3] = {0.0f, 10.0f, -10.0f}, u[3] = {1.0f, 1.0f, 1.0f};
+  float out[3];
+  GeGlu(g, u, 3, out);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_NEAR(out[1], 10.0f, 1e-5);
+  EXPECT_NEAR(out[2], 0.0f, 1e-5);
+}
+
+TEST(Ops, SoftCapBoundsAndKeepsSmallValues) {
+  float x[4] = {0.0f, 1e-3f, 100.0f, -1e6f};
+  SoftCap(x, 4, 30.0f);
+  EXPECT_EQ(x[0], 0.0f);
+  EXPECT_NEAR(x[1], 1e-3f, 1e-9);
+  EXPECT_NEAR(x[2], 30.0 * std::tanh(100.0 / 30.0), 1e-4);
+  EXPECT_EQ(x[3], -30.0f);
+}
+
 }  // namespace
 }  // namespace tandem::kernels

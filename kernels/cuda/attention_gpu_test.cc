@@ -109,6 +109,26 @@ TEST(AttentionGpu, MatchesReferenceAtAwkwardSizes) {
   }
 }
 
+// Sliding windows and soft-capping on both kernels (split-K and tensor cores).
+TEST(AttentionGpu, WindowsAndSoftCappingMatchReference) {
+  auto n = DeviceCount();
+  if (!n.ok()) GTEST_SKIP() << "no CUDA device: " << n.status();
+  std::mt19937 rng(23);
+  for (int32_t block_size : {1, 16}) {
+    Fixture f(8, 2, 128, block_size, {{1, 1}, {40, 40}, {300, 100}, {1000, 7}, {4097, 1}}, rng);
+    for (int32_t window : {1, 37, 64, 200}) {
+      for (float softcap : {0.0f, 0.5f}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "block " << block_size << " window " << window << " softcap " << softcap);
+        f.shape.window = window;
+        f.shape.softcap = softcap;
+        EXPECT_LT(MaxError(f, 1, 256, 32), 1e-4);
+        EXPECT_LT(MaxError(f, 1, 512, 32, /*tensor_cores=*/true), 2e-2);
+      }
+    }
+  }
+}
+
 TEST(AttentionGpu, DecodeBatches1_7_17) {
   auto n = DeviceCount();
   if (!n.ok()) GTEST_SKIP() << "no CUDA device: " << n.status();

@@ -29,6 +29,16 @@ __device__ float WarpMax(float v) {
   return v;
 }
 
+// The first key the row at `pos` sees.
+__device__ int FirstKey(int pos, int window) {
+  return window > 0 && pos >= window ? pos - window + 1 : 0;
+}
+
+// A scaled score, soft-capped when softcap > 0.
+__device__ float SoftCap(float x, float softcap) {
+  return softcap > 0.f ? softcap * tanhf(x / softcap) : x;
+}
+
 __device__ float ToFloat(float x) { return x; }
 __device__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ float ToFloat(__half x) { return __half2float(x); }
@@ -62,7 +72,8 @@ __global__ void __launch_bounds__(kThreads) PartialKernel(AttentionLaunch a) {
   const int G = a.n_heads / a.n_kv_heads, h0 = kvh * G;
   const T* cache = static_cast<const T*>(a.cache);
   const int pos = a.positions[row];
-  const int keys = pos + 1;
+  const int first = FirstKey(pos, a.window);
+  const int keys = pos + 1 - first;  // keys first .. pos
   const int splits = tile::NumSplits(keys, a.keys_per_split, a.max_splits);
   auto part = [&](int g) {
     return a.workspace +
@@ -76,8 +87,8 @@ __global__ void __launch_bounds__(kThreads) PartialKernel(AttentionLaunch a) {
     return;
   }
   const int per = (keys + splits - 1) / splits;
-  const int k_begin = split * per;
-  const int k_end = min(keys, k_begin + per);
+  const int k_begin = first + split * per;
+  const int k_end = min(pos + 1, k_begin + per);
   const int32_t* table = a.block_ids + a.block_indptr[SequenceOf(a.q_indptr, a.seqs, row)];
 
   __shared__ float q[kMaxGroup][kMaxHeadDim];
@@ -114,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) PartialKernel(AttentionLaunch a) {
       }
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < G) s[g][j] = dot[g] * a.scale;
+        if (g < G) s[g][j] = SoftCap(dot[g] * a.scale, a.softcap);
       }
       v_base[j] = a.geometry.V(block, a.layer, kvh, 0, slot);
     }
@@ -242,6 +253,8 @@ __global__ void __launch_bounds__(mma::kWarps * 32) PrefillKernel(AttentionLaunc
   const T* cache = static_cast<const T*>(a.cache);
   // Positions rise within a sequence: the block's last row sees the most keys.
   const int keys = a.positions[min(row0 + mma::kQRows, row_end) - 1] + 1;
+  // With a window, tiles before the block's first row's first key are skipped.
+  const int first = FirstKey(a.positions[row0], a.window) / mma::kKeys * mma::kKeys;
   const int r_lo = row0 + 16 * warp + lane / 4, r_hi = r_lo + 8;
   const int pos_lo = r_lo < row_end ? a.positions[r_lo] : -1;
   const int pos_hi = r_hi < row_end ? a.positions[r_hi] : -1;
@@ -273,7 +286,7 @@ __global__ void __launch_bounds__(mma::kWarps * 32) PrefillKernel(AttentionLaunc
   for (int t = 0; t < kOt; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
   tile::OnlineSoftmax lo, hi;  // this lane's share of rows g and g + 8 (l partial)
 
-  for (int k0 = 0; k0 < keys; k0 += mma::kKeys) {
+  for (int k0 = first; k0 < keys; k0 += mma::kKeys) {
     __syncthreads();  // the previous tile is no longer read
     // K: consecutive threads take consecutive keys of one dimension (contiguous slots
     // in the transposed K layout); V: consecutive dimensions of one key.
@@ -324,7 +337,8 @@ __global__ void __launch_bounds__(mma::kWarps * 32) PrefillKernel(AttentionLaunc
         const mma::Index x = mma::ElemC(lane, i);
         const int key = k0 + 8 * nt + x.col;
         const int q_pos = i < 2 ? pos_lo : pos_hi;
-        if (key >= keys || !mma::Visible(key, q_pos)) s[nt][i] = -INFINITY;
+        s[nt][i] = SoftCap(s[nt][i], a.softcap);
+        if (key >= keys || !mma::Visible(key, q_pos, a.window)) s[nt][i] = -INFINITY;
         if (i < 2) {
           mx_lo = fmaxf(mx_lo, s[nt][i]);
         } else {

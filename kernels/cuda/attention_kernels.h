@@ -37,6 +37,8 @@ struct AttentionLaunch {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;  // ≤ 256
   float scale = 0;
+  int32_t window = 0;  // > 0: row at position p sees keys p − window + 1 .. p
+  float softcap = 0;   // > 0: scores x → softcap · tanh(x / softcap)
   int32_t keys_per_split = 512;
   int32_t max_splits = 32;
   float* workspace = nullptr;  // [rows][n_heads][max_splits][head_dim + 2]

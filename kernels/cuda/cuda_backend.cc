@@ -594,6 +594,21 @@ void CudaBackend::SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out
   Check(LaunchSwiGlu(Dev(gate), Dev(up), gate.elements(), Dev(out), s_->stream), "swiglu");
 }
 
+void CudaBackend::GeGlu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  if (!Proceed()) return;
+  Check(LaunchGeGlu(Dev(gate), Dev(up), gate.elements(), Dev(out), s_->stream), "geglu");
+}
+
+void CudaBackend::Scale(const Tensor& x, float factor) {
+  if (!Proceed()) return;
+  Check(LaunchScale(Dev(x), x.elements(), factor, s_->stream), "scale");
+}
+
+void CudaBackend::SoftCap(const Tensor& x, float cap) {
+  if (!Proceed()) return;
+  Check(LaunchSoftCap(Dev(x), x.elements(), cap, s_->stream), "softcap");
+}
+
 void CudaBackend::Add(const Tensor& x, const Tensor& y) {
   if (!Proceed()) return;
   Check(LaunchAdd(Dev(x), Dev(y), x.elements(), s_->stream), "add");
@@ -667,6 +682,8 @@ void CudaBackend::Attention(const Tensor& q, const StepView& step, const Attenti
   a.n_kv_heads = shape.n_kv_heads;
   a.head_dim = shape.head_dim;
   a.scale = shape.scale;
+  a.window = shape.window;
+  a.softcap = shape.softcap;
   a.keys_per_split = options_.keys_per_split;
   a.workspace = s.attn_ws;
   a.out = Dev(out);

@@ -210,6 +210,21 @@ TEST(CudaBackend, RowOpsMatchTheCpu) {
         p.gpu.b->SwiGlu(p.gpu.F32(x, rows, dim), p.gpu.F32(y, rows, dim), og);
         EXPECT_LT(MaxRelError(p.gpu.Get(og), p.cpu.Get(oc)), 1e-5);
       }
+      {  // GeGlu
+        const Tensor oc = p.cpu.Poisoned(rows, dim), og = p.gpu.Poisoned(rows, dim);
+        p.cpu.b->GeGlu(p.cpu.F32(x, rows, dim), p.cpu.F32(y, rows, dim), oc);
+        p.gpu.b->GeGlu(p.gpu.F32(x, rows, dim), p.gpu.F32(y, rows, dim), og);
+        EXPECT_LT(MaxRelError(p.gpu.Get(og), p.cpu.Get(oc)), 1e-5);
+      }
+      {  // Scale (exact) and SoftCap
+        const Tensor xc = p.cpu.F32(x, rows, dim), xg = p.gpu.F32(x, rows, dim);
+        p.cpu.b->Scale(xc, 3.0f);
+        p.gpu.b->Scale(xg, 3.0f);
+        EXPECT_EQ(p.gpu.Get(xg), p.cpu.Get(xc));
+        p.cpu.b->SoftCap(xc, 2.0f);
+        p.gpu.b->SoftCap(xg, 2.0f);
+        EXPECT_LT(MaxRelError(p.gpu.Get(xg), p.cpu.Get(xc)), 1e-5);
+      }
       {  // AddRmsNorm: the residual (exactly) and the norm
         const Tensor xc = p.cpu.F32(x, rows, dim), xg = p.gpu.F32(x, rows, dim);
         const Tensor oc = p.cpu.Poisoned(rows, dim), og = p.gpu.Poisoned(rows, dim);

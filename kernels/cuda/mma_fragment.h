@@ -46,8 +46,11 @@ TANDEM_HD float PFromS(const float* s_lo, const float* s_hi, int32_t i) {
 // The lanes of one quad (same g) hold the 8 columns of a fragment row: a row's max or
 // sum is a reduction over lanes lane ^ 1 and lane ^ 2.
 
-// Causal mask of a key at `key_pos` for the query at `q_pos` of the same sequence.
-TANDEM_HD bool Visible(int32_t key_pos, int32_t q_pos) { return key_pos <= q_pos; }
+// Causal (and, with window > 0, sliding-window) mask of a key at `key_pos` for the
+// query at `q_pos` of the same sequence.
+TANDEM_HD bool Visible(int32_t key_pos, int32_t q_pos, int32_t window = 0) {
+  return key_pos <= q_pos && (window <= 0 || q_pos - key_pos < window);
+}
 
 // Tiles of the prefill kernel: kQRows query rows per thread block (16 per warp),
 // kKeys keys per step. A sequence of n new rows takes ceil(n / kQRows) blocks; the grid

@@ -152,6 +152,29 @@ __global__ void SwiGluKernel(const float* gate, const float* up, int64_t n, floa
   }
 }
 
+__global__ void GeGluKernel(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+__global__ void ScaleKernel(float* x, int64_t n, float factor) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] *= factor;
+  }
+}
+
+__global__ void SoftCapKernel(float* x, int64_t n, float cap) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = cap * tanhf(x[i] / cap);
+  }
+}
+
 __global__ void AddKernel(float* x, const float* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -277,6 +300,24 @@ int LaunchRope(float* x, int64_t n, int32_t n_heads, int32_t head_dim, int32_t r
 int LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out, void* stream) {
   if (n == 0) return cudaSuccess;
   SwiGluKernel<<<Grid(n), kThreads, 0, S(stream)>>>(gate, up, n, out);
+  return Last();
+}
+
+int LaunchGeGlu(const float* gate, const float* up, int64_t n, float* out, void* stream) {
+  if (n == 0) return cudaSuccess;
+  GeGluKernel<<<Grid(n), kThreads, 0, S(stream)>>>(gate, up, n, out);
+  return Last();
+}
+
+int LaunchScale(float* x, int64_t n, float factor, void* stream) {
+  if (n == 0) return cudaSuccess;
+  ScaleKernel<<<Grid(n), kThreads, 0, S(stream)>>>(x, n, factor);
+  return Last();
+}
+
+int LaunchSoftCap(float* x, int64_t n, float cap, void* stream) {
+  if (n == 0) return cudaSuccess;
+  SoftCapKernel<<<Grid(n), kThreads, 0, S(stream)>>>(x, n, cap);
   return Last();
 }
 

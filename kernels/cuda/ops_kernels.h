@@ -59,6 +59,15 @@ int LaunchRope(float* x, int64_t n, int32_t n_heads, int32_t head_dim, int32_t r
 // out = silu(gate) × up over n elements (out may be gate).
 int LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out, void* stream);
 
+// out = gelu_tanh(gate) × up over n elements (out may be gate).
+int LaunchGeGlu(const float* gate, const float* up, int64_t n, float* out, void* stream);
+
+// x *= factor over n elements.
+int LaunchScale(float* x, int64_t n, float factor, void* stream);
+
+// x = cap · tanh(x / cap) over n elements.
+int LaunchSoftCap(float* x, int64_t n, float cap, void* stream);
+
 // x += y over n elements.
 int LaunchAdd(float* x, const float* y, int64_t n, void* stream);
 

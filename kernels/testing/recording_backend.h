@@ -68,6 +68,13 @@ class RecordingBackend : public CpuBackend {
   void SwiGlu(const Tensor& g, const Tensor& u, const Tensor& out) override {
     TANDEM_RECORD(CpuBackend::SwiGlu(g, u, out));
   }
+  void GeGlu(const Tensor& g, const Tensor& u, const Tensor& out) override {
+    TANDEM_RECORD(CpuBackend::GeGlu(g, u, out));
+  }
+  void Scale(const Tensor& x, float factor) override {
+    TANDEM_RECORD(CpuBackend::Scale(x, factor));
+  }
+  void SoftCap(const Tensor& x, float cap) override { TANDEM_RECORD(CpuBackend::SoftCap(x, cap)); }
   void Add(const Tensor& x, const Tensor& y) override { TANDEM_RECORD(CpuBackend::Add(x, y)); }
   void AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& w, float eps,
                   const Tensor& out) override {

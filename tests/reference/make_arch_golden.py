@@ -1,7 +1,7 @@
 """Tiny random-weight models of each architecture, made with Hugging Face transformers,
 written as GGUF, with transformers' logits and greedy continuations on them.
 
-Produces, for ARCH in ARCHS (today: qwen3):
+Produces, for ARCH in ARCHS (qwen3, gemma2, gemma3, phi3, mistral):
     tests/data/tiny_<ARCH>.gguf          the model as GGUF, float32 weights (general.architecture
                                          = ARCH, the names and metadata llama.cpp's converter
                                          writes for it; no tokenizer: tests feed token ids)
@@ -13,10 +13,12 @@ Produces, for ARCH in ARCHS (today: qwen3):
 
 Reference
     transformers' own modelling code (e.g. Qwen3ForCausalLM) in float32, eager attention, on
-    weights drawn here (seeded): matrices N(0, INIT_STD^2), norm weights 1 + N(0, 0.1^2)
-    (so the QK-norm weights matter). The GGUF holds exactly those tensors under llama.cpp's
-    names (no permutation: these architectures use NeoX-style RoPE, which llama.cpp's
-    converter leaves unpermuted). Greedy: argmax of a full forward pass per step (no cache),
+    weights drawn here (seeded): matrices N(0, INIT_STD^2), norm weights (as applied)
+    1 + N(0, 0.1^2) (so the QK-norm weights matter). The GGUF holds those tensors under
+    llama.cpp's names, as its converter writes them: Gemma's norms shifted by +1 (its RMSNorm
+    multiplies by 1 + w), mistral's Q/K rows permuted for adjacent-pair RoPE, the others
+    unpermuted (NeoX-style RoPE). Sliding windows are 8 keys and Gemma 2's soft-caps low
+    (1.5 and 4), so that both shape the logits of these short prompts. Greedy: argmax of a full forward pass per step (no cache),
     N_NEW steps; then one teacher-forced pass over prompt + continuation gives the logits.
 
     /tmp/refvenv/bin/python tests/reference/make_arch_golden.py
@@ -68,19 +70,142 @@ def qwen3():
     return model, meta, names
 
 
-ARCHS = {"qwen3": qwen3}
+def _meta(cfg, head_dim, **extra):
+    meta = {
+        "block_count": cfg.num_hidden_layers, "context_length": cfg.max_position_embeddings,
+        "embedding_length": cfg.hidden_size, "feed_forward_length": cfg.intermediate_size,
+        "attention.head_count": cfg.num_attention_heads,
+        "attention.head_count_kv": cfg.num_key_value_heads,
+        "attention.key_length": head_dim, "attention.value_length": head_dim,
+        "attention.layer_norm_rms_epsilon": float(cfg.rms_norm_eps), "vocab_size": cfg.vocab_size,
+    }
+    meta.update(extra)
+    return meta
 
 
-def randomize(model, gen):
+def _layer_names(cfg, per_layer, names):
+    for i in range(cfg.num_hidden_layers):
+        for hf, g in per_layer.items():
+            names[f"model.layers.{i}.{hf}.weight"] = f"blk.{i}.{g}.weight"
+    return names
+
+
+# Gemma's norms, as llama.cpp's converter writes them: the (1 + w) of Gemma's RMSNorm
+# stored as one weight (every *norm.weight, the QK-norms included).
+GEMMA_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+               "input_layernorm": "attn_norm", "post_attention_layernorm": "post_attention_norm",
+               "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm"}
+
+
+def gemma2():
+    """Local (window 8) and global layers, attention and final soft-capping set low
+    enough to matter on these small logits, GeGLU, embedding scale, sandwich norms."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+    cfg = Gemma2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                       query_pre_attn_scalar=32, sliding_window=8, attn_logit_softcapping=1.5,
+                       final_logit_softcapping=4.0, max_position_embeddings=512,
+                       rms_norm_eps=1e-6, tie_word_embeddings=True, attn_implementation="eager")
+    meta = _meta(cfg, cfg.head_dim, **{
+        "rope.freq_base": float(cfg.rope_parameters["rope_theta"]),
+        "attention.sliding_window": cfg.sliding_window,
+        "attn_logit_softcapping": float(cfg.attn_logit_softcapping),
+        "final_logit_softcapping": float(cfg.final_logit_softcapping)})
+    names = {"model.embed_tokens.weight": "token_embd.weight",
+             "model.norm.weight": "output_norm.weight"}
+    return Gemma2ForCausalLM(cfg), meta, _layer_names(cfg, GEMMA_LAYER, names)
+
+
+def gemma3():
+    """Five local layers (window 8, RoPE base 10,000) then a global one (base 10^6),
+    QK-norm, GeGLU, embedding scale, sandwich norms."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    cfg = Gemma3TextConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=32, query_pre_attn_scalar=32, sliding_window=8,
+                           max_position_embeddings=512, rms_norm_eps=1e-6,
+                           tie_word_embeddings=True, attn_implementation="eager")
+    assert cfg.layer_types[5] == "full_attention" and cfg.layer_types[4] == "sliding_attention"
+    meta = _meta(cfg, cfg.head_dim, **{
+        "rope.freq_base": float(cfg.rope_parameters["full_attention"]["rope_theta"]),
+        "attention.sliding_window": cfg.sliding_window})
+    names = {"model.embed_tokens.weight": "token_embd.weight",
+             "model.norm.weight": "output_norm.weight"}
+    layer = dict(GEMMA_LAYER, **{"self_attn.q_norm": "attn_q_norm",
+                                 "self_attn.k_norm": "attn_k_norm"})
+    return Gemma3ForCausalLM(cfg), meta, _layer_names(cfg, layer, names)
+
+
+def phi3():
+    """Fused QKV and gate/up projections, NeoX RoPE, a sliding window of 8 on every layer."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+    cfg = Phi3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                     max_position_embeddings=512, original_max_position_embeddings=512,
+                     rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1,
+                     eos_token_id=2, pad_token_id=0, attn_implementation="eager")
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    meta = _meta(cfg, head_dim, **{
+        "rope.freq_base": float(cfg.rope_parameters["rope_theta"]),
+        "rope.dimension_count": head_dim, "attention.sliding_window": cfg.sliding_window})
+    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+             "model.norm.weight": "output_norm.weight"}
+    layer = {"self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
+             "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    return Phi3ForCausalLM(cfg), meta, _layer_names(cfg, layer, names)
+
+
+def _permute_for_adjacent_rope(w, n_head):
+    """llama.cpp's converter's Q/K row order for llama/mistral (pairs (2i, 2i+1))."""
+    rows = w.shape[0]
+    return (w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def mistral():
+    """Llama's decoder with a sliding window of 8 on every layer; Q/K permuted as
+    llama.cpp's converter stores them."""
+    from transformers import MistralConfig, MistralForCausalLM
+    cfg = MistralConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                        max_position_embeddings=512, rms_norm_eps=1e-5,
+                        tie_word_embeddings=False, attn_implementation="eager")
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    meta = _meta(cfg, head_dim, **{
+        "rope.freq_base": float(cfg.rope_parameters["rope_theta"]),
+        "attention.sliding_window": cfg.sliding_window})
+    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+             "model.norm.weight": "output_norm.weight"}
+    layer = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    permute = {}
+    for i in range(cfg.num_hidden_layers):
+        permute[f"model.layers.{i}.self_attn.q_proj.weight"] = cfg.num_attention_heads
+        permute[f"model.layers.{i}.self_attn.k_proj.weight"] = cfg.num_key_value_heads
+    return MistralForCausalLM(cfg), meta, _layer_names(cfg, layer, names), permute
+
+
+ARCHS = {"qwen3": qwen3, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3, "mistral": mistral}
+# How each family's GGUF stores a norm weight w of the transformers model.
+NORM_SHIFT = {"gemma2": 1.0, "gemma3": 1.0}
+
+
+def randomize(model, gen, norm_center=1.0):
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
+                p.copy_(norm_center + 0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(INIT_STD * torch.randn(p.shape, generator=gen))
 
 
-def write_model(arch, model, meta, names, path):
+def write_model(arch, model, meta, names, path, permute=None, norm_shift=0.0):
     w = gguf.GGUFWriter(path, arch=arch)
     w.add_name(f"tiny-random-{arch}")
     for key, value in meta.items():
@@ -89,10 +214,16 @@ def write_model(arch, model, meta, names, path):
             w.add_float32(full, value)
         else:
             w.add_uint32(full, value)
-    state = model.state_dict()
+    state = {k: v for k, v in model.state_dict().items()
+             if not (k == "lm_head.weight" and model.config.tie_word_embeddings)}
     assert set(state) == set(names), sorted(set(state) ^ set(names))
     for hf, g in names.items():
-        w.add_tensor(g, state[hf].detach().numpy().astype(np.float32))
+        t = state[hf].detach().numpy().astype(np.float32)
+        if permute and hf in permute:
+            t = _permute_for_adjacent_rope(t, permute[hf])
+        if hf.endswith("norm.weight"):
+            t = t + np.float32(norm_shift)
+        w.add_tensor(g, t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -103,10 +234,13 @@ def main():
     torch.set_num_threads(2)
     for arch, make in ARCHS.items():
         gen = torch.Generator().manual_seed(SEED)
-        model, meta, names = make()
-        randomize(model, gen)
+        model, meta, names, *permute = make()
+        shift = NORM_SHIFT.get(arch, 0.0)
+        # Norm weights near 1 as the model applies them (Gemma applies 1 + w).
+        randomize(model, gen, norm_center=1.0 - shift)
         model.eval()
-        write_model(arch, model, meta, names, os.path.join(DATA, f"tiny_{arch}.gguf"))
+        write_model(arch, model, meta, names, os.path.join(DATA, f"tiny_{arch}.gguf"),
+                    permute[0] if permute else None, shift)
         out = gguf.GGUFWriter(os.path.join(DATA, f"tiny_{arch}_golden.gguf"), arch="tandem-golden")
         out.add_uint32("n_prompts", len(PROMPT_LENGTHS))
         vocab = model.config.vocab_size
