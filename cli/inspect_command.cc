@@ -116,6 +116,22 @@ int RunInspect(const InspectOptions& o) {
                 : c->rope_scaling.type == model::RopeScalingType::kLinear ? "linear"
                 : c->rope_scaling.type == model::RopeScalingType::kYarn   ? "yarn"
                                                                           : "llama3");
+    if (c->sliding_window > 0) {
+      int64_t local = 0;
+      for (int64_t l = 0; l < c->n_layers; ++l) local += c->LayerIsLocal(l) ? 1 : 0;
+      std::printf("  sliding window    %lld keys on %lld of %lld layers",
+                  static_cast<long long>(c->sliding_window), static_cast<long long>(local),
+                  static_cast<long long>(c->n_layers));
+      if (c->rope_theta_local > 0) std::printf(" (their rope theta %g)", c->rope_theta_local);
+      std::printf("\n");
+    }
+    std::printf("  ffn               %s%s\n",
+                c->ffn_activation == model::FfnActivation::kGeluTanh ? "GeGLU" : "SwiGLU",
+                c->post_norms ? ", norms after attention and FFN" : "");
+    if (c->attn_softcap > 0 || c->final_softcap > 0) {
+      std::printf("  soft-capping      attention %g, logits %g\n", c->attn_softcap,
+                  c->final_softcap);
+    }
     std::printf("  tied embeddings   %s\n", c->tied_embeddings ? "yes" : "no");
     std::printf("  kv bytes/token    %lld (f32), %lld (bf16)\n",
                 static_cast<long long>(c->KvElementsPerToken() * 4),
