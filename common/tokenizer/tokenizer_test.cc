@@ -107,6 +107,23 @@ TEST(Tokenizer, MatchesSentencePieceOnSyntheticVocab) {
               /*parse_special=*/false);
 }
 
+// Gemma's SentencePiece style: no "▁" prefix (add_space_prefix false), every digit
+// alone, user-defined pieces (turn markers, "\n\n") matched whole.
+TEST(Tokenizer, MatchesSentencePieceOnAGemmaStyleVocab) {
+  Loaded l = Load(TestDataPath("spm_gemma.gguf"));
+  ASSERT_NE(l.tok, nullptr);
+  EXPECT_FALSE(l.tok->vocab().add_space_prefix);
+  CheckGolden(*l.tok, LoadJson(TestDataPath("tokenizer_spm_gemma.json")), 100,
+              /*parse_special=*/false);
+  EncodeOptions plain;
+  plain.add_special = false;
+  plain.parse_special = false;
+  auto ids = l.tok->Encode("<start_of_turn>user\nhi<end_of_turn>", plain);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(l.tok->vocab().tokens[ids->front()], "<start_of_turn>");
+  EXPECT_EQ(l.tok->vocab().tokens[ids->back()], "<end_of_turn>");
+}
+
 TEST(Tokenizer, SentencePieceAddsBosWhenAsked) {
   Loaded l = Load(TestDataPath("spm_tiny.gguf"));
   ASSERT_NE(l.tok, nullptr);

@@ -1,6 +1,8 @@
 """Tiny SentencePiece-BPE vocabulary as a vocab-only GGUF, plus golden ids from sentencepiece.
 
-Produces
+Produces, for spm_tiny (Llama 2 style) and spm_gemma (Gemma style: add_dummy_prefix off,
+split_digits, user-defined <start_of_turn> <end_of_turn> and "\\n\\n", the GGUF's
+add_space_prefix false and those pieces USER_DEFINED):
     tests/data/spm_tiny.gguf            vocab-only GGUF (no tensors), ~20 KB:
         general.architecture='llama', general.name='spm-tiny',
         tokenizer.ggml.model='llama', tokenizer.ggml.pre='default',
@@ -94,10 +96,16 @@ def make_corpus(rng: random.Random) -> list[str]:
     return lines
 
 
-def train(lines: list[str]) -> bytes:
+# Gemma's vocabulary style: no dummy "▁" prefix, every digit alone, and user-defined
+# pieces (its turn markers, a run of newlines) matched whole wherever they appear.
+GEMMA_USER_DEFINED = ["<start_of_turn>", "<end_of_turn>", "\n\n"]
+
+
+def train(lines: list[str], gemma: bool = False) -> bytes:
     import sentencepiece as spm
 
     buf = io.BytesIO()
+    extra = {"split_digits": True, "user_defined_symbols": GEMMA_USER_DEFINED} if gemma else {}
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(lines),
         model_writer=buf,
@@ -105,8 +113,9 @@ def train(lines: list[str]) -> bytes:
         vocab_size=VOCAB_SIZE,
         byte_fallback=True,
         normalization_rule_name="identity",
-        add_dummy_prefix=True,
+        add_dummy_prefix=not gemma,
         remove_extra_whitespaces=False,
+        **extra,
         character_coverage=0.9995,
         num_threads=1,
         unk_id=0,
@@ -123,7 +132,7 @@ def train(lines: list[str]) -> bytes:
     return buf.getvalue()
 
 
-def write_gguf(sp, path: str) -> None:
+def write_gguf(sp, path: str, gemma: bool = False) -> None:
     import gguf
 
     n = sp.get_piece_size()
@@ -139,11 +148,13 @@ def write_gguf(sp, path: str) -> None:
             t = gguf.TokenType.UNUSED
         elif sp.is_byte(i):
             t = gguf.TokenType.BYTE
+        elif sp.id_to_piece(i) in GEMMA_USER_DEFINED and gemma:
+            t = gguf.TokenType.USER_DEFINED
         else:
-            t = gguf.TokenType.NORMAL  # no user_defined_symbols were configured
+            t = gguf.TokenType.NORMAL
         types.append(int(t))
     w = gguf.GGUFWriter(path, arch="llama")
-    w.add_name("spm-tiny")
+    w.add_name("spm-gemma" if gemma else "spm-tiny")
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -153,7 +164,7 @@ def write_gguf(sp, path: str) -> None:
     w.add_eos_token_id(sp.eos_id())
     w.add_unk_token_id(sp.unk_id())
     w.add_add_bos_token(True)
-    w.add_add_space_prefix(True)
+    w.add_add_space_prefix(not gemma)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -278,23 +289,19 @@ def golden_texts(rng: random.Random) -> list[str]:
     return out
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--outdir", default=os.path.join(ROOT, "tests", "data"))
-    args = ap.parse_args()
-    os.makedirs(args.outdir, exist_ok=True)
-
+def make_one(outdir: str, name: str, gemma: bool) -> None:
     import sentencepiece as spm
 
+    args = argparse.Namespace(outdir=outdir)
     rng = random.Random(SEED)
-    model = train(make_corpus(rng))
-    model_path = os.path.join(args.outdir, "spm_tiny.model")
+    model = train(make_corpus(rng), gemma)
+    model_path = os.path.join(args.outdir, f"{name}.model")
     with open(model_path, "wb") as f:
         f.write(model)
     sp = spm.SentencePieceProcessor(model_proto=model)
 
-    gguf_path = os.path.join(args.outdir, "spm_tiny.gguf")
-    write_gguf(sp, gguf_path)
+    gguf_path = os.path.join(args.outdir, f"{name}.gguf")
+    write_gguf(sp, gguf_path, gemma)
 
     from hf_tokenizer import dump_cases_json, load_reference_tokenizer, reference_description
 
@@ -316,8 +323,8 @@ def main() -> int:
         "gguf_file": os.path.basename(gguf_path),
         "reference": (
             f"ids/decoded: sentencepiece {spm.__version__} SentencePieceProcessor.encode/decode with the model in "
-            f"spm_tiny.model (BPE, vocab {sp.get_piece_size()} incl. {n_byte} byte-fallback pieces, identity "
-            "normalization, add_dummy_prefix=True, remove_extra_whitespaces=False, trained by "
+            f"{name}.model (BPE, vocab {sp.get_piece_size()} incl. {n_byte} byte-fallback pieces, identity "
+            "normalization, add_dummy_prefix=" + str(not gemma) + (", split_digits, user-defined " + repr(GEMMA_USER_DEFINED) if gemma else "") + ", remove_extra_whitespaces=False, trained by "
             f"tests/reference/make_spm_vocab.py seed {SEED}); ids exclude BOS (GGUF says add_bos_token=true, "
             "prepend 1 yourself). Control-token text such as '<s>' in the input is plain text for sentencepiece. "
             "decoded == text except where the input itself contains U+2581 (decoded as a space). "
@@ -326,7 +333,7 @@ def main() -> int:
         ),
         "cases": cases,
     }
-    json_path = os.path.join(args.outdir, "tokenizer_spm_tiny.json")
+    json_path = os.path.join(args.outdir, f"tokenizer_{name}.json")
     with open(json_path, "w", encoding="utf-8") as f:
         f.write(dump_cases_json(doc))
 
@@ -340,6 +347,18 @@ def main() -> int:
     print(f"sentencepiece decode(encode(text)) != text: {len(not_roundtrip)}")
     for t, d in not_roundtrip:
         print("  not round-trip:", repr(t)[:60], "->", repr(d)[:60])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--outdir", default=os.path.join(ROOT, "tests", "data"))
+    args = ap.parse_args()
+    os.makedirs(args.outdir, exist_ok=True)
+
+    import sentencepiece as spm
+
+    for name, gemma in (("spm_tiny", False), ("spm_gemma", True)):
+        make_one(args.outdir, name, gemma)
     return 0
 
 
