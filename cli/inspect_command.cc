@@ -8,6 +8,7 @@
 #include "common/engine/model_weights.h"
 #include "common/model/ggml_type.h"
 #include "common/model/gguf_file.h"
+#include "common/model/hf_directory.h"
 #include "common/model/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/strings.h"
@@ -88,15 +89,24 @@ void AddInspectCommand(CLI::App& app, InspectOptions* o) {
 }
 
 int RunInspect(const InspectOptions& o) {
-  auto file = model::GgufFile::Open(o.model);
+  auto file = model::OpenModel(o.model);
   if (!file.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(file.status().message()).c_str());
     return 1;
   }
   const model::GgufFile& f = **file;
-  std::printf("file: %s\n  GGUF v%u, %s, %zu metadata keys, %zu tensors, alignment %u\n",
-              o.model.c_str(), f.version(), HumanBytes(f.file_size()).c_str(), f.metadata().size(),
-              f.tensors().size(), f.alignment());
+  if (f.assembled()) {
+    int64_t weight_bytes = 0;
+    for (const auto& t : f.tensors()) weight_bytes += static_cast<int64_t>(t.n_bytes);
+    std::printf(
+        "directory: %s\n  Hugging Face model read as GGUF: %zu metadata keys, %zu tensors"
+        " (%s)\n",
+        o.model.c_str(), f.metadata().size(), f.tensors().size(), HumanBytes(weight_bytes).c_str());
+  } else {
+    std::printf("file: %s\n  GGUF v%u, %s, %zu metadata keys, %zu tensors, alignment %u\n",
+                o.model.c_str(), f.version(), HumanBytes(f.file_size()).c_str(),
+                f.metadata().size(), f.tensors().size(), f.alignment());
+  }
 
   std::printf("\nconfig:\n");
   if (auto c = model::ModelConfig::FromGguf(f); c.ok()) {

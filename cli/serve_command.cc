@@ -19,6 +19,7 @@
 #include "cli/log_relay.h"
 #include "common/kv/kv_layout.h"
 #include "common/model/gguf_file.h"
+#include "common/model/hf_directory.h"
 #include "common/model/model_config.h"
 #include "common/rpc/worker_main.h"
 #include "common/util/random_id.h"
@@ -152,7 +153,7 @@ struct KvPools {
 absl::StatusOr<KvPools> SizeKvPools(const ServeOptions& o) {
   // The header only: no tokenizer, and not the whole-file hash (which would read every
   // byte of the model once more before the workers do).
-  auto file = model::GgufFile::Open(o.model);
+  auto file = model::OpenModel(o.model);
   if (!file.ok()) return file.status();
   auto config = model::ModelConfig::FromGguf(**file);
   if (!config.ok()) return config.status();

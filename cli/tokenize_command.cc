@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "common/model/gguf_file.h"
+#include "common/model/hf_directory.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -22,7 +23,7 @@ void AddTokenizeCommand(CLI::App& app, TokenizeOptions* o) {
 }
 
 int RunTokenize(const TokenizeOptions& o) {
-  auto file = model::GgufFile::Open(o.model);
+  auto file = model::OpenModel(o.model);
   if (!file.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(file.status().message()).c_str());
     return 1;

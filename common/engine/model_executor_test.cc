@@ -16,6 +16,7 @@
 #include "common/engine/engine_test_util.h"
 #include "common/model/dequantize.h"
 #include "common/model/gguf_file.h"
+#include "common/model/hf_directory.h"
 #include "common/model/model_config.h"
 #include "common/util/half.h"
 #include "gtest/gtest.h"
@@ -114,10 +115,10 @@ std::vector<int32_t> GreedyContinuation(Engine& engine, const std::vector<int32_
   return got;
 }
 
-// A GGUF file and the weights loaded from it.
+// A GGUF file (or a Hugging Face directory) and the weights loaded from it.
 void LoadModelFile(const std::string& path, std::unique_ptr<model::GgufFile>* file,
                    std::unique_ptr<ModelWeights>* weights) {
-  auto f = model::GgufFile::Open(path);
+  auto f = model::OpenModel(path);
   ASSERT_TRUE(f.ok()) << f.status();
   *file = std::move(*f);
   auto c = model::ModelConfig::FromGguf(**file);
@@ -348,6 +349,26 @@ TEST_P(ArchGoldenTest, GreedyContinuationMatchesTransformers) {
       ASSERT_GT(margin[n_prompt - 1 + j], 1e-3);
       EXPECT_EQ(got[j], want[j]) << "prompt " << i << " step " << j;
     }
+  }
+}
+
+// The same model saved by transformers as a directory (config.json, safetensors; gemma3's
+// sharded) reads as the GGUF llama.cpp's converter writes: the very same logits, bit for
+// bit, at every position — so the same greedy tokens.
+TEST_P(ArchGoldenTest, HuggingFaceDirectoryGivesTheGgufLogits) {
+  std::unique_ptr<model::GgufFile> dir_file;
+  std::unique_ptr<ModelWeights> dir_weights;
+  LoadModelFile(TestDataPath("tiny_" + GetParam() + "_hf"), &dir_file, &dir_weights);
+  ASSERT_NE(dir_weights, nullptr);
+  EXPECT_TRUE(dir_file->assembled());
+  EXPECT_EQ(dir_weights->config().architecture, GetParam());
+  HostExecutor from_gguf(*weights_, kv::KvDtype::kF32), from_dir(*dir_weights, kv::KvDtype::kF32);
+  const int n_prompts = static_cast<int>(*golden_->GetUint("n_prompts"));
+  for (int i = 0; i < n_prompts; ++i) {
+    const auto tokens = TensorValues<int32_t>(*golden_, Key(i, "tokens"));
+    const std::vector<float> a = AllLogits(from_gguf, tokens), b = AllLogits(from_dir, tokens);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "prompt " << i;
   }
 }
 

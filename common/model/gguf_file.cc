@@ -268,6 +268,32 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(std::span<const uint8_
   return f;
 }
 
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Assemble(
+    std::string header, std::vector<std::span<const uint8_t>> data,
+    std::shared_ptr<const void> keep_alive, std::string path) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->path_ = std::move(path);
+  f->header_ = std::move(header);
+  f->bytes_ = {reinterpret_cast<const uint8_t*>(f->header_.data()), f->header_.size()};
+  f->keep_alive_ = std::move(keep_alive);
+  f->external_data_ = true;
+  absl::Status st = f->ParseAll();
+  if (!st.ok()) return absl::Status(st.code(), StrCat(f->path_, ": ", st.message()));
+  if (data.size() != f->tensors_.size()) {
+    return absl::InvalidArgumentError(StrCat(f->path_, ": ", data.size(), " tensor buffers for ",
+                                             f->tensors_.size(), " tensors"));
+  }
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (data[i].size() != f->tensors_[i].n_bytes) {
+      return absl::InvalidArgumentError(StrCat(f->path_, ": tensor '", f->tensors_[i].name,
+                                               "' has ", data[i].size(), " bytes, its shape needs ",
+                                               f->tensors_[i].n_bytes));
+    }
+    f->tensors_[i].data = data[i];
+  }
+  return f;
+}
+
 absl::Status GgufFile::ParseAll() {
   Cursor c(bytes_);
   ASSIGN_OR_RETURN(uint32_t magic, c.Read<uint32_t>("magic"));
@@ -383,7 +409,7 @@ absl::Status GgufFile::ParseAll() {
   // The data section starts at the next multiple of the alignment.
   uint64_t pad = (alignment_ - c.pos() % alignment_) % alignment_;
   data_offset_ = c.pos() + pad;
-  if (tensors_.empty()) return absl::OkStatus();
+  if (tensors_.empty() || external_data_) return absl::OkStatus();
   if (data_offset_ > bytes_.size()) {
     return Malformed(StrCat("tensor data section starts at ", data_offset_,
                             " past the end of the file (", bytes_.size(), " bytes)"));

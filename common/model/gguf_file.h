@@ -97,6 +97,13 @@ class GgufFile {
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
   // Validates `bytes` in place; they must outlive the returned object.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Parse(std::span<const uint8_t> bytes);
+  // A file assembled in memory (a Hugging Face directory read as the GGUF llama.cpp's
+  // converter would write): `header` is a GGUF header — metadata and tensor infos,
+  // validated as a file's are, offsets unused — and tensor i's bytes are `data[i]`
+  // (exactly its n_bytes), which `keep_alive` owns. `path` names the source.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Assemble(
+      std::string header, std::vector<std::span<const uint8_t>> data,
+      std::shared_ptr<const void> keep_alive, std::string path);
 
   uint32_t version() const { return version_; }
   uint32_t alignment() const { return alignment_; }
@@ -104,6 +111,8 @@ class GgufFile {
   uint64_t file_size() const { return bytes_.size(); }
   std::span<const uint8_t> bytes() const { return bytes_; }  // the whole file
   const std::string& path() const { return path_; }
+  // Assembled in memory (Assemble): bytes() is then the header only.
+  bool assembled() const { return external_data_; }
 
   const std::vector<GgufKeyValue>& metadata() const { return kv_; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
@@ -129,7 +138,10 @@ class GgufFile {
   absl::Status ParseAll();
 
   std::string path_;
-  std::unique_ptr<MappedFile> mapping_;  // null when parsing a borrowed buffer
+  std::unique_ptr<MappedFile> mapping_;     // null when parsing a borrowed buffer
+  std::string header_;                      // Assemble: the header bytes_ views
+  std::shared_ptr<const void> keep_alive_;  // Assemble: owner of the tensor data
+  bool external_data_ = false;              // Assemble: no data section in bytes_
   std::span<const uint8_t> bytes_;
   uint32_t version_ = 0;
   uint32_t alignment_ = kGgufDefaultAlignment;

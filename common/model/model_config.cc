@@ -121,8 +121,11 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   if (gemma) {
     const bool big =
         (arch == "gemma2" && c.n_layers == 46) || (arch == "gemma3" && c.n_layers == 62);
-    c.attention_scale =
-        1.0 / std::sqrt(static_cast<double>(big ? c.hidden_size / c.n_heads : c.head_dim));
+    // tandem's own key (written for Hugging Face directories, whose config says) first.
+    ASSIGN_OR_RETURN(int64_t scalar, IntOr(f, p + "attention.query_pre_attn_scalar",
+                                           big ? c.hidden_size / c.n_heads : c.head_dim));
+    if (scalar <= 0) return Invalid(p + "attention.query_pre_attn_scalar", "must be positive");
+    c.attention_scale = 1.0 / std::sqrt(static_cast<double>(scalar));
     c.embedding_scale = std::sqrt(static_cast<double>(c.hidden_size));
     c.ffn_activation = FfnActivation::kGeluTanh;
     c.post_norms = true;

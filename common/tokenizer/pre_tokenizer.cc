@@ -27,8 +27,7 @@ std::string Expand(std::string_view pattern) {
   return ReplaceAll(out, "\\S", "[^" + ws + "]");
 }
 
-constexpr std::string_view kGpt2 =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+constexpr std::string_view kGpt2 = PreTokenizer::kByteLevel;
 constexpr std::string_view kLlama3 =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}"
     "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
@@ -52,8 +51,8 @@ constexpr std::string_view kGpt4o =
     "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
     "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr std::string_view kDigit = "\\p{N}";
-constexpr std::string_view kDigits = "\\p{N}+";
+constexpr std::string_view kDigit = PreTokenizer::kDigits;
+constexpr std::string_view kDigitRuns = "\\p{N}+";
 // CJK ideographs U+4E00..U+9FA5, everything from U+0800 up to them, and Hangul
 // syllables with their neighbours up to U+D7FF (DeepSeek's tokenizer.json ranges).
 constexpr std::string_view kDeepSeekCjk =
@@ -123,7 +122,7 @@ std::vector<Step> StepsFor(std::string_view name) {
   if (name == "gpt-4o") return {{kGpt4o}};
   if (name == "deepseek-llm") {
     return {{"[\\r\\n]"}, {kDeepSeekLetters}, {kDeepSeekPunct},
-            {"\\s+\\z"},  {kDeepSeekCjk},     {kDigits}};
+            {"\\s+\\z"},  {kDeepSeekCjk},     {kDigitRuns}};
   }
   if (name == "deepseek-coder") {
     return {{"[\\r\\n]"}, {"\\s?\\p{L}+"}, {"\\s?\\p{P}+"}, {kDeepSeekCjk}, {kDigit}};
@@ -157,6 +156,19 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::ForName(std::string_
     RETURN_IF_ERROR(pt->Add(Expand(step.pattern), step.bytes));
   }
   return pt;
+}
+
+std::string_view PreTokenizer::FamilyOf(const std::vector<std::string>& steps) {
+  // One canonical name per distinct family.
+  for (std::string_view name :
+       {"gpt2", "smollm", "llama-bpe", "qwen2", "qwen35", "tekken", "gpt-4o"}) {
+    const std::vector<Step> mine = StepsFor(name);
+    if (mine.size() != steps.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < steps.size(); ++i) same &= !mine[i].bytes && mine[i].pattern == steps[i];
+    if (same) return name;
+  }
+  return {};
 }
 
 absl::StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::FromPatterns(

@@ -25,6 +25,15 @@ class PreTokenizer {
   // "qwen2", "deepseek-llm", "falcon", "tekken"); "" and "default" mean GPT-2.
   // Unimplemented for unknown names.
   static absl::StatusOr<std::unique_ptr<PreTokenizer>> ForName(std::string_view name);
+  // The `tokenizer.ggml.pre` family whose splitting steps are exactly `steps` — each
+  // a pattern as Hugging Face's tokenizer.json writes it (a Split's regex; kByteLevel
+  // for ByteLevel with use_regex; kDigits for Digits(individual_digits)) — or "" when
+  // none is (falcon's byte-mode steps are not matched).
+  static std::string_view FamilyOf(const std::vector<std::string>& steps);
+  static constexpr std::string_view kByteLevel =
+      "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+  static constexpr std::string_view kDigits = "\\p{N}";
+
   // A pre-tokenizer from explicit patterns, applied in order.
   static absl::StatusOr<std::unique_ptr<PreTokenizer>> FromPatterns(
       const std::vector<std::string>& patterns);

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <set>
 
+#include "common/model/hf_directory.h"
 #include "common/tokenizer/byte_level_bpe.h"
 #include "common/util/utf8.h"
 #include "gmock/gmock.h"
@@ -32,7 +33,7 @@ struct Loaded {
 
 Loaded Load(const std::string& path) {
   Loaded l;
-  auto f = model::GgufFile::Open(path);
+  auto f = model::OpenModel(path);
   EXPECT_TRUE(f.ok()) << f.status();
   if (!f.ok()) return l;
   l.file = std::move(*f);
@@ -94,6 +95,26 @@ TEST(Tokenizer, MatchesHuggingFaceOnEveryPreTokenizerFamily) {
     Loaded l = Load(TestDataPath(golden.at("gguf_file").get<std::string>()));
     ASSERT_NE(l.tok, nullptr);
     EXPECT_EQ(l.tok->vocab().pre, golden.at("pre").get<std::string>());
+    CheckGolden(*l.tok, golden, 500);
+  }
+}
+
+// The same tokenizers saved as Hugging Face directories (tokenizer.json with its
+// pre-tokenizer, added tokens and ignore_merges; tokenizer_config.json): the ids of the
+// GGUF goldens, and the special tokens and template tokenizer_config.json names.
+TEST(Tokenizer, ReadsHuggingFaceTokenizerJson) {
+  for (const char* family : {"gpt2", "llama3", "qwen2", "tekken", "mpt"}) {
+    SCOPED_TRACE(family);
+    const nlohmann::json golden =
+        LoadJson(TestDataPath(std::string("tokenizer_") + family + ".json"));
+    Loaded l = Load(TestDataPath(std::string("hf_tokenizer_") + family));
+    ASSERT_NE(l.tok, nullptr);
+    EXPECT_EQ(l.tok->vocab().pre, golden.at("pre").get<std::string>());
+    EXPECT_EQ(l.tok->vocab().tokens[l.tok->vocab().bos_id], "<|begin_of_text|>");
+    EXPECT_EQ(l.tok->vocab().tokens[l.tok->vocab().eos_id], "<|end_of_text|>");
+    EXPECT_FALSE(l.tok->vocab().add_bos);
+    EXPECT_EQ(*l.file->GetString("tokenizer.chat_template"),
+              "{% for m in messages %}{{ m.content }}{% endfor %}");
     CheckGolden(*l.tok, golden, 500);
   }
 }

@@ -55,6 +55,10 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
     if (v.pre == name) v.ignore_merges = true;
   }
   if (v.pre == "mpt") v.normalization = Normalization::kNfc;  // GPT-NeoX's tokenizer
+  // tandem's own key, written for Hugging Face directories (their tokenizer.json says).
+  if (f.Find("tokenizer.ggml.ignore_merges") != nullptr) {
+    ASSIGN_OR_RETURN(v.ignore_merges, f.GetBool("tokenizer.ggml.ignore_merges"));
+  }
 
   ASSIGN_OR_RETURN(const GgufArray* tokens,
                    f.GetArray("tokenizer.ggml.tokens", GgufValueType::kString));

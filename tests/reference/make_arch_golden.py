@@ -5,6 +5,9 @@ Produces, for ARCH in ARCHS (qwen3, gemma2, gemma3, phi3, mistral):
     tests/data/tiny_<ARCH>.gguf          the model as GGUF, float32 weights (general.architecture
                                          = ARCH, the names and metadata llama.cpp's converter
                                          writes for it; no tokenizer: tests feed token ids)
+    tests/data/tiny_<ARCH>_hf/           the same model as transformers saves it (config.json,
+                                         float32 model.safetensors; gemma3's sharded with
+                                         model.safetensors.index.json)
     tests/data/tiny_<ARCH>_golden.gguf   a container (general.architecture = 'tandem-golden'):
         metadata  n_prompts (UINT32), p{i}.n_prompt (UINT32)
         tensors   p{i}.tokens  I32 [n_pos]         prompt ids, then N_NEW greedy ids
@@ -27,6 +30,7 @@ Requirements: tests/reference/requirements.txt (transformers, gguf, numpy) and t
 (CPU is enough; a few seconds).
 """
 import os
+import shutil
 
 import numpy as np
 import torch
@@ -241,6 +245,15 @@ def main():
         model.eval()
         write_model(arch, model, meta, names, os.path.join(DATA, f"tiny_{arch}.gguf"),
                     permute[0] if permute else None, shift)
+        # The same weights as a Hugging Face directory (float32 safetensors; gemma3's in
+        # shards with an index, as large checkpoints are).
+        hf_dir = os.path.join(DATA, f"tiny_{arch}_hf")
+        shutil.rmtree(hf_dir, ignore_errors=True)
+        model.save_pretrained(hf_dir, safe_serialization=True,
+                              max_shard_size="300KB" if arch == "gemma3" else "50GB")
+        for extra in ("generation_config.json",):
+            if os.path.exists(os.path.join(hf_dir, extra)):
+                os.remove(os.path.join(hf_dir, extra))
         out = gguf.GGUFWriter(os.path.join(DATA, f"tiny_{arch}_golden.gguf"), arch="tandem-golden")
         out.add_uint32("n_prompts", len(PROMPT_LENGTHS))
         vocab = model.config.vocab_size

@@ -131,6 +131,9 @@ FAMILIES = {
             {"space_runs": True, "nfc": True}),
 }
 SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>"]
+# Families also written as Hugging Face tokenizer directories (tokenizer.json,
+# tokenizer_config.json): tests/data/hf_tokenizer_<name>/.
+HF_DIRS = ("gpt2", "llama3", "qwen2", "tekken", "mpt")
 # GPT-2's spelling of each byte (bytes_to_unicode).
 BYTE_SPELLING = {}
 _n = 0
@@ -233,6 +236,16 @@ def main() -> int:
             "tests/reference/make_pretokenizer_goldens.py.",
             "cases": cases,
         }
+        if name in HF_DIRS:
+            # The same tokenizer as a Hugging Face directory would hold it.
+            hf_dir = os.path.join(args.outdir, f"hf_tokenizer_{name}")
+            os.makedirs(hf_dir, exist_ok=True)
+            tok.save(os.path.join(hf_dir, "tokenizer.json"))
+            with open(os.path.join(hf_dir, "tokenizer_config.json"), "w") as f:
+                json.dump({"bos_token": SPECIAL[0], "eos_token": SPECIAL[1],
+                           "add_bos_token": False,
+                           "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
+                          f, indent=1)
         out = os.path.join(args.outdir, f"tokenizer_{name}.json")
         with open(out, "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False, indent=0)

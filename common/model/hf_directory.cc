@@ -1,0 +1,589 @@
+#include "common/model/hf_directory.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "common/model/dequantize.h"
+#include "common/model/gguf_writer.h"
+#include "common/model/safetensors_file.h"
+#include "common/tokenizer/pre_tokenizer.h"
+#include "common/util/status_macros.h"
+#include "common/util/strings.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::model {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr uintmax_t kMaxJsonBytes = 100'000'000;
+
+absl::Status Bad(const fs::path& file, std::string_view why) {
+  return absl::InvalidArgumentError(StrCat(file.filename().string(), ": ", why));
+}
+
+absl::StatusOr<json> ReadJson(const fs::path& p) {
+  std::error_code ec;
+  const uintmax_t size = fs::file_size(p, ec);
+  if (ec) return absl::NotFoundError(StrCat(p.string(), ": ", ec.message()));
+  if (size > kMaxJsonBytes) return Bad(p, "is larger than 100 MB");
+  std::ifstream in(p, std::ios::binary);
+  std::string text(size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  if (!in) return Bad(p, "could not be read");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad(p, "is not valid JSON");
+  if (!j.is_object()) return Bad(p, "is not a JSON object");
+  return j;
+}
+
+// config.json's numbers, checked as they are read.
+class Config {
+ public:
+  Config(const json& j, fs::path file) : j_(j), file_(std::move(file)) {}
+  bool Has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  absl::StatusOr<int64_t> Int(const std::string& key, std::optional<int64_t> fallback = {}) const {
+    if (!Has(key)) {
+      if (fallback) return *fallback;
+      return Bad(file_, StrCat("'", key, "' is missing"));
+    }
+    const json& v = j_.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() <= 0 || v.get<int64_t>() > (int64_t{1} << 40)) {
+      return Bad(file_, StrCat("'", key, "' must be a positive integer"));
+    }
+    return v.get<int64_t>();
+  }
+  absl::StatusOr<double> Float(const json& obj, const std::string& key, double fallback) const {
+    if (!obj.contains(key) || obj.at(key).is_null()) return fallback;
+    const json& v = obj.at(key);
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
+      return Bad(file_, StrCat("'", key, "' must be a non-negative number"));
+    }
+    return v.get<double>();
+  }
+  absl::StatusOr<double> Float(const std::string& key, double fallback) const {
+    return Float(j_, key, fallback);
+  }
+  const json& j() const { return j_; }
+
+ private:
+  const json& j_;
+  fs::path file_;
+};
+
+struct Arch {
+  std::string_view hf, gguf;
+};
+constexpr Arch kArchs[] = {
+    {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},   {"Qwen3ForCausalLM", "qwen3"},
+    {"Phi3ForCausalLM", "phi3"},     {"Gemma2ForCausalLM", "gemma2"},
+    {"Gemma3ForCausalLM", "gemma3"},
+};
+
+// The RoPE section (transformers 5's rope_parameters, or the older rope_theta and
+// rope_scaling) → rope.* metadata. Gemma 3's holds one entry per layer kind; the
+// global layers' is the file's.
+absl::Status RopeMetadata(const Config& c, std::string_view arch, const fs::path& file,
+                          GgufWriter* w, const std::string& p) {
+  const json* params = nullptr;
+  if (c.Has("rope_parameters")) {
+    params = &c.j().at("rope_parameters");
+    if (arch == "gemma3" && params->contains("full_attention"))
+      params = &params->at("full_attention");
+  } else if (c.Has("rope_scaling")) {
+    params = &c.j().at("rope_scaling");
+  }
+  if (params != nullptr && !params->is_object())
+    return Bad(file, "'rope_parameters' must be an object");
+  double theta = 10000.0;
+  ASSIGN_OR_RETURN(theta, c.Float("rope_theta", theta));
+  if (params != nullptr) {
+    ASSIGN_OR_RETURN(theta, c.Float(*params, "rope_theta", theta));
+  }
+  if (theta <= 0) return Bad(file, "'rope_theta' must be positive");
+  w->Float32(p + "rope.freq_base", static_cast<float>(theta));
+  std::string type = "default";
+  if (params != nullptr) {
+    for (const char* key : {"rope_type", "type"}) {
+      if (params->contains(key) && params->at(key).is_string()) type = params->at(key);
+    }
+  }
+  if (type == "linear") {
+    ASSIGN_OR_RETURN(double factor, c.Float(*params, "factor", 1.0));
+    w->String(p + "rope.scaling.type", "linear").Float32(p + "rope.scaling.factor", factor);
+  } else if (type != "default") {
+    return absl::UnimplementedError(StrCat(file.filename().string(), ": RoPE scaling '", type,
+                                           "' is not supported from a Hugging Face directory "
+                                           "yet (use a GGUF of the model)"));
+  }
+  return absl::OkStatus();
+}
+
+// Which layers slide, as transformers' layer_types says: tandem's rule for the
+// architecture must agree.
+absl::Status CheckLayerTypes(const Config& c, std::string_view arch, int64_t layers,
+                             const fs::path& file) {
+  if (!c.Has("layer_types")) return absl::OkStatus();
+  const json& types = c.j().at("layer_types");
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != layers) {
+    return Bad(file, "'layer_types' must list every layer");
+  }
+  const int64_t period = arch == "gemma2" ? 2 : arch == "gemma3" ? 6 : 0;
+  for (int64_t l = 0; l < layers; ++l) {
+    const bool local = period == 0 || l % period != period - 1;
+    const json& t = types.at(l);
+    if (!t.is_string() || (t == "sliding_attention") != local) {
+      return absl::UnimplementedError(StrCat(file.filename().string(), ": layer_types[", l,
+                                             "] differs from ", arch,
+                                             "'s pattern of sliding and full attention layers"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWriter* w,
+                            json* config_out) {
+  const fs::path file = dir / "config.json";
+  ASSIGN_OR_RETURN(*config_out, ReadJson(file));
+  const Config c(*config_out, file);
+  if (!c.Has("architectures") || !c.j().at("architectures").is_array() ||
+      c.j().at("architectures").empty() || !c.j().at("architectures")[0].is_string()) {
+    return Bad(file, "'architectures' must name the model class");
+  }
+  const std::string hf_arch = c.j().at("architectures")[0];
+  std::string_view arch;
+  for (const Arch& a : kArchs) {
+    if (a.hf == hf_arch) arch = a.gguf;
+  }
+  if (arch.empty()) {
+    return absl::UnimplementedError(
+        StrCat("config.json: architecture '", hf_arch,
+               "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+               "Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)"));
+  }
+  *arch_out = std::string(arch);
+  const std::string p = *arch_out + ".";
+  w->String("general.architecture", arch).String("general.name", dir.filename().string());
+  ASSIGN_OR_RETURN(int64_t layers, c.Int("num_hidden_layers"));
+  ASSIGN_OR_RETURN(int64_t hidden, c.Int("hidden_size"));
+  ASSIGN_OR_RETURN(int64_t heads, c.Int("num_attention_heads"));
+  ASSIGN_OR_RETURN(int64_t kv_heads, c.Int("num_key_value_heads", heads));
+  ASSIGN_OR_RETURN(int64_t ffn, c.Int("intermediate_size"));
+  ASSIGN_OR_RETURN(int64_t context, c.Int("max_position_embeddings", 2048));
+  ASSIGN_OR_RETURN(int64_t vocab, c.Int("vocab_size"));
+  ASSIGN_OR_RETURN(int64_t head_dim, c.Int("head_dim", hidden / heads));
+  ASSIGN_OR_RETURN(double eps, c.Float("rms_norm_eps", 1e-6));
+  const auto u32 = [](int64_t v) {
+    return static_cast<uint32_t>(std::min<int64_t>(v, UINT32_MAX));
+  };
+  w->Uint32(p + "block_count", u32(layers))
+      .Uint32(p + "embedding_length", u32(hidden))
+      .Uint32(p + "attention.head_count", u32(heads))
+      .Uint32(p + "attention.head_count_kv", u32(kv_heads))
+      .Uint32(p + "feed_forward_length", u32(ffn))
+      .Uint32(p + "context_length", u32(context))
+      .Uint32(p + "vocab_size", u32(vocab))
+      .Uint32(p + "attention.key_length", u32(head_dim))
+      .Uint32(p + "attention.value_length", u32(head_dim))
+      .Float32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(eps));
+  RETURN_IF_ERROR(RopeMetadata(c, arch, file, w, p));
+  if (arch == "qwen2" && c.Has("use_sliding_window") && c.j().at("use_sliding_window") == true) {
+    return absl::UnimplementedError(
+        "config.json: Qwen2's use_sliding_window (windows on some layers) is not supported");
+  }
+  const bool windowed = arch == "mistral" || arch == "phi3" || arch == "gemma2" || arch == "gemma3";
+  if (windowed && c.Has("sliding_window")) {
+    ASSIGN_OR_RETURN(int64_t window, c.Int("sliding_window"));
+    w->Uint32(p + "attention.sliding_window", u32(window));
+    RETURN_IF_ERROR(CheckLayerTypes(c, arch, layers, file));
+  }
+  if (arch == "gemma2" || arch == "gemma3") {
+    ASSIGN_OR_RETURN(double attn_cap, c.Float("attn_logit_softcapping", 0.0));
+    ASSIGN_OR_RETURN(double final_cap, c.Float("final_logit_softcapping", 0.0));
+    if (attn_cap > 0) w->Float32(p + "attn_logit_softcapping", static_cast<float>(attn_cap));
+    if (final_cap > 0) w->Float32(p + "final_logit_softcapping", static_cast<float>(final_cap));
+    ASSIGN_OR_RETURN(int64_t scalar, c.Int("query_pre_attn_scalar", head_dim));
+    w->Uint32(p + "attention.query_pre_attn_scalar", u32(scalar));
+  }
+  return absl::OkStatus();
+}
+
+// The GGUF name of a transformers tensor; "" to drop it; nullopt if unknown.
+std::optional<std::string> GgufName(std::string_view arch, std::string_view name, bool tied) {
+  if (name == "model.embed_tokens.weight") return "token_embd.weight";
+  if (name == "lm_head.weight") return tied ? "" : "output.weight";
+  if (name == "model.norm.weight") return "output_norm.weight";
+  if (name.ends_with(".rotary_emb.inv_freq")) return "";  // recomputed, not a weight
+  constexpr std::string_view kLayers = "model.layers.";
+  if (!name.starts_with(kLayers)) return std::nullopt;
+  std::string_view rest = name.substr(kLayers.size());
+  const size_t dot = rest.find('.');
+  if (dot == 0 || dot == std::string_view::npos) return std::nullopt;
+  const std::string_view index = rest.substr(0, dot);
+  if (!std::all_of(index.begin(), index.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) ||
+      index.size() > 6) {
+    return std::nullopt;
+  }
+  rest = rest.substr(dot + 1);
+  std::string_view suffix;
+  for (std::string_view s : {".weight", ".bias"}) {
+    if (rest.ends_with(s)) suffix = s;
+  }
+  if (suffix.empty()) return std::nullopt;
+  rest.remove_suffix(suffix.size());
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
+  static const std::pair<std::string_view, std::string_view> kLayer[] = {
+      {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"},
+      {"self_attn.qkv_proj", "attn_qkv"},
+      {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"},
+      {"mlp.gate_proj", "ffn_gate"},
+      {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"},
+      {"mlp.gate_up_proj", "ffn_up"},
+      {"input_layernorm", "attn_norm"},
+      {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"},
+  };
+  std::string_view g;
+  if (rest == "post_attention_layernorm") {
+    g = gemma ? "post_attention_norm" : "ffn_norm";
+  } else {
+    for (const auto& [hf, gguf] : kLayer) {
+      if (rest == hf) g = gguf;
+    }
+  }
+  if (g.empty()) return std::nullopt;
+  return StrCat("blk.", index, ".", g, suffix);
+}
+
+// The safetensors of the directory: one file, or the shards its index names.
+absl::StatusOr<std::vector<fs::path>> WeightFiles(const fs::path& dir) {
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    ASSIGN_OR_RETURN(json j, ReadJson(index));
+    if (!j.contains("weight_map") || !j.at("weight_map").is_object()) {
+      return Bad(index, "'weight_map' must be an object");
+    }
+    std::set<std::string> shards;
+    for (const auto& [name, shard] : j.at("weight_map").items()) {
+      if (!shard.is_string())
+        return Bad(index, StrCat("the shard of '", name, "' is not a string"));
+      const std::string s = shard;
+      // A shard is a file of this directory, never a path out of it.
+      if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..") {
+        return Bad(index, StrCat("shard '", s, "' is not a file name"));
+      }
+      shards.insert(s);
+    }
+    if (shards.empty()) return Bad(index, "names no shard");
+    std::vector<fs::path> files;
+    for (const std::string& s : shards) files.push_back(dir / s);
+    return files;
+  }
+  if (fs::exists(dir / "model.safetensors"))
+    return std::vector<fs::path>{dir / "model.safetensors"};
+  return absl::NotFoundError(StrCat(dir.string(),
+                                    ": no model.safetensors or model.safetensors.index.json "
+                                    "(PyTorch .bin checkpoints are not read)"));
+}
+
+// Everything the assembled file's tensors point into.
+struct Storage {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::vector<std::vector<uint8_t>> buffers;
+};
+
+// A special token named in tokenizer_config.json: a string or {"content": ...}.
+std::optional<std::string> TokenText(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v.at("content").is_string()) {
+    return v.at("content").get<std::string>();
+  }
+  return std::nullopt;
+}
+
+absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWriter* w) {
+  const fs::path file = dir / "tokenizer.json";
+  if (!fs::exists(file)) return absl::OkStatus();  // no tokenizer, as a GGUF may have none
+  ASSIGN_OR_RETURN(json j, ReadJson(file));
+  if (!j.contains("model") || !j.at("model").is_object()) return Bad(file, "'model' is missing");
+  const json& m = j.at("model");
+  if (m.value("type", "") != "BPE") {
+    return absl::UnimplementedError(StrCat("tokenizer.json: model type '", m.value("type", "?"),
+                                           "' is not supported (byte-level BPE)"));
+  }
+  if (m.value("byte_fallback", false) || !j.contains("decoder") || !j.at("decoder").is_object() ||
+      j.at("decoder").value("type", "") != "ByteLevel") {
+    return absl::UnimplementedError(
+        "tokenizer.json: a SentencePiece-style BPE (byte fallback, Metaspace) is not supported "
+        "from a Hugging Face directory yet; use a GGUF of the model");
+  }
+  if (!m.contains("vocab") || !m.at("vocab").is_object())
+    return Bad(file, "'model.vocab' must be an object");
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  auto place = [&](int64_t id, const std::string& text, int32_t type) -> absl::Status {
+    if (id < 0 || id >= (int64_t{1} << 24))
+      return Bad(file, StrCat("token id ", id, " is out of range"));
+    if (id >= static_cast<int64_t>(tokens.size())) {
+      tokens.resize(id + 1);
+      types.resize(id + 1, 0);
+    }
+    if (types[id] != 0 && tokens[id] != text) {
+      return Bad(file, StrCat("token id ", id, " is given to two texts"));
+    }
+    tokens[id] = text;
+    types[id] = type;
+    return absl::OkStatus();
+  };
+  for (const auto& [text, id] : m.at("vocab").items()) {
+    if (!id.is_number_integer()) return Bad(file, "a vocabulary id is not an integer");
+    RETURN_IF_ERROR(place(id.get<int64_t>(), text, 1));  // NORMAL
+  }
+  if (j.contains("added_tokens") && j.at("added_tokens").is_array()) {
+    for (const json& t : j.at("added_tokens")) {
+      if (!t.is_object() || !t.contains("id") || !t.at("id").is_number_integer() ||
+          !t.contains("content") || !t.at("content").is_string()) {
+        return Bad(file, "an added token lacks an integer 'id' or a string 'content'");
+      }
+      RETURN_IF_ERROR(place(t.at("id").get<int64_t>(), t.at("content").get<std::string>(),
+                            t.value("special", false) ? 3 : 4));  // CONTROL : USER_DEFINED
+    }
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (types[i] == 0) {  // a hole in the ids: a placeholder no text produces
+      tokens[i] = StrCat("[PAD", i, "]");
+      types[i] = 5;  // UNUSED
+    }
+  }
+  std::vector<std::string> merges;
+  if (m.contains("merges") && m.at("merges").is_array()) {
+    for (const json& mg : m.at("merges")) {
+      if (mg.is_string()) {
+        merges.push_back(mg.get<std::string>());
+      } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+        merges.push_back(StrCat(mg[0].get<std::string>(), " ", mg[1].get<std::string>()));
+      } else {
+        return Bad(file, "a merge is neither \"a b\" nor [\"a\", \"b\"]");
+      }
+    }
+  }
+  // The pre-tokenizer's steps, as tandem's families are written.
+  std::vector<std::string> steps;
+  auto add_step = [&](const json& s) -> absl::Status {
+    const std::string type = s.is_object() ? s.value("type", "") : "";
+    if (type == "ByteLevel") {
+      if (s.value("use_regex", true)) steps.emplace_back(tokenizer::PreTokenizer::kByteLevel);
+      if (s.value("add_prefix_space", false)) {
+        return absl::UnimplementedError(
+            "tokenizer.json: ByteLevel add_prefix_space is not supported");
+      }
+    } else if (type == "Split" && s.contains("pattern") && s.at("pattern").is_object() &&
+               s.at("pattern").contains("Regex") && s.at("pattern").at("Regex").is_string() &&
+               s.value("behavior", "") == "Isolated" && !s.value("invert", false)) {
+      steps.push_back(s.at("pattern").at("Regex").get<std::string>());
+    } else if (type == "Digits" && s.value("individual_digits", false)) {
+      steps.emplace_back(tokenizer::PreTokenizer::kDigits);
+    } else {
+      return absl::UnimplementedError(StrCat("tokenizer.json: pre-tokenizer step '", type,
+                                             "' (as configured) is not supported"));
+    }
+    return absl::OkStatus();
+  };
+  const json pre = j.value("pre_tokenizer", json());
+  if (pre.is_object() && pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") &&
+      pre.at("pretokenizers").is_array()) {
+    for (const json& s : pre.at("pretokenizers")) RETURN_IF_ERROR(add_step(s));
+  } else {
+    RETURN_IF_ERROR(add_step(pre));
+  }
+  std::string family(tokenizer::PreTokenizer::FamilyOf(steps));
+  const json norm = j.value("normalizer", json());
+  if (!norm.is_null()) {
+    // GPT-NeoX's tokenizer (NFC, then GPT-2 splitting) is llama.cpp's "mpt".
+    if (norm.is_object() && norm.value("type", "") == "NFC" && family == "gpt2") {
+      family = "mpt";
+    } else {
+      return absl::UnimplementedError("tokenizer.json: its normalizer is not supported");
+    }
+  }
+  if (family.empty()) {
+    return absl::UnimplementedError(StrCat("tokenizer.json: the pre-tokenizer (", steps.size(),
+                                           " steps) is none of the families tandem implements"));
+  }
+  w->String("tokenizer.ggml.model", "gpt2")
+      .String("tokenizer.ggml.pre", family)
+      .StringArray("tokenizer.ggml.tokens", tokens)
+      .Int32Array("tokenizer.ggml.token_type", types)
+      .StringArray("tokenizer.ggml.merges", merges)
+      .Bool("tokenizer.ggml.ignore_merges", m.value("ignore_merges", false));
+
+  // Special tokens and the chat template.
+  json tc = json::object();
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    ASSIGN_OR_RETURN(tc, ReadJson(dir / "tokenizer_config.json"));
+  }
+  auto id_of = [&](const std::string& text) -> int64_t {
+    for (size_t i = tokens.size(); i-- > 0;) {
+      if (tokens[i] == text) return static_cast<int64_t>(i);
+    }
+    return -1;
+  };
+  for (auto [key, gguf_key, config_key] :
+       {std::tuple{"bos_token", "tokenizer.ggml.bos_token_id", "bos_token_id"},
+        std::tuple{"eos_token", "tokenizer.ggml.eos_token_id", "eos_token_id"},
+        std::tuple{"pad_token", "tokenizer.ggml.padding_token_id", "pad_token_id"},
+        std::tuple{"unk_token", "tokenizer.ggml.unknown_token_id", ""}}) {
+    int64_t id = -1;
+    if (tc.contains(key)) {
+      if (std::optional<std::string> text = TokenText(tc.at(key))) {
+        id = id_of(*text);
+        if (id < 0) return Bad(dir / "tokenizer_config.json", StrCat("'", key, "' is not a token"));
+      }
+    } else if (*config_key && config.contains(config_key)) {
+      const json& v = config.at(config_key);
+      const json& first = v.is_array() && !v.empty() ? v[0] : v;
+      if (first.is_number_integer()) id = first.get<int64_t>();
+    }
+    if (id >= 0 && id < static_cast<int64_t>(tokens.size()))
+      w->Uint32(gguf_key, static_cast<uint32_t>(id));
+  }
+  for (auto [key, gguf_key] : {std::pair{"add_bos_token", "tokenizer.ggml.add_bos_token"},
+                               std::pair{"add_eos_token", "tokenizer.ggml.add_eos_token"}}) {
+    if (tc.contains(key) && tc.at(key).is_boolean()) w->Bool(gguf_key, tc.at(key).get<bool>());
+  }
+  std::string chat_template;
+  if (tc.contains("chat_template")) {
+    const json& t = tc.at("chat_template");
+    if (t.is_string()) {
+      chat_template = t;
+    } else if (t.is_array()) {  // named templates: the default one
+      for (const json& named : t) {
+        if (named.is_object() && named.value("name", "") == "default" &&
+            named.contains("template") && named.at("template").is_string()) {
+          chat_template = named.at("template");
+        }
+      }
+    }
+  }
+  const fs::path jinja = dir / "chat_template.jinja";
+  if (fs::exists(jinja)) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(jinja, ec);
+    if (ec || size > kMaxJsonBytes) return Bad(jinja, "cannot be read or is larger than 100 MB");
+    std::ifstream in(jinja, std::ios::binary);
+    chat_template.assign(size, '\0');
+    in.read(chat_template.data(), static_cast<std::streamsize>(size));
+  }
+  if (!chat_template.empty()) w->String("tokenizer.chat_template", chat_template);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfDirectory(const std::string& dir_name) {
+  const fs::path dir(dir_name);
+  GgufWriter w;
+  std::string arch;
+  json config;
+  if (!fs::exists(dir / "config.json") && fs::exists(dir / "tokenizer.json")) {
+    // Tokenizer files alone: a vocabulary-only "file", as llama.cpp's vocab GGUFs.
+    RETURN_IF_ERROR(TokenizerMetadata(dir, json::object(), &w));
+    return GgufFile::Assemble(w.Header(), {}, nullptr, dir_name);
+  }
+  RETURN_IF_ERROR(ConfigMetadata(dir, &arch, &w, &config));
+  RETURN_IF_ERROR(TokenizerMetadata(dir, config, &w));
+  const bool tied = config.value("tie_word_embeddings", arch == "gemma2" || arch == "gemma3");
+  const int64_t heads = config.at("num_attention_heads").get<int64_t>();
+  const int64_t kv_heads = config.value("num_key_value_heads", heads);
+  const bool permute = arch == "llama" || arch == "mistral";
+  const bool gemma = arch == "gemma2" || arch == "gemma3";
+
+  auto storage = std::make_shared<Storage>();
+  ASSIGN_OR_RETURN(std::vector<fs::path> files, WeightFiles(dir));
+  std::vector<std::span<const uint8_t>> data;
+  std::set<std::string> seen;
+  for (const fs::path& path : files) {
+    ASSIGN_OR_RETURN(auto st, SafetensorsFile::Open(path.string()));
+    for (const SafetensorsTensor& t : st->tensors()) {
+      const std::optional<std::string> name = GgufName(arch, t.name, tied);
+      if (!name) {
+        return absl::UnimplementedError(StrCat(path.filename().string(), ": tensor '",
+                                               t.name.substr(0, 200), "' is not one ", arch,
+                                               " uses"));
+      }
+      if (name->empty()) continue;
+      if (!seen.insert(*name).second) {
+        return Bad(path, StrCat("tensor '", t.name.substr(0, 200), "' appears twice"));
+      }
+      const std::optional<GgmlType> type = GgmlTypeOf(t.dtype);
+      if (!type) {
+        return absl::UnimplementedError(StrCat(path.filename().string(), ": tensor '", t.name,
+                                               "' has dtype ", SafetensorsDtypeName(t.dtype),
+                                               " (F32, F16 and BF16 are read)"));
+      }
+      if (t.shape.empty() || t.shape.size() > 2) {
+        return Bad(path, StrCat("tensor '", t.name, "' has ", t.shape.size(), " dimensions"));
+      }
+      std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
+      std::span<const uint8_t> bytes = t.data;
+      GgmlType out_type = *type;
+      const bool is_q = name->ends_with("attn_q.weight"), is_k = name->ends_with("attn_k.weight");
+      if (permute && (is_q || is_k) && t.shape.size() == 2) {
+        // Rows (head, j, i) ← (head, i, j): llama.cpp's order for adjacent-pair RoPE.
+        const int64_t n_head = is_q ? heads : kv_heads, rows = t.shape[0];
+        if (n_head <= 0 || rows % (2 * n_head) != 0) {
+          return Bad(path,
+                     StrCat("tensor '", t.name, "' rows do not split into ", n_head, " heads"));
+        }
+        const int64_t half = rows / n_head / 2;
+        const size_t row_bytes = bytes.size() / static_cast<size_t>(rows);
+        std::vector<uint8_t>& out = storage->buffers.emplace_back(bytes.size());
+        for (int64_t h = 0; h < n_head; ++h) {
+          for (int64_t i = 0; i < half; ++i) {
+            for (int64_t jj = 0; jj < 2; ++jj) {
+              const int64_t to = h * 2 * half + 2 * i + jj, from = h * 2 * half + jj * half + i;
+              std::memcpy(out.data() + to * row_bytes, bytes.data() + from * row_bytes, row_bytes);
+            }
+          }
+        }
+        bytes = out;
+      } else if (gemma && name->ends_with("norm.weight")) {
+        // Gemma's RMSNorm multiplies by 1 + w: stored as one float32 weight.
+        std::vector<float> values(static_cast<size_t>(t.n_elements()));
+        RETURN_IF_ERROR(Dequantize(*type, bytes, values));
+        for (float& v : values) v += 1.0f;
+        std::vector<uint8_t>& out = storage->buffers.emplace_back(values.size() * 4);
+        std::memcpy(out.data(), values.data(), out.size());
+        bytes = out;
+        out_type = GgmlType::kF32;
+      }
+      w.Tensor(*name, out_type, ne);
+      data.push_back(bytes);
+    }
+    storage->files.push_back(std::move(st));
+  }
+  return GgufFile::Assemble(w.Header(), std::move(data), std::move(storage), dir_name);
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenModel(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return OpenHfDirectory(path);
+  return GgufFile::Open(path);
+}
+
+}  // namespace tandem::model
