@@ -373,7 +373,8 @@ TEST_P(ArchGoldenTest, HuggingFaceDirectoryGivesTheGgufLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchGoldenTest,
-                         ::testing::Values("qwen3", "gemma2", "gemma3", "phi3", "mistral"),
+                         ::testing::Values("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3",
+                                           "mistral"),
                          [](const auto& info) { return info.param; });
 
 // A tiny llama model whose every matrix is random weights of `type` (quantized types:

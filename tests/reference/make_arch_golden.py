@@ -1,7 +1,7 @@
 """Tiny random-weight models of each architecture, made with Hugging Face transformers,
 written as GGUF, with transformers' logits and greedy continuations on them.
 
-Produces, for ARCH in ARCHS (qwen3, gemma2, gemma3, phi3, mistral):
+Produces, for ARCH in ARCHS (llama, qwen2, qwen3, gemma2, gemma3, phi3, mistral):
     tests/data/tiny_<ARCH>.gguf          the model as GGUF, float32 weights (general.architecture
                                          = ARCH, the names and metadata llama.cpp's converter
                                          writes for it; no tokenizer: tests feed token ids)
@@ -195,7 +195,49 @@ def mistral():
     return MistralForCausalLM(cfg), meta, _layer_names(cfg, layer, names), permute
 
 
-ARCHS = {"qwen3": qwen3, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3, "mistral": mistral}
+LLAMA_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+               "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+
+
+def llama():
+    """The plain decoder; Q/K permuted as llama.cpp's converter stores them."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
+                      attn_implementation="eager")
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    meta = _meta(cfg, head_dim, **{"rope.freq_base": float(cfg.rope_parameters["rope_theta"])})
+    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+             "model.norm.weight": "output_norm.weight"}
+    permute = {}
+    for i in range(cfg.num_hidden_layers):
+        permute[f"model.layers.{i}.self_attn.q_proj.weight"] = cfg.num_attention_heads
+        permute[f"model.layers.{i}.self_attn.k_proj.weight"] = cfg.num_key_value_heads
+    return LlamaForCausalLM(cfg), meta, _layer_names(cfg, LLAMA_LAYER, names), permute
+
+
+def qwen2():
+    """Q/K/V biases, NeoX RoPE, tied embeddings."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    cfg = Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=True,
+                      attn_implementation="eager")
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    meta = _meta(cfg, head_dim, **{"rope.freq_base": float(cfg.rope_parameters["rope_theta"])})
+    names = {"model.embed_tokens.weight": "token_embd.weight",
+             "model.norm.weight": "output_norm.weight"}
+    _layer_names(cfg, LLAMA_LAYER, names)
+    for i in range(cfg.num_hidden_layers):
+        for hf, g in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v")):
+            names[f"model.layers.{i}.self_attn.{hf}.bias"] = f"blk.{i}.{g}.bias"
+    return Qwen2ForCausalLM(cfg), meta, names
+
+
+ARCHS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3, "mistral": mistral}
 # How each family's GGUF stores a norm weight w of the transformers model.
 NORM_SHIFT = {"gemma2": 1.0, "gemma3": 1.0}
 
@@ -203,7 +245,9 @@ NORM_SHIFT = {"gemma2": 1.0, "gemma3": 1.0}
 def randomize(model, gen, norm_center=1.0):
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:
+            if name.endswith(".bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            elif p.dim() == 1:
                 p.copy_(norm_center + 0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(INIT_STD * torch.randn(p.shape, generator=gen))
@@ -258,14 +302,19 @@ def main():
         out.add_uint32("n_prompts", len(PROMPT_LENGTHS))
         vocab = model.config.vocab_size
         for i, n in enumerate(PROMPT_LENGTHS):
-            tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
-            with torch.no_grad():
-                for _ in range(N_NEW):
-                    logits = model(torch.tensor([tokens])).logits[0, -1]
-                    tokens.append(int(torch.argmax(logits)))
-                logits = model(torch.tensor([tokens])).logits[0].numpy().astype(np.float32)
-            top2 = np.sort(logits, axis=1)[:, -2:]
-            margin = (top2[:, 1] - top2[:, 0]).astype(np.float32)
+            # A prompt whose greedy continuation has no near-tie (margin < 2e-3), so that
+            # float32 rounding cannot flip a token: drawn again until so.
+            for _ in range(20):
+                tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
+                with torch.no_grad():
+                    for _ in range(N_NEW):
+                        logits = model(torch.tensor([tokens])).logits[0, -1]
+                        tokens.append(int(torch.argmax(logits)))
+                    logits = model(torch.tensor([tokens])).logits[0].numpy().astype(np.float32)
+                top2 = np.sort(logits, axis=1)[:, -2:]
+                margin = (top2[:, 1] - top2[:, 0]).astype(np.float32)
+                if margin[n - 1:n - 1 + N_NEW].min() >= 2e-3:
+                    break
             out.add_uint32(f"p{i}.n_prompt", n)
             out.add_tensor(f"p{i}.tokens", np.array(tokens, dtype=np.int32))
             out.add_tensor(f"p{i}.logits", logits)
