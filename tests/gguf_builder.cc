@@ -4,50 +4,44 @@
 
 namespace tandem::testing {
 
-namespace {
-enum : uint32_t { kU8 = 0, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8, kArray = 9 };
-}
-
+// Well-formed key-values are encoded by the production writer; RawKv by the caller.
 GgufBuilder& GgufBuilder::RawKv(std::string_view key, uint32_t type, std::string value_bytes) {
-  ByteWriter w;
-  w.Str(key).U32(type).Bytes(value_bytes);
-  kv_.push_back(w.str());
+  kv_.Raw(key, type, value_bytes);
   return *this;
 }
 
 GgufBuilder& GgufBuilder::String(std::string_view key, std::string_view value) {
-  return RawKv(key, kString, ByteWriter().Str(value).str());
+  kv_.String(key, value);
+  return *this;
 }
 GgufBuilder& GgufBuilder::Uint32(std::string_view key, uint32_t value) {
-  return RawKv(key, kU32, ByteWriter().U32(value).str());
+  kv_.Uint32(key, value);
+  return *this;
 }
 GgufBuilder& GgufBuilder::Int32(std::string_view key, int32_t value) {
-  return RawKv(key, kI32, ByteWriter().I32(value).str());
+  kv_.Int32(key, value);
+  return *this;
 }
 GgufBuilder& GgufBuilder::Float32(std::string_view key, float value) {
-  return RawKv(key, kF32, ByteWriter().F32(value).str());
+  kv_.Float32(key, value);
+  return *this;
 }
 GgufBuilder& GgufBuilder::Bool(std::string_view key, bool value) {
-  return RawKv(key, kBool, ByteWriter().U8(value ? 1 : 0).str());
+  kv_.Bool(key, value);
+  return *this;
 }
 GgufBuilder& GgufBuilder::StringArray(std::string_view key,
                                       const std::vector<std::string>& values) {
-  ByteWriter w;
-  w.U32(kString).U64(values.size());
-  for (const auto& v : values) w.Str(v);
-  return RawKv(key, kArray, w.str());
+  kv_.StringArray(key, values);
+  return *this;
 }
 GgufBuilder& GgufBuilder::Int32Array(std::string_view key, const std::vector<int32_t>& values) {
-  ByteWriter w;
-  w.U32(kI32).U64(values.size());
-  for (int32_t v : values) w.I32(v);
-  return RawKv(key, kArray, w.str());
+  kv_.Int32Array(key, values);
+  return *this;
 }
 GgufBuilder& GgufBuilder::Float32Array(std::string_view key, const std::vector<float>& values) {
-  ByteWriter w;
-  w.U32(kF32).U64(values.size());
-  for (float v : values) w.F32(v);
-  return RawKv(key, kArray, w.str());
+  kv_.Float32Array(key, values);
+  return *this;
 }
 
 GgufBuilder& GgufBuilder::AddTensor(Tensor t) {
@@ -69,8 +63,8 @@ std::string GgufBuilder::Build() const {
   ByteWriter w;
   w.Bytes("GGUF").U32(version_);
   w.U64(n_tensors_override_.value_or(tensors_.size()));
-  w.U64(n_kv_override_.value_or(kv_.size()));
-  for (const auto& kv : kv_) w.Bytes(kv);
+  w.U64(n_kv_override_.value_or(kv_.n_kv()));
+  w.Bytes(kv_.KvBytes());
 
   // Place tensor data: explicit offsets as given, others at the next aligned spot.
   std::vector<uint64_t> offsets;

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/model/gguf_writer.h"
+
 namespace tandem::testing {
 
 // Little-endian byte appender.
@@ -89,7 +91,7 @@ class GgufBuilder {
  private:
   uint32_t version_ = 3;
   uint32_t alignment_ = 32;  // used for placing data; write general.alignment to change the file's
-  std::vector<std::string> kv_;  // encoded key-values
+  model::GgufWriter kv_;     // the key-values, encoded
   std::vector<Tensor> tensors_;
   std::optional<uint64_t> n_tensors_override_, n_kv_override_;
 };

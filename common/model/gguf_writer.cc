@@ -30,6 +30,12 @@ void GgufWriter::Key(std::string_view key, uint32_t type) {
   ++n_kv_;
 }
 
+GgufWriter& GgufWriter::Raw(std::string_view key, uint32_t type, std::string_view value_bytes) {
+  Key(key, type);
+  kv_.append(value_bytes);
+  return *this;
+}
+
 GgufWriter& GgufWriter::String(std::string_view key, std::string_view value) {
   Key(key, Id(GgufValueType::kString));
   PutString(&kv_, value);

@@ -26,10 +26,16 @@ class GgufWriter {
   GgufWriter& StringArray(std::string_view key, const std::vector<std::string>& values);
   GgufWriter& Int32Array(std::string_view key, const std::vector<int32_t>& values);
   GgufWriter& Float32Array(std::string_view key, const std::vector<float>& values);
+  // One key-value whose type id and value bytes are given verbatim (tests write
+  // malformed ones with it).
+  GgufWriter& Raw(std::string_view key, uint32_t type, std::string_view value_bytes);
   // A tensor of `type` with dimensions `ne` (ne[0] varies fastest, as GGUF stores them).
   GgufWriter& Tensor(std::string_view name, GgmlType type, std::span<const int64_t> ne);
 
   std::string Header() const;
+  // The encoded key-values alone, and how many.
+  const std::string& KvBytes() const { return kv_; }
+  uint64_t n_kv() const { return n_kv_; }
 
  private:
   void Key(std::string_view key, uint32_t type);

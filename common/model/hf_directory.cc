@@ -93,8 +93,40 @@ constexpr Arch kArchs[] = {
 // The RoPE section (transformers 5's rope_parameters, or the older rope_theta and
 // rope_scaling) → rope.* metadata. Gemma 3's holds one entry per layer kind; the
 // global layers' is the file's.
+// Llama 3.1's frequency factors (rope_type "llama3"), one per rotated pair, as
+// llama.cpp's converter stores them in rope_freqs.weight: 1 for wavelengths shorter than
+// original_context / high_freq_factor, `factor` for those longer than original_context /
+// low_freq_factor, and a smooth blend between.
+absl::StatusOr<std::vector<float>> Llama3Factors(const Config& c, const json& params, double theta,
+                                                 int64_t head_dim, const fs::path& file) {
+  ASSIGN_OR_RETURN(double factor, c.Float(params, "factor", 8.0));
+  ASSIGN_OR_RETURN(double low, c.Float(params, "low_freq_factor", 1.0));
+  ASSIGN_OR_RETURN(double high, c.Float(params, "high_freq_factor", 4.0));
+  ASSIGN_OR_RETURN(double original, c.Float(params, "original_max_position_embeddings", 8192));
+  if (factor <= 0 || low <= 0 || high <= low || original <= 0) {
+    return Bad(file,
+               "llama3 RoPE scaling needs factor > 0 and 0 < low_freq_factor < high_freq_factor");
+  }
+  std::vector<float> factors;
+  for (int64_t i = 0; i < head_dim; i += 2) {
+    const double freq =
+        1.0 / std::pow(theta, static_cast<double>(i) / static_cast<double>(head_dim));
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < original / high) {
+      factors.push_back(1.0f);
+    } else if (wavelen > original / low) {
+      factors.push_back(static_cast<float>(factor));
+    } else {
+      const double smooth = (original / wavelen - low) / (high - low);
+      factors.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return factors;
+}
+
 absl::Status RopeMetadata(const Config& c, std::string_view arch, const fs::path& file,
-                          GgufWriter* w, const std::string& p) {
+                          GgufWriter* w, const std::string& p, int64_t head_dim,
+                          std::vector<float>* llama3_factors) {
   const json* params = nullptr;
   if (c.Has("rope_parameters")) {
     params = &c.j().at("rope_parameters");
@@ -121,6 +153,8 @@ absl::Status RopeMetadata(const Config& c, std::string_view arch, const fs::path
   if (type == "linear") {
     ASSIGN_OR_RETURN(double factor, c.Float(*params, "factor", 1.0));
     w->String(p + "rope.scaling.type", "linear").Float32(p + "rope.scaling.factor", factor);
+  } else if (type == "llama3" && (arch == "llama" || arch == "mistral")) {
+    ASSIGN_OR_RETURN(*llama3_factors, Llama3Factors(c, *params, theta, head_dim, file));
   } else if (type != "default") {
     return absl::UnimplementedError(StrCat(file.filename().string(), ": RoPE scaling '", type,
                                            "' is not supported from a Hugging Face directory "
@@ -152,7 +186,7 @@ absl::Status CheckLayerTypes(const Config& c, std::string_view arch, int64_t lay
 }
 
 absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWriter* w,
-                            json* config_out) {
+                            json* config_out, std::vector<float>* llama3_factors) {
   const fs::path file = dir / "config.json";
   ASSIGN_OR_RETURN(*config_out, ReadJson(file));
   const Config c(*config_out, file);
@@ -196,7 +230,7 @@ absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWrit
       .Uint32(p + "attention.key_length", u32(head_dim))
       .Uint32(p + "attention.value_length", u32(head_dim))
       .Float32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(eps));
-  RETURN_IF_ERROR(RopeMetadata(c, arch, file, w, p));
+  RETURN_IF_ERROR(RopeMetadata(c, arch, file, w, p, head_dim, llama3_factors));
   if (arch == "qwen2" && c.Has("use_sliding_window") && c.j().at("use_sliding_window") == true) {
     return absl::UnimplementedError(
         "config.json: Qwen2's use_sliding_window (windows on some layers) is not supported");
@@ -505,7 +539,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfDirectory(const std::string& dir
     RETURN_IF_ERROR(TokenizerMetadata(dir, json::object(), &w));
     return GgufFile::Assemble(w.Header(), {}, nullptr, dir_name);
   }
-  RETURN_IF_ERROR(ConfigMetadata(dir, &arch, &w, &config));
+  std::vector<float> llama3_factors;
+  RETURN_IF_ERROR(ConfigMetadata(dir, &arch, &w, &config, &llama3_factors));
   RETURN_IF_ERROR(TokenizerMetadata(dir, config, &w));
   const bool tied = config.value("tie_word_embeddings", arch == "gemma2" || arch == "gemma3");
   const int64_t heads = config.at("num_attention_heads").get<int64_t>();
@@ -576,6 +611,13 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfDirectory(const std::string& dir
       data.push_back(bytes);
     }
     storage->files.push_back(std::move(st));
+  }
+  if (!llama3_factors.empty()) {
+    std::vector<uint8_t>& out = storage->buffers.emplace_back(llama3_factors.size() * 4);
+    std::memcpy(out.data(), llama3_factors.data(), out.size());
+    const int64_t n = static_cast<int64_t>(llama3_factors.size());
+    w.Tensor("rope_freqs.weight", GgmlType::kF32, std::span<const int64_t>(&n, 1));
+    data.push_back(out);
   }
   return GgufFile::Assemble(w.Header(), std::move(data), std::move(storage), dir_name);
 }

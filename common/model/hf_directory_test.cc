@@ -91,10 +91,10 @@ TEST_F(HfDirectoryTest, ConfigErrorsNameTheField) {
   EXPECT_THAT(Open().message(), HasSubstr("'hidden_size' must be a positive integer"));
 
   c = config_;
-  c["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
+  c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
   Write("config.json", c.dump());
   EXPECT_EQ(Open().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(Open().message(), HasSubstr("RoPE scaling 'llama3'"));
+  EXPECT_THAT(Open().message(), HasSubstr("RoPE scaling 'yarn'"));
 }
 
 TEST_F(HfDirectoryTest, WeightErrorsNameTheTensor) {

@@ -252,24 +252,22 @@ void CpuBackend::Rope(const Tensor& x, int32_t n_heads, const Tensor& table, con
   });
 }
 
-void CpuBackend::SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+void CpuBackend::Gated(const Tensor& gate, const Tensor& up, const Tensor& out,
+                       void (*act)(const float*, const float*, int64_t, float*)) {
   if (!Proceed()) return;
   const float* g = Host(gate);
   const float* u = Host(up);
   float* o = Host(out);
   pool_->ParallelFor(
-      gate.elements(),
-      [&](int64_t b, int64_t e, int) { kernels::SwiGlu(g + b, u + b, e - b, o + b); }, 1024);
+      gate.elements(), [&](int64_t b, int64_t e, int) { act(g + b, u + b, e - b, o + b); }, 1024);
+}
+
+void CpuBackend::SwiGlu(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  Gated(gate, up, out, kernels::SwiGlu);
 }
 
 void CpuBackend::GeGlu(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  if (!Proceed()) return;
-  const float* g = Host(gate);
-  const float* u = Host(up);
-  float* o = Host(out);
-  pool_->ParallelFor(
-      gate.elements(),
-      [&](int64_t b, int64_t e, int) { kernels::GeGlu(g + b, u + b, e - b, o + b); }, 1024);
+  Gated(gate, up, out, kernels::GeGlu);
 }
 
 void CpuBackend::Scale(const Tensor& x, float factor) {

@@ -83,6 +83,9 @@ class CpuBackend : public Backend {
   // False (and the op or copy is skipped) once the pass has failed; a compute op
   // (`op`) also takes an injected fault.
   bool Proceed(bool op = true);
+  // out = act(gate, up) element-wise, split across the pool (SwiGlu, GeGlu).
+  void Gated(const Tensor& gate, const Tensor& up, const Tensor& out,
+             void (*act)(const float*, const float*, int64_t, float*));
   void Fail(absl::Status error);
 
   const bool fence_;

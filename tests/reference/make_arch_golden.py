@@ -170,53 +170,67 @@ def _permute_for_adjacent_rope(w, n_head):
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def mistral():
-    """Llama's decoder with a sliding window of 8 on every layer; Q/K permuted as
-    llama.cpp's converter stores them."""
-    from transformers import MistralConfig, MistralForCausalLM
-    cfg = MistralConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
-                        max_position_embeddings=512, rms_norm_eps=1e-5,
-                        tie_word_embeddings=False, attn_implementation="eager")
-    head_dim = cfg.hidden_size // cfg.num_attention_heads
-    meta = _meta(cfg, head_dim, **{
-        "rope.freq_base": float(cfg.rope_parameters["rope_theta"]),
-        "attention.sliding_window": cfg.sliding_window})
-    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
-             "model.norm.weight": "output_norm.weight"}
-    layer = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-             "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
-    permute = {}
-    for i in range(cfg.num_hidden_layers):
-        permute[f"model.layers.{i}.self_attn.q_proj.weight"] = cfg.num_attention_heads
-        permute[f"model.layers.{i}.self_attn.k_proj.weight"] = cfg.num_key_value_heads
-    return MistralForCausalLM(cfg), meta, _layer_names(cfg, layer, names), permute
-
-
 LLAMA_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
                "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
                "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
                "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
 
 
-def llama():
-    """The plain decoder; Q/K permuted as llama.cpp's converter stores them."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
-                      attn_implementation="eager")
+def _adjacent_rope(model_cls, cfg, **extra_meta):
+    """A llama-style model as llama.cpp's converter writes it: Q/K rows permuted for
+    adjacent-pair RoPE."""
     head_dim = cfg.hidden_size // cfg.num_attention_heads
-    meta = _meta(cfg, head_dim, **{"rope.freq_base": float(cfg.rope_parameters["rope_theta"])})
+    meta = _meta(cfg, head_dim, **{"rope.freq_base": float(cfg.rope_parameters["rope_theta"]),
+                                   **extra_meta})
     names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
              "model.norm.weight": "output_norm.weight"}
     permute = {}
     for i in range(cfg.num_hidden_layers):
         permute[f"model.layers.{i}.self_attn.q_proj.weight"] = cfg.num_attention_heads
         permute[f"model.layers.{i}.self_attn.k_proj.weight"] = cfg.num_key_value_heads
-    return LlamaForCausalLM(cfg), meta, _layer_names(cfg, LLAMA_LAYER, names), permute
+    return model_cls(cfg), meta, _layer_names(cfg, LLAMA_LAYER, names), permute
+
+
+def llama():
+    """The plain decoder."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    return _adjacent_rope(LlamaForCausalLM, LlamaConfig(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
+        attn_implementation="eager"))
+
+
+def llama31():
+    """Llama 3.1's RoPE scaling (rope_type llama3) on a small original context (64), so
+    that the factors span all three regimes at head dim 16; the GGUF's rope_freqs.weight
+    is transformers' own: its default inverse frequencies over its llama3 ones."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    cfg = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      rms_norm_eps=1e-5, tie_word_embeddings=False, attn_implementation="eager",
+                      rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                       "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 64})
+    model, meta, names, permute = _adjacent_rope(LlamaForCausalLM, cfg)
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
+    default = 1.0 / (500000.0 ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    factors = (default / scaled.double()).float().numpy()
+    assert factors.min() == 1.0 and abs(factors.max() - 8.0) < 1e-4 and len(set(factors)) > 2
+    return model, meta, names, permute, {"rope_freqs.weight": factors}
+
+
+def mistral():
+    """Llama's decoder with a sliding window of 8 on every layer."""
+    from transformers import MistralConfig, MistralForCausalLM
+    cfg = MistralConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, sliding_window=8,
+                        max_position_embeddings=512, rms_norm_eps=1e-5,
+                        tie_word_embeddings=False, attn_implementation="eager")
+    return _adjacent_rope(MistralForCausalLM, cfg, **{"attention.sliding_window": cfg.sliding_window})
 
 
 def qwen2():
@@ -237,7 +251,7 @@ def qwen2():
     return Qwen2ForCausalLM(cfg), meta, names
 
 
-ARCHS = {"llama": llama, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3, "mistral": mistral}
+ARCHS = {"llama": llama, "llama31": llama31, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3, "mistral": mistral}
 # How each family's GGUF stores a norm weight w of the transformers model.
 NORM_SHIFT = {"gemma2": 1.0, "gemma3": 1.0}
 
@@ -253,11 +267,12 @@ def randomize(model, gen, norm_center=1.0):
                 p.copy_(INIT_STD * torch.randn(p.shape, generator=gen))
 
 
-def write_model(arch, model, meta, names, path, permute=None, norm_shift=0.0):
-    w = gguf.GGUFWriter(path, arch=arch)
+def write_model(arch, model, meta, names, path, permute=None, norm_shift=0.0, extra=None):
+    gguf_arch = model.config.model_type if arch == "llama31" else arch
+    w = gguf.GGUFWriter(path, arch=gguf_arch)
     w.add_name(f"tiny-random-{arch}")
     for key, value in meta.items():
-        full = f"{arch}.{key}"
+        full = f"{gguf_arch}.{key}"
         if isinstance(value, float):
             w.add_float32(full, value)
         else:
@@ -272,6 +287,8 @@ def write_model(arch, model, meta, names, path, permute=None, norm_shift=0.0):
         if hf.endswith("norm.weight"):
             t = t + np.float32(norm_shift)
         w.add_tensor(g, t)
+    for g, t in (extra or {}).items():
+        w.add_tensor(g, np.asarray(t, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -282,13 +299,15 @@ def main():
     torch.set_num_threads(2)
     for arch, make in ARCHS.items():
         gen = torch.Generator().manual_seed(SEED)
-        model, meta, names, *permute = make()
+        model, meta, names, *rest = make()
+        permute = rest[:1]
+        extra = rest[1] if len(rest) > 1 else {}
         shift = NORM_SHIFT.get(arch, 0.0)
         # Norm weights near 1 as the model applies them (Gemma applies 1 + w).
         randomize(model, gen, norm_center=1.0 - shift)
         model.eval()
         write_model(arch, model, meta, names, os.path.join(DATA, f"tiny_{arch}.gguf"),
-                    permute[0] if permute else None, shift)
+                    permute[0] if permute else None, shift, extra)
         # The same weights as a Hugging Face directory (float32 safetensors; gemma3's in
         # shards with an index, as large checkpoints are).
         hf_dir = os.path.join(DATA, f"tiny_{arch}_hf")
