@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 
 # ASan+UBSan: everything that runs in one process (the cluster tests spawn the
 # Release binaries of build/, so they are TSan's and the soak's business, not these).
-ASAN_TESTS=(util_test model_test tokenizer_test jinja_test chat_template_test kv_test
+ASAN_TESTS=(util_test model_test hf_directory_test tokenizer_test jinja_test chat_template_test kv_test
             metrics_test http_server_test rpc_server_test router_test transport_choice_test
             kernels_cpu_test engine_test worker_fault_test peer_transport_test
             stream_outbox_test peer_kv_receiver_test)

@@ -23,7 +23,11 @@ absl::StatusOr<WeightMatrix> ModelWeights::Matrix(const GgufFile& f, const std::
                                              "]"));
   }
   WeightMatrix w{t->type, rows, cols, t->data.data()};
-  if (kernels::MatMulSupports(t->type) && cols % 32 == 0) {
+  // Used in place where MatMul reads it; a float32 tensor must also be float-aligned (a
+  // safetensors file need not align it).
+  const bool aligned = t->type != GgmlType::kF32 ||
+                       reinterpret_cast<uintptr_t>(t->data.data()) % alignof(float) == 0;
+  if (kernels::MatMulSupports(t->type) && cols % 32 == 0 && aligned) {
     weight_bytes_ += static_cast<int64_t>(t->n_bytes);
     return w;
   }

@@ -95,6 +95,9 @@ class GgufFile {
  public:
   // Maps and validates the file at `path`.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // Views point into its own members: held by unique_ptr, never copied or moved.
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
   // Validates `bytes` in place; they must outlive the returned object.
   static absl::StatusOr<std::unique_ptr<GgufFile>> Parse(std::span<const uint8_t> bytes);
   // A file assembled in memory (a Hugging Face directory read as the GGUF llama.cpp's

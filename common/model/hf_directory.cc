@@ -26,6 +26,12 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr uintmax_t kMaxJsonBytes = 100'000'000;
+constexpr int64_t kMaxHeadDim = 4096;
+
+bool Exists(const fs::path& p) {
+  std::error_code ec;
+  return fs::exists(p, ec);
+}
 
 absl::Status Bad(const fs::path& file, std::string_view why) {
   return absl::InvalidArgumentError(StrCat(file.filename().string(), ": ", why));
@@ -185,8 +191,14 @@ absl::Status CheckLayerTypes(const Config& c, std::string_view arch, int64_t lay
   return absl::OkStatus();
 }
 
+// What the tensor conversion needs from config.json, as checked.
+struct Shape {
+  int64_t heads = 0, kv_heads = 0;
+  bool tied = false;
+};
+
 absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWriter* w,
-                            json* config_out, std::vector<float>* llama3_factors) {
+                            json* config_out, std::vector<float>* llama3_factors, Shape* shape) {
   const fs::path file = dir / "config.json";
   ASSIGN_OR_RETURN(*config_out, ReadJson(file));
   const Config c(*config_out, file);
@@ -216,6 +228,20 @@ absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWrit
   ASSIGN_OR_RETURN(int64_t context, c.Int("max_position_embeddings", 2048));
   ASSIGN_OR_RETURN(int64_t vocab, c.Int("vocab_size"));
   ASSIGN_OR_RETURN(int64_t head_dim, c.Int("head_dim", hidden / heads));
+  if (head_dim > kMaxHeadDim || head_dim % 2 != 0 || heads > hidden || kv_heads > heads) {
+    return Bad(file,
+               StrCat("head_dim ", head_dim, " (even, at most ", kMaxHeadDim, "), ", heads,
+                      " heads and ", kv_heads, " KV heads do not fit a hidden size of ", hidden));
+  }
+  shape->heads = heads;
+  shape->kv_heads = kv_heads;
+  shape->tied = arch == "gemma2" || arch == "gemma3";
+  if (c.Has("tie_word_embeddings")) {
+    if (!c.j().at("tie_word_embeddings").is_boolean()) {
+      return Bad(file, "'tie_word_embeddings' must be true or false");
+    }
+    shape->tied = c.j().at("tie_word_embeddings").get<bool>();
+  }
   ASSIGN_OR_RETURN(double eps, c.Float("rms_norm_eps", 1e-6));
   const auto u32 = [](int64_t v) {
     return static_cast<uint32_t>(std::min<int64_t>(v, UINT32_MAX));
@@ -231,9 +257,36 @@ absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWrit
       .Uint32(p + "attention.value_length", u32(head_dim))
       .Float32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(eps));
   RETURN_IF_ERROR(RopeMetadata(c, arch, file, w, p, head_dim, llama3_factors));
-  if (arch == "qwen2" && c.Has("use_sliding_window") && c.j().at("use_sliding_window") == true) {
+  if ((arch == "qwen2" || arch == "qwen3") && c.Has("use_sliding_window") &&
+      c.j().at("use_sliding_window") == true) {
     return absl::UnimplementedError(
-        "config.json: Qwen2's use_sliding_window (windows on some layers) is not supported");
+        "config.json: Qwen's use_sliding_window (windows on some layers) is not supported");
+  }
+  if (c.Has("partial_rotary_factor") && c.j().at("partial_rotary_factor") != 1.0) {
+    return absl::UnimplementedError(
+        "config.json: a partial_rotary_factor other than 1 is not supported");
+  }
+  if (arch == "gemma2" || arch == "gemma3") {
+    // tandem's Gemma: local layers in a fixed pattern, Gemma 3's at RoPE base 10,000.
+    const int64_t period = arch == "gemma2" ? 2 : 6;
+    if (c.Has("sliding_window_pattern") && c.j().at("sliding_window_pattern") != period) {
+      return absl::UnimplementedError(StrCat("config.json: a sliding_window_pattern other than ",
+                                             period, " is not supported for ", arch));
+    }
+    double local_theta = 10000.0;
+    ASSIGN_OR_RETURN(local_theta, c.Float("rope_local_base_freq", local_theta));
+    if (c.Has("rope_parameters") && c.j().at("rope_parameters").contains("sliding_attention")) {
+      ASSIGN_OR_RETURN(local_theta, c.Float(c.j().at("rope_parameters").at("sliding_attention"),
+                                            "rope_theta", local_theta));
+    }
+    if (arch == "gemma3" && local_theta != 10000.0) {
+      return absl::UnimplementedError(
+          "config.json: Gemma 3 local layers at a RoPE base other "
+          "than 10000 are not supported");
+    }
+    if (!c.Has("sliding_window")) {
+      return Bad(file, StrCat("'sliding_window' is missing (", arch, " has local layers)"));
+    }
   }
   const bool windowed = arch == "mistral" || arch == "phi3" || arch == "gemma2" || arch == "gemma3";
   if (windowed && c.Has("sliding_window")) {
@@ -307,7 +360,7 @@ std::optional<std::string> GgufName(std::string_view arch, std::string_view name
 // The safetensors of the directory: one file, or the shards its index names.
 absl::StatusOr<std::vector<fs::path>> WeightFiles(const fs::path& dir) {
   const fs::path index = dir / "model.safetensors.index.json";
-  if (fs::exists(index)) {
+  if (Exists(index)) {
     ASSIGN_OR_RETURN(json j, ReadJson(index));
     if (!j.contains("weight_map") || !j.at("weight_map").is_object()) {
       return Bad(index, "'weight_map' must be an object");
@@ -328,8 +381,7 @@ absl::StatusOr<std::vector<fs::path>> WeightFiles(const fs::path& dir) {
     for (const std::string& s : shards) files.push_back(dir / s);
     return files;
   }
-  if (fs::exists(dir / "model.safetensors"))
-    return std::vector<fs::path>{dir / "model.safetensors"};
+  if (Exists(dir / "model.safetensors")) return std::vector<fs::path>{dir / "model.safetensors"};
   return absl::NotFoundError(StrCat(dir.string(),
                                     ": no model.safetensors or model.safetensors.index.json "
                                     "(PyTorch .bin checkpoints are not read)"));
@@ -352,7 +404,7 @@ std::optional<std::string> TokenText(const json& v) {
 
 absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWriter* w) {
   const fs::path file = dir / "tokenizer.json";
-  if (!fs::exists(file)) return absl::OkStatus();  // no tokenizer, as a GGUF may have none
+  if (!Exists(file)) return absl::OkStatus();  // no tokenizer, as a GGUF may have none
   ASSIGN_OR_RETURN(json j, ReadJson(file));
   if (!j.contains("model") || !j.at("model").is_object()) return Bad(file, "'model' is missing");
   const json& m = j.at("model");
@@ -377,7 +429,8 @@ absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWrit
       tokens.resize(id + 1);
       types.resize(id + 1, 0);
     }
-    if (types[id] != 0 && tokens[id] != text) {
+    // Within the vocabulary an id has one text; an added token takes its id over.
+    if (types[id] == 1 && type == 1 && tokens[id] != text) {
       return Bad(file, StrCat("token id ", id, " is given to two texts"));
     }
     tokens[id] = text;
@@ -468,7 +521,7 @@ absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWrit
 
   // Special tokens and the chat template.
   json tc = json::object();
-  if (fs::exists(dir / "tokenizer_config.json")) {
+  if (Exists(dir / "tokenizer_config.json")) {
     ASSIGN_OR_RETURN(tc, ReadJson(dir / "tokenizer_config.json"));
   }
   auto id_of = [&](const std::string& text) -> int64_t {
@@ -477,6 +530,7 @@ absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWrit
     }
     return -1;
   };
+  bool has_bos = false;
   for (auto [key, gguf_key, config_key] :
        {std::tuple{"bos_token", "tokenizer.ggml.bos_token_id", "bos_token_id"},
         std::tuple{"eos_token", "tokenizer.ggml.eos_token_id", "eos_token_id"},
@@ -493,12 +547,45 @@ absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWrit
       const json& first = v.is_array() && !v.empty() ? v[0] : v;
       if (first.is_number_integer()) id = first.get<int64_t>();
     }
-    if (id >= 0 && id < static_cast<int64_t>(tokens.size()))
+    if (id >= 0 && id < static_cast<int64_t>(tokens.size())) {
       w->Uint32(gguf_key, static_cast<uint32_t>(id));
+      if (std::string_view(key) == "bos_token") has_bos = true;
+    }
   }
-  for (auto [key, gguf_key] : {std::pair{"add_bos_token", "tokenizer.ggml.add_bos_token"},
-                               std::pair{"add_eos_token", "tokenizer.ggml.add_eos_token"}}) {
-    if (tc.contains(key) && tc.at(key).is_boolean()) w->Bool(gguf_key, tc.at(key).get<bool>());
+  // BOS: tokenizer_config.json's add_bos_token where it says, else what tokenizer.json's
+  // post-processor prepends (Llama 3's TemplateProcessing: a special token, then $A).
+  bool add_bos = false;
+  const json post = j.value("post_processor", json());
+  const json* template_processing = nullptr;
+  if (post.is_object() && post.value("type", "") == "TemplateProcessing")
+    template_processing = &post;
+  if (post.is_object() && post.value("type", "") == "Sequence" && post.contains("processors") &&
+      post.at("processors").is_array()) {
+    for (const json& p : post.at("processors")) {
+      if (p.is_object() && p.value("type", "") == "TemplateProcessing") template_processing = &p;
+    }
+  }
+  if (template_processing != nullptr && template_processing->contains("single") &&
+      template_processing->at("single").is_array() && !template_processing->at("single").empty()) {
+    const json& first = template_processing->at("single")[0];
+    add_bos = first.is_object() && first.contains("SpecialToken");
+    if (add_bos && !has_bos) {  // the token it prepends is the BOS
+      const json& special = first.at("SpecialToken");
+      const int64_t id =
+          special.is_object() && special.contains("id") && special.at("id").is_string()
+              ? id_of(special.at("id").get<std::string>())
+              : -1;
+      if (id < 0)
+        return Bad(file, "the post-processor prepends a token that is not in the vocabulary");
+      w->Uint32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(id));
+    }
+  }
+  if (tc.contains("add_bos_token") && tc.at("add_bos_token").is_boolean()) {
+    add_bos = tc.at("add_bos_token").get<bool>();
+  }
+  w->Bool("tokenizer.ggml.add_bos_token", add_bos);
+  if (tc.contains("add_eos_token") && tc.at("add_eos_token").is_boolean()) {
+    w->Bool("tokenizer.ggml.add_eos_token", tc.at("add_eos_token").get<bool>());
   }
   std::string chat_template;
   if (tc.contains("chat_template")) {
@@ -515,36 +602,35 @@ absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWrit
     }
   }
   const fs::path jinja = dir / "chat_template.jinja";
-  if (fs::exists(jinja)) {
+  if (Exists(jinja)) {
     std::error_code ec;
     const uintmax_t size = fs::file_size(jinja, ec);
     if (ec || size > kMaxJsonBytes) return Bad(jinja, "cannot be read or is larger than 100 MB");
     std::ifstream in(jinja, std::ios::binary);
     chat_template.assign(size, '\0');
     in.read(chat_template.data(), static_cast<std::streamsize>(size));
+    if (!in) return Bad(jinja, "could not be read");
   }
   if (!chat_template.empty()) w->String("tokenizer.chat_template", chat_template);
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfDirectory(const std::string& dir_name) {
+absl::StatusOr<std::unique_ptr<GgufFile>> ReadDirectory(const std::string& dir_name) {
   const fs::path dir(dir_name);
   GgufWriter w;
   std::string arch;
   json config;
-  if (!fs::exists(dir / "config.json") && fs::exists(dir / "tokenizer.json")) {
+  if (!Exists(dir / "config.json") && Exists(dir / "tokenizer.json")) {
     // Tokenizer files alone: a vocabulary-only "file", as llama.cpp's vocab GGUFs.
     RETURN_IF_ERROR(TokenizerMetadata(dir, json::object(), &w));
     return GgufFile::Assemble(w.Header(), {}, nullptr, dir_name);
   }
   std::vector<float> llama3_factors;
-  RETURN_IF_ERROR(ConfigMetadata(dir, &arch, &w, &config, &llama3_factors));
+  Shape shape;
+  RETURN_IF_ERROR(ConfigMetadata(dir, &arch, &w, &config, &llama3_factors, &shape));
   RETURN_IF_ERROR(TokenizerMetadata(dir, config, &w));
-  const bool tied = config.value("tie_word_embeddings", arch == "gemma2" || arch == "gemma3");
-  const int64_t heads = config.at("num_attention_heads").get<int64_t>();
-  const int64_t kv_heads = config.value("num_key_value_heads", heads);
+  const bool tied = shape.tied;
+  const int64_t heads = shape.heads, kv_heads = shape.kv_heads;
   const bool permute = arch == "llama" || arch == "mistral";
   const bool gemma = arch == "gemma2" || arch == "gemma3";
 
@@ -571,8 +657,10 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfDirectory(const std::string& dir
                                                "' has dtype ", SafetensorsDtypeName(t.dtype),
                                                " (F32, F16 and BF16 are read)"));
       }
-      if (t.shape.empty() || t.shape.size() > 2) {
-        return Bad(path, StrCat("tensor '", t.name, "' has ", t.shape.size(), " dimensions"));
+      if (t.shape.empty() || t.shape.size() > 2 ||
+          std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d <= 0; })) {
+        return Bad(path, StrCat("tensor '", t.name.substr(0, 200),
+                                "' must have one or two non-zero dimensions"));
       }
       std::vector<int64_t> ne(t.shape.rbegin(), t.shape.rend());
       std::span<const uint8_t> bytes = t.data;
@@ -620,6 +708,21 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfDirectory(const std::string& dir
     data.push_back(out);
   }
   return GgufFile::Assemble(w.Header(), std::move(data), std::move(storage), dir_name);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfDirectory(const std::string& dir_name) {
+  // The readers above check what they use; a JSON value of an unexpected type that a
+  // nlohmann accessor meets, or a file system error, still ends here as an error.
+  try {
+    return ReadDirectory(dir_name);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(
+        StrCat(dir_name, ": a JSON value has the wrong type (", e.what(), ")"));
+  } catch (const fs::filesystem_error& e) {
+    return absl::InvalidArgumentError(StrCat(dir_name, ": ", e.what()));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> OpenModel(const std::string& path) {

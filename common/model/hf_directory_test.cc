@@ -97,6 +97,60 @@ TEST_F(HfDirectoryTest, ConfigErrorsNameTheField) {
   EXPECT_THAT(Open().message(), HasSubstr("RoPE scaling 'yarn'"));
 }
 
+// Values of an unexpected type or size are errors, not crashes; null means absent.
+TEST_F(HfDirectoryTest, HostileConfigValuesAreErrors) {
+  json c = config_;
+  c["num_key_value_heads"] = nullptr;
+  Write("config.json", c.dump());
+  auto f = OpenModel(dir_.string());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(*(*f)->GetUint("qwen3.attention.head_count_kv"),
+            *(*f)->GetUint("qwen3.attention.head_count"));
+
+  c = config_;
+  c["tie_word_embeddings"] = "yes";
+  Write("config.json", c.dump());
+  EXPECT_THAT(Open().message(), HasSubstr("'tie_word_embeddings' must be true or false"));
+
+  c = config_;
+  c["head_dim"] = int64_t{1} << 39;
+  c["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}};
+  Write("config.json", c.dump());
+  EXPECT_THAT(Open().message(), HasSubstr("head_dim"));
+
+  c = config_;
+  c["rope_parameters"] = {{"rope_type", 7}};
+  c["rms_norm_eps"] = "small";
+  Write("config.json", c.dump());
+  EXPECT_FALSE(Open().ok());
+
+  Write("config.json", config_.dump());
+  Write("tokenizer.json", json{{"model", {{"type", "BPE"}, {"byte_fallback", "yes"}}}}.dump());
+  EXPECT_EQ(Open().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Open().message(), HasSubstr("wrong type"));
+}
+
+// A byte-level tokenizer whose post-processor prepends BOS (as Llama 3's does).
+TEST_F(HfDirectoryTest, PostProcessorBosIsAddedBos) {
+  fs::remove(dir_ / "config.json");
+  Write("tokenizer.json",
+        json{{"model", {{"type", "BPE"}, {"vocab", {{"a", 1}}}, {"merges", json::array()}}},
+             {"added_tokens", {{{"id", 0}, {"content", "<s>"}, {"special", true}}}},
+             {"decoder", {{"type", "ByteLevel"}}},
+             {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}},
+             {"post_processor",
+              {{"type", "TemplateProcessing"},
+               {"single",
+                {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                 {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}}}
+            .dump());
+  auto f = OpenModel(dir_.string());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_TRUE(*(*f)->GetBool("tokenizer.ggml.add_bos_token"));
+  EXPECT_EQ(*(*f)->GetUint("tokenizer.ggml.bos_token_id"), 0u);
+  EXPECT_EQ(*(*f)->GetString("tokenizer.ggml.pre"), "gpt2");
+}
+
 TEST_F(HfDirectoryTest, WeightErrorsNameTheTensor) {
   fs::remove(dir_ / "model.safetensors");
   EXPECT_EQ(Open().code(), absl::StatusCode::kNotFound);
@@ -116,6 +170,9 @@ TEST_F(HfDirectoryTest, WeightErrorsNameTheTensor) {
 
   WriteSafetensors("model.safetensors", "model.norm.weight", "I32", 4, 4);
   EXPECT_THAT(Open().message(), HasSubstr("has dtype I32"));
+
+  WriteSafetensors("model.safetensors", "model.layers.0.self_attn.q_proj.weight", "F32", 0, 4);
+  EXPECT_THAT(Open().message(), HasSubstr("non-zero dimensions"));
 
   // A hostile safetensors header is refused by its own reader.
   Write("model.safetensors", std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}");

@@ -67,7 +67,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(c.ffn_size, RequiredInt(f, p + "feed_forward_length"));
   ASSIGN_OR_RETURN(c.context_length, IntOr(f, p + "context_length", 2048));
   ASSIGN_OR_RETURN(c.sliding_window, IntOr(f, p + "attention.sliding_window", 0));
-  if (c.sliding_window < 0) return Invalid(p + "attention.sliding_window", "must not be negative");
+  if (c.sliding_window < 0 || c.sliding_window > INT32_MAX) {
+    return Invalid(p + "attention.sliding_window", "must be in 0 .. 2^31 - 1");
+  }
   if (arch == "gemma2") c.sliding_window_period = 2;  // local, global, local, ...
   if (arch == "gemma3") c.sliding_window_period = 6;  // five local layers, one global
   if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) {

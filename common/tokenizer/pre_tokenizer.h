@@ -28,7 +28,9 @@ class PreTokenizer {
   // The `tokenizer.ggml.pre` family whose splitting steps are exactly `steps` — each
   // a pattern as Hugging Face's tokenizer.json writes it (a Split's regex; kByteLevel
   // for ByteLevel with use_regex; kDigits for Digits(individual_digits)) — or "" when
-  // none is (falcon's byte-mode steps are not matched).
+  // none is. Matched: gpt2, smollm, llama-bpe, qwen2, qwen35, tekken, gpt-4o (whose
+  // patterns tandem keeps as tokenizer.json writes them); not: deepseek-llm,
+  // deepseek-coder, falcon (rewritten for PCRE2 or byte mode).
   static std::string_view FamilyOf(const std::vector<std::string>& steps);
   static constexpr std::string_view kByteLevel =
       "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";

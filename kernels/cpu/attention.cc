@@ -209,9 +209,9 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
         }
       }
       for (int32_t g = 0; g < ng; ++g) {
-        float* sc = scores.data() + static_cast<int64_t>(g0 + g) * padded - base;
-        _mm512_mask_storeu_ps(sc + j0, m0, _mm512_mul_ps(s0[g], scale));
-        if (two) _mm512_mask_storeu_ps(sc + j0 + chunk, m1, _mm512_mul_ps(s1[g], scale));
+        float* sc = scores.data() + static_cast<int64_t>(g0 + g) * padded + (j0 - base);
+        _mm512_mask_storeu_ps(sc, m0, _mm512_mul_ps(s0[g], scale));
+        if (two) _mm512_mask_storeu_ps(sc + chunk, m1, _mm512_mul_ps(s1[g], scale));
       }
     }
   }
