@@ -9,13 +9,17 @@
 #include <set>
 #include <tuple>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "common/model/dequantize.h"
 #include "common/model/gguf_writer.h"
 #include "common/model/safetensors_file.h"
 #include "common/tokenizer/pre_tokenizer.h"
+#include "common/tokenizer/sentencepiece_bpe.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
+#include "common/util/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::model {
@@ -402,73 +406,13 @@ std::optional<std::string> TokenText(const json& v) {
   return std::nullopt;
 }
 
-absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWriter* w) {
-  const fs::path file = dir / "tokenizer.json";
-  if (!Exists(file)) return absl::OkStatus();  // no tokenizer, as a GGUF may have none
-  ASSIGN_OR_RETURN(json j, ReadJson(file));
-  if (!j.contains("model") || !j.at("model").is_object()) return Bad(file, "'model' is missing");
+// A byte-level BPE tokenizer.json (GPT-2, Llama 3, Qwen, ...): its pre-tokenizer must be
+// one of the families tandem implements.
+absl::Status ByteLevelVocab(const json& j, const std::vector<std::string>& tokens,
+                            const std::vector<int32_t>& types,
+                            const std::vector<std::pair<std::string, std::string>>& merges,
+                            GgufWriter* w) {
   const json& m = j.at("model");
-  if (m.value("type", "") != "BPE") {
-    return absl::UnimplementedError(StrCat("tokenizer.json: model type '", m.value("type", "?"),
-                                           "' is not supported (byte-level BPE)"));
-  }
-  if (m.value("byte_fallback", false) || !j.contains("decoder") || !j.at("decoder").is_object() ||
-      j.at("decoder").value("type", "") != "ByteLevel") {
-    return absl::UnimplementedError(
-        "tokenizer.json: a SentencePiece-style BPE (byte fallback, Metaspace) is not supported "
-        "from a Hugging Face directory yet; use a GGUF of the model");
-  }
-  if (!m.contains("vocab") || !m.at("vocab").is_object())
-    return Bad(file, "'model.vocab' must be an object");
-  std::vector<std::string> tokens;
-  std::vector<int32_t> types;
-  auto place = [&](int64_t id, const std::string& text, int32_t type) -> absl::Status {
-    if (id < 0 || id >= (int64_t{1} << 24))
-      return Bad(file, StrCat("token id ", id, " is out of range"));
-    if (id >= static_cast<int64_t>(tokens.size())) {
-      tokens.resize(id + 1);
-      types.resize(id + 1, 0);
-    }
-    // Within the vocabulary an id has one text; an added token takes its id over.
-    if (types[id] == 1 && type == 1 && tokens[id] != text) {
-      return Bad(file, StrCat("token id ", id, " is given to two texts"));
-    }
-    tokens[id] = text;
-    types[id] = type;
-    return absl::OkStatus();
-  };
-  for (const auto& [text, id] : m.at("vocab").items()) {
-    if (!id.is_number_integer()) return Bad(file, "a vocabulary id is not an integer");
-    RETURN_IF_ERROR(place(id.get<int64_t>(), text, 1));  // NORMAL
-  }
-  if (j.contains("added_tokens") && j.at("added_tokens").is_array()) {
-    for (const json& t : j.at("added_tokens")) {
-      if (!t.is_object() || !t.contains("id") || !t.at("id").is_number_integer() ||
-          !t.contains("content") || !t.at("content").is_string()) {
-        return Bad(file, "an added token lacks an integer 'id' or a string 'content'");
-      }
-      RETURN_IF_ERROR(place(t.at("id").get<int64_t>(), t.at("content").get<std::string>(),
-                            t.value("special", false) ? 3 : 4));  // CONTROL : USER_DEFINED
-    }
-  }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (types[i] == 0) {  // a hole in the ids: a placeholder no text produces
-      tokens[i] = StrCat("[PAD", i, "]");
-      types[i] = 5;  // UNUSED
-    }
-  }
-  std::vector<std::string> merges;
-  if (m.contains("merges") && m.at("merges").is_array()) {
-    for (const json& mg : m.at("merges")) {
-      if (mg.is_string()) {
-        merges.push_back(mg.get<std::string>());
-      } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
-        merges.push_back(StrCat(mg[0].get<std::string>(), " ", mg[1].get<std::string>()));
-      } else {
-        return Bad(file, "a merge is neither \"a b\" nor [\"a\", \"b\"]");
-      }
-    }
-  }
   // The pre-tokenizer's steps, as tandem's families are written.
   std::vector<std::string> steps;
   auto add_step = [&](const json& s) -> absl::Status {
@@ -512,12 +456,254 @@ absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWrit
     return absl::UnimplementedError(StrCat("tokenizer.json: the pre-tokenizer (", steps.size(),
                                            " steps) is none of the families tandem implements"));
   }
+  std::vector<std::string> joined;
+  joined.reserve(merges.size());
+  for (const auto& [left, right] : merges) joined.push_back(StrCat(left, " ", right));
   w->String("tokenizer.ggml.model", "gpt2")
       .String("tokenizer.ggml.pre", family)
       .StringArray("tokenizer.ggml.tokens", tokens)
       .Int32Array("tokenizer.ggml.token_type", types)
-      .StringArray("tokenizer.ggml.merges", merges)
+      .StringArray("tokenizer.ggml.merges", joined)
       .Bool("tokenizer.ggml.ignore_merges", m.value("ignore_merges", false));
+  return absl::OkStatus();
+}
+
+// Every split of the normal token `t` into two normal tokens, given to `f(left, right)`
+// until it returns false; false then.
+template <typename F>
+bool ForEachSplit(std::string_view t, const absl::flat_hash_map<std::string_view, int32_t>& id_of,
+                  const std::vector<int32_t>& types, F f) {
+  for (size_t k = std::max<size_t>(1, utf8::SequenceLength(t)); k < t.size();
+       k += std::max<size_t>(1, utf8::SequenceLength(t.substr(k)))) {
+    auto l = id_of.find(t.substr(0, k));
+    auto r = id_of.find(t.substr(k));
+    if (l != id_of.end() && r != id_of.end() && types[l->second] == 1 && types[r->second] == 1 &&
+        !f(t.substr(0, k), t.substr(k))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A SentencePiece-style tokenizer.json: BPE with byte fallback over text whose spaces
+// are "▁", as Llama 2, Mistral, Gemma and Phi-3 publish theirs. It becomes the "llama"
+// vocabulary a GGUF of the same model holds, with scores made from the merge ranks.
+// Hugging Face merges the adjacent pair of lowest rank; SentencePiece (and tandem) the
+// adjacent pair whose concatenation scores highest. The two agree when the merges are
+// every split of a piece into two pieces ranked by the piece, which is how these files
+// are made from SentencePiece models, so a token scores minus the rank of its first
+// merge, and merges that leave out a split are refused. (llama.cpp's converter gives
+// every token of such a file the same score, so its merges run left to right.)
+absl::Status SentencePieceVocab(const fs::path& file, const json& j,
+                                const std::vector<std::string>& tokens, std::vector<int32_t> types,
+                                const std::vector<std::pair<std::string, std::string>>& merges,
+                                GgufWriter* w) {
+  const json& m = j.at("model");
+  if (!m.value("byte_fallback", false)) {
+    return absl::UnimplementedError(
+        "tokenizer.json: a SentencePiece-style BPE without byte_fallback is not supported");
+  }
+  // Where the "▁" prefix goes: the legacy Prepend normalizer (every stretch between
+  // added tokens), the Metaspace pre-tokenizer (its prepend_scheme), or nowhere.
+  bool escaped = false;
+  bool prepend = false;
+  std::string metaspace;
+  auto step_error = [](std::string_view what, const json& s) {
+    return absl::UnimplementedError(
+        StrCat("tokenizer.json: ", what, " step '", s.is_object() ? s.value("type", "?") : "?",
+               "' (as configured) is not supported for a SentencePiece-style BPE"));
+  };
+  auto steps_of = [](const json& v, const char* list) {
+    if (v.is_object() && v.value("type", "") == "Sequence" && v.contains(list) &&
+        v.at(list).is_array()) {
+      return std::vector<json>(v.at(list).begin(), v.at(list).end());
+    }
+    return v.is_null() ? std::vector<json>{} : std::vector<json>{v};
+  };
+  auto has = [](const json& s, const char* key, std::string_view value) {
+    return s.is_object() && s.contains(key) && s.at(key).is_string() &&
+           s.at(key).get_ref<const std::string&>() == value;
+  };
+  for (const json& n : steps_of(j.value("normalizer", json()), "normalizers")) {
+    const std::string type = n.is_object() ? n.value("type", "") : "";
+    if (type == "Prepend" && has(n, "prepend", tokenizer::kSpaceMarker)) {
+      prepend = true;
+    } else if (type == "Replace" && n.contains("pattern") && has(n.at("pattern"), "String", " ") &&
+               has(n, "content", tokenizer::kSpaceMarker)) {
+      escaped = true;
+    } else {
+      return step_error("normalizer", n);
+    }
+  }
+  for (const json& p : steps_of(j.value("pre_tokenizer", json()), "pretokenizers")) {
+    const std::string type = p.is_object() ? p.value("type", "") : "";
+    if (type == "Metaspace" && has(p, "replacement", tokenizer::kSpaceMarker) &&
+        !p.value("split", true) && !escaped) {
+      escaped = true;
+      if (p.contains("prepend_scheme")) {
+        metaspace =
+            p.at("prepend_scheme").is_string() ? p.at("prepend_scheme").get<std::string>() : "?";
+      } else {  // files from before prepend_scheme say add_prefix_space
+        metaspace = p.value("add_prefix_space", true) ? "always" : "never";
+      }
+      if (metaspace != "always" && metaspace != "first" && metaspace != "never") {
+        return Bad(file, StrCat("Metaspace prepend_scheme '", metaspace, "' is unknown"));
+      }
+    } else if (type == "Split" && escaped && p.contains("pattern") &&
+               has(p.at("pattern"), "String", " ")) {
+      // Gemma's: it splits at spaces after they became "▁", so it finds none.
+    } else {
+      return step_error("pre-tokenizer", p);
+    }
+  }
+  if (!escaped) {
+    return absl::UnimplementedError(
+        "tokenizer.json: a byte-fallback BPE that does not write spaces as \"▁\" is not "
+        "supported");
+  }
+  if (prepend && !metaspace.empty()) {
+    return absl::UnimplementedError(
+        "tokenizer.json: both a Prepend normalizer and a Metaspace pre-tokenizer");
+  }
+
+  // Byte tokens and the unknown token typed as a GGUF has them.
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  const std::string unk = m.contains("unk_token") && m.at("unk_token").is_string()
+                              ? m.at("unk_token").get<std::string>()
+                              : "";
+  auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+  for (int32_t i = 0; i < n; ++i) {
+    const std::string& t = tokens[i];
+    if (types[i] != 1) continue;
+    if (t.size() == 6 && t.starts_with("<0x") && t[5] == '>' && hex(t[3]) && hex(t[4])) {
+      types[i] = 6;  // BYTE
+    } else if (t == unk) {
+      types[i] = 2;  // UNKNOWN
+    }
+  }
+  // Scores from the merge ranks; then every split of a normal token into two normal
+  // tokens must be a merge.
+  absl::flat_hash_map<std::string_view, int32_t> id_of;
+  for (int32_t i = 0; i < n; ++i) id_of.try_emplace(tokens[i], i);
+  std::vector<float> scores(n, -static_cast<float>(merges.size()) - 1.0f);
+  std::vector<bool> made(n, false);
+  absl::flat_hash_set<std::pair<std::string_view, std::string_view>> pairs;
+  pairs.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [left, right] = merges[rank];
+    pairs.emplace(left, right);
+    auto it = id_of.find(StrCat(left, right));
+    if (it != id_of.end() && !made[it->second]) {
+      made[it->second] = true;
+      scores[it->second] = -static_cast<float>(rank);
+    }
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    if (types[i] != 1) continue;
+    std::string_view missing_left, missing_right;
+    const bool complete =
+        ForEachSplit(tokens[i], id_of, types, [&](std::string_view l, std::string_view r) {
+          if (pairs.contains({l, r})) return true;
+          missing_left = l;
+          missing_right = r;
+          return false;
+        });
+    if (!complete) {
+      return absl::UnimplementedError(
+          StrCat("tokenizer.json: the merges are not a SentencePiece model's: \"", tokens[i],
+                 "\" is \"", missing_left, "\" + \"", missing_right, "\" but no merge says so"));
+    }
+  }
+  const bool add_space_prefix = prepend || metaspace == "always" || metaspace == "first";
+  w->String("tokenizer.ggml.model", "llama")
+      .String("tokenizer.ggml.pre", "default")
+      .StringArray("tokenizer.ggml.tokens", tokens)
+      .Float32Array("tokenizer.ggml.scores", scores)
+      .Int32Array("tokenizer.ggml.token_type", types)
+      .Bool("tokenizer.ggml.add_space_prefix", add_space_prefix)
+      .Bool("tokenizer.ggml.ignore_merges", m.value("ignore_merges", false));
+  if (add_space_prefix && !prepend) w->String("tandem.tokenizer.metaspace", metaspace);
+  return absl::OkStatus();
+}
+
+absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWriter* w) {
+  const fs::path file = dir / "tokenizer.json";
+  if (!Exists(file)) return absl::OkStatus();  // no tokenizer, as a GGUF may have none
+  ASSIGN_OR_RETURN(json j, ReadJson(file));
+  if (!j.contains("model") || !j.at("model").is_object()) return Bad(file, "'model' is missing");
+  const json& m = j.at("model");
+  if (m.value("type", "") != "BPE") {
+    return absl::UnimplementedError(StrCat("tokenizer.json: model type '", m.value("type", "?"),
+                                           "' is not supported (byte-level BPE)"));
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (m.contains(key) && !m.at(key).is_null()) {
+      return absl::UnimplementedError(StrCat("tokenizer.json: BPE '", key, "' is not supported"));
+    }
+  }
+  // Byte-level BPE (GPT-2's byte spelling) or SentencePiece-style (byte fallback over
+  // "▁"-escaped text: Llama 2, Mistral, Gemma, Phi-3).
+  const bool sentencepiece = m.value("byte_fallback", false) || !j.contains("decoder") ||
+                             !j.at("decoder").is_object() ||
+                             j.at("decoder").value("type", "") != "ByteLevel";
+  if (!m.contains("vocab") || !m.at("vocab").is_object())
+    return Bad(file, "'model.vocab' must be an object");
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  auto place = [&](int64_t id, const std::string& text, int32_t type) -> absl::Status {
+    if (id < 0 || id >= (int64_t{1} << 24))
+      return Bad(file, StrCat("token id ", id, " is out of range"));
+    if (id >= static_cast<int64_t>(tokens.size())) {
+      tokens.resize(id + 1);
+      types.resize(id + 1, 0);
+    }
+    // Within the vocabulary an id has one text; an added token takes its id over.
+    if (types[id] == 1 && type == 1 && tokens[id] != text) {
+      return Bad(file, StrCat("token id ", id, " is given to two texts"));
+    }
+    tokens[id] = text;
+    types[id] = type;
+    return absl::OkStatus();
+  };
+  for (const auto& [text, id] : m.at("vocab").items()) {
+    if (!id.is_number_integer()) return Bad(file, "a vocabulary id is not an integer");
+    RETURN_IF_ERROR(place(id.get<int64_t>(), text, 1));  // NORMAL
+  }
+  if (j.contains("added_tokens") && j.at("added_tokens").is_array()) {
+    for (const json& t : j.at("added_tokens")) {
+      if (!t.is_object() || !t.contains("id") || !t.at("id").is_number_integer() ||
+          !t.contains("content") || !t.at("content").is_string()) {
+        return Bad(file, "an added token lacks an integer 'id' or a string 'content'");
+      }
+      RETURN_IF_ERROR(place(t.at("id").get<int64_t>(), t.at("content").get<std::string>(),
+                            t.value("special", false) ? 3 : 4));  // CONTROL : USER_DEFINED
+    }
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (types[i] == 0) {  // a hole in the ids: a placeholder no text produces
+      tokens[i] = StrCat("[PAD", i, "]");
+      types[i] = 5;  // UNUSED
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> merges;
+  if (m.contains("merges") && m.at("merges").is_array()) {
+    for (const json& mg : m.at("merges")) {
+      if (mg.is_string() && mg.get_ref<const std::string&>().find(' ') != std::string::npos) {
+        const std::string& text = mg.get_ref<const std::string&>();
+        const size_t space = text.find(' ');
+        merges.emplace_back(text.substr(0, space), text.substr(space + 1));
+      } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+        merges.emplace_back(mg[0].get<std::string>(), mg[1].get<std::string>());
+      } else {
+        return Bad(file, "a merge is neither \"a b\" nor [\"a\", \"b\"]");
+      }
+    }
+  }
+  if (sentencepiece) {
+    RETURN_IF_ERROR(SentencePieceVocab(file, j, tokens, types, merges, w));
+  } else {
+    RETURN_IF_ERROR(ByteLevelVocab(j, tokens, types, merges, w));
+  }
 
   // Special tokens and the chat template.
   json tc = json::object();
@@ -542,6 +728,9 @@ absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWrit
         id = id_of(*text);
         if (id < 0) return Bad(dir / "tokenizer_config.json", StrCat("'", key, "' is not a token"));
       }
+    } else if (std::string_view(key) == "unk_token" && m.contains("unk_token") &&
+               m.at("unk_token").is_string()) {
+      id = id_of(m.at("unk_token").get<std::string>());
     } else if (*config_key && config.contains(config_key)) {
       const json& v = config.at(config_key);
       const json& first = v.is_array() && !v.empty() ? v[0] : v;

@@ -192,7 +192,7 @@ TEST_F(HfDirectoryTest, TokenizerErrorsAreClear) {
         json{{"model", {{"type", "BPE"}, {"byte_fallback", true}, {"vocab", json::object()}}},
              {"decoder", {{"type", "Sequence"}}}}
             .dump());
-  EXPECT_THAT(Open().message(), HasSubstr("SentencePiece-style BPE"));
+  EXPECT_THAT(Open().message(), HasSubstr("does not write spaces as \"▁\""));
   Write("tokenizer.json",
         json{{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}},
              {"decoder", {{"type", "ByteLevel"}}},
@@ -207,6 +207,59 @@ TEST_F(HfDirectoryTest, TokenizerErrorsAreClear) {
                                {"decoder", {{"type", "ByteLevel"}}}}
                               .dump());
   EXPECT_THAT(Open().message(), HasSubstr("token id 0 is given to two texts"));
+}
+
+// A SentencePiece-style tokenizer.json (byte fallback, spaces as "▁") loads only where
+// tandem tokenizes exactly as Hugging Face does: each other layout is refused by name.
+TEST_F(HfDirectoryTest, SentencePieceStyleTokenizerErrorsAreClear) {
+  const json prepend = {{"type", "Prepend"}, {"prepend", "▁"}};
+  const json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "▁"}};
+  auto tokenizer = [](json model_changes, json normalizer, json pre_tokenizer) {
+    json model = {{"type", "BPE"},
+                  {"byte_fallback", true},
+                  {"unk_token", "<unk>"},
+                  {"vocab", {{"<unk>", 0}, {"<0x41>", 1}, {"▁", 2}, {"a", 3}, {"b", 4}, {"ab", 5}}},
+                  {"merges", {"a b"}}};
+    model.update(model_changes);
+    return json{{"model", model},
+                {"normalizer", normalizer},
+                {"pre_tokenizer", pre_tokenizer},
+                {"decoder", {{"type", "Sequence"}, {"decoders", json::array()}}}}
+        .dump();
+  };
+  const json legacy = {{"type", "Sequence"}, {"normalizers", {prepend, replace}}};
+  Write("tokenizer.json", tokenizer(json::object(), legacy, nullptr));
+  ASSERT_TRUE(Open().ok()) << Open();
+
+  Write("tokenizer.json", tokenizer(json::object(), {{"type", "NFKC"}}, nullptr));
+  EXPECT_THAT(Open().message(), HasSubstr("normalizer step 'NFKC'"));
+  Write("tokenizer.json", tokenizer(json::object(), nullptr,
+                                    {{"type", "Metaspace"},
+                                     {"replacement", "▁"},
+                                     {"prepend_scheme", "first"},
+                                     {"split", true}}));
+  EXPECT_THAT(Open().message(), HasSubstr("pre-tokenizer step 'Metaspace'"));
+  Write("tokenizer.json", tokenizer(json::object(), nullptr,
+                                    {{"type", "Metaspace"},
+                                     {"replacement", "▁"},
+                                     {"prepend_scheme", "sometimes"},
+                                     {"split", false}}));
+  EXPECT_THAT(Open().message(), HasSubstr("prepend_scheme 'sometimes' is unknown"));
+  Write("tokenizer.json",
+        tokenizer(json::object(), {{"type", "Sequence"}, {"normalizers", {prepend}}},
+                  {{"type", "Metaspace"},
+                   {"replacement", "▁"},
+                   {"prepend_scheme", "always"},
+                   {"split", false}}));
+  EXPECT_THAT(Open().message(), HasSubstr("both a Prepend normalizer and a Metaspace"));
+  Write("tokenizer.json", tokenizer({{"merges", json::array()}}, legacy, nullptr));
+  EXPECT_THAT(Open().message(), HasSubstr("\"ab\" is \"a\" + \"b\" but no merge says so"));
+  Write("tokenizer.json", tokenizer({{"byte_fallback", false}}, legacy, nullptr));
+  EXPECT_THAT(Open().message(), HasSubstr("without byte_fallback"));
+  Write("tokenizer.json", tokenizer({{"continuing_subword_prefix", "##"}}, legacy, nullptr));
+  EXPECT_THAT(Open().message(), HasSubstr("continuing_subword_prefix"));
+  Write("tokenizer.json", tokenizer({{"byte_fallback", "yes"}}, legacy, nullptr));
+  EXPECT_FALSE(Open().ok());
 }
 
 }  // namespace

@@ -38,10 +38,21 @@ int32_t SentencePieceBpe::MergeableId(std::string_view text) const {
 
 void SentencePieceBpe::Encode(std::string_view raw, bool at_start,
                               std::vector<int32_t>* out) const {
+  bool prefix = vocab_.add_space_prefix;
+  if (prefix && vocab_.space_prefix != SpacePrefix::kEverySegment) {
+    prefix = !raw.starts_with(' ') && !raw.starts_with(kSpaceMarker) &&
+             (at_start || vocab_.space_prefix == SpacePrefix::kMetaspaceAlways);
+  }
   std::string text;
-  if (at_start && vocab_.add_space_prefix) text.append(kSpaceMarker);
+  if (prefix) text.append(kSpaceMarker);
   text.append(ReplaceAll(raw, " ", kSpaceMarker));
   if (text.empty()) return;
+  if (vocab_.ignore_merges) {  // the whole stretch is a token: that token, merges or not
+    if (int32_t id = MergeableId(text); id >= 0) {
+      out->push_back(id);
+      return;
+    }
+  }
 
   // Symbols are byte ranges [start, start + len) linked in a list.
   struct Symbol {

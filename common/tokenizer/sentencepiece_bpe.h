@@ -1,10 +1,12 @@
 // SentencePieceBpe: SentencePiece-style BPE (`tokenizer.ggml.model = llama`).
 //
 // Spaces are written "▁" (U+2581), and "▁" is prepended to the text when the
-// vocabulary asks for it. The text is split into code points; then, repeatedly, the
-// adjacent pair whose concatenation is a token with the highest score is merged
-// (leftmost first among equal scores). A symbol that is not a token at the end is
-// spelled with byte tokens "<0xXX>" (byte fallback), or the unknown token.
+// vocabulary asks for it (Vocab::space_prefix says to which stretches). With
+// `ignore_merges` a stretch that is itself a token is that token. Otherwise the text
+// is split into code points; then, repeatedly, the adjacent pair whose concatenation
+// is a token with the highest score is merged (leftmost first among equal scores). A
+// symbol that is not a token at the end is spelled with byte tokens "<0xXX>" (byte
+// fallback), or the unknown token.
 //
 // Immutable after Create(); Encode() may run on any number of threads.
 #ifndef TANDEM_COMMON_TOKENIZER_SENTENCEPIECE_BPE_H_
@@ -29,7 +31,7 @@ class SentencePieceBpe {
   static absl::StatusOr<std::unique_ptr<SentencePieceBpe>> Create(const Vocab& vocab);
 
   // Appends the ids of `text` (valid UTF-8; spaces not yet replaced) to `out`.
-  // `at_start`: the text begins the input, so the "▁" prefix applies.
+  // `text` is one stretch between special tokens; `at_start`: it begins the input.
   void Encode(std::string_view text, bool at_start, std::vector<int32_t>* out) const;
 
   // Raw bytes a token stands for: "▁" → " ", "<0xXX>" → that byte.

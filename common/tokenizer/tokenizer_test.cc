@@ -145,6 +145,55 @@ TEST(Tokenizer, MatchesSentencePieceOnAGemmaStyleVocab) {
   EXPECT_EQ(l.tok->vocab().tokens[ids->back()], "<end_of_turn>");
 }
 
+// SentencePiece vocabularies saved as the tokenizer.json layouts their families publish
+// (tests/reference/make_spm_tokenizer_json.py): Llama 2's legacy Prepend normalizer,
+// Mistral's Metaspace pre-tokenizer (prepend_scheme "first") and Gemma's Split on spaces.
+// The ids Hugging Face tokenizers gives, special tokens inside the text included; where
+// those equal sentencepiece's, also the ids of the same vocabulary read from its GGUF.
+TEST(Tokenizer, ReadsSentencePieceStyleTokenizerJson) {
+  struct Layout {
+    const char* name;
+    const char* gguf;
+    SpacePrefix space_prefix;
+    bool add_space_prefix;
+  };
+  for (const Layout& layout :
+       {Layout{"llama", "spm_tiny.gguf", SpacePrefix::kEverySegment, true},
+        Layout{"mistral", "spm_tiny.gguf", SpacePrefix::kMetaspaceFirst, true},
+        Layout{"gemma", "spm_gemma.gguf", SpacePrefix::kEverySegment, false}}) {
+    SCOPED_TRACE(layout.name);
+    const nlohmann::json golden =
+        LoadJson(TestDataPath(std::string("tokenizer_hf_spm_") + layout.name + ".json"));
+    Loaded l = Load(TestDataPath(golden.at("hf_dir").get<std::string>()));
+    Loaded gguf = Load(TestDataPath(layout.gguf));
+    ASSERT_NE(l.tok, nullptr);
+    ASSERT_NE(gguf.tok, nullptr);
+    const Vocab& v = l.tok->vocab();
+    EXPECT_EQ(v.model, TokenizerModel::kSentencePieceBpe);
+    EXPECT_EQ(v.space_prefix, layout.space_prefix);
+    EXPECT_EQ(v.add_space_prefix, layout.add_space_prefix);
+    EXPECT_TRUE(v.add_bos);
+    EXPECT_EQ(v.tokens[v.bos_id], "<s>");
+    EXPECT_EQ(v.tokens[v.eos_id], "</s>");
+    EXPECT_EQ(v.tokens[v.unk_id], "<unk>");
+    CheckGolden(*l.tok, golden, 150);
+
+    EncodeOptions text_only;  // sentencepiece reads "<s>" as text
+    text_only.add_special = false;
+    text_only.parse_special = false;
+    int compared = 0;
+    for (const auto& c : golden.at("cases")) {
+      if (!c.at("sentencepiece_ids_equal").get<bool>()) continue;
+      ++compared;
+      const std::string text = c.at("text");
+      auto from_gguf = gguf.tok->Encode(text, text_only);
+      ASSERT_TRUE(from_gguf.ok());
+      EXPECT_EQ(*from_gguf, c.at("ids").get<std::vector<int32_t>>()) << nlohmann::json(text).dump();
+    }
+    EXPECT_GE(compared, 120);
+  }
+}
+
 TEST(Tokenizer, SentencePieceAddsBosWhenAsked) {
   Loaded l = Load(TestDataPath("spm_tiny.gguf"));
   ASSERT_NE(l.tok, nullptr);

@@ -118,6 +118,16 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
                    OptionalBool(f, "tokenizer.ggml.add_bos_token", spm && v.bos_id >= 0));
   ASSIGN_OR_RETURN(v.add_eos, OptionalBool(f, "tokenizer.ggml.add_eos_token", false));
   ASSIGN_OR_RETURN(v.add_space_prefix, OptionalBool(f, "tokenizer.ggml.add_space_prefix", spm));
+  if (f.Find("tandem.tokenizer.metaspace") != nullptr) {
+    ASSIGN_OR_RETURN(std::string_view scheme, f.GetString("tandem.tokenizer.metaspace"));
+    if (scheme == "always") {
+      v.space_prefix = SpacePrefix::kMetaspaceAlways;
+    } else if (scheme == "first") {
+      v.space_prefix = SpacePrefix::kMetaspaceFirst;
+    } else {
+      return Invalid(StrCat("tandem.tokenizer.metaspace is '", scheme, "' (always or first)"));
+    }
+  }
   if (v.add_bos && v.bos_id < 0)
     return Invalid("add_bos_token is set but there is no bos_token_id");
   if (v.add_eos && v.eos_id < 0)

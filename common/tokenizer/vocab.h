@@ -34,6 +34,13 @@ enum class TokenizerModel {
   kSentencePieceBpe,  // tokenizer.ggml.model = "llama": score-ordered merges, byte fallback
 };
 
+// SentencePiece's "▁" prefix, applied to each stretch of text between special tokens:
+// - kEverySegment: every stretch (llama.cpp, and Hugging Face's legacy Prepend normalizer);
+// - Hugging Face's Metaspace pre-tokenizer (GGUF key `tandem.tokenizer.metaspace`) skips a
+//   stretch that already begins with a space or "▁"; with prepend_scheme "first" it
+//   prefixes only the stretch that begins the input, with "always" every stretch.
+enum class SpacePrefix { kEverySegment, kMetaspaceAlways, kMetaspaceFirst };
+
 struct Vocab {
   TokenizerModel model = TokenizerModel::kByteLevelBpe;
   std::string model_name;           // tokenizer.ggml.model
@@ -52,6 +59,8 @@ struct Vocab {
   bool add_bos = false;
   bool add_eos = false;
   bool add_space_prefix = false;  // SentencePiece: prepend "▁" to the text
+  // Which stretches of text between special tokens get that prefix.
+  SpacePrefix space_prefix = SpacePrefix::kEverySegment;
   // Byte-level BPE: a pre-tokenized piece that is itself a token is that token, merges
   // or not (Hugging Face's `ignore_merges`; Llama 3 and Tekken vocabularies set it).
   bool ignore_merges = false;
