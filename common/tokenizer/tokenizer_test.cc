@@ -87,8 +87,8 @@ TEST(Tokenizer, MatchesHuggingFaceOnDefaultModel) {
 // cases. The llama3 and tekken vocabularies hold whole words no merge makes, which
 // only ignore_merges finds; mpt's hold GPT-NeoX's space runs as user-defined tokens.
 TEST(Tokenizer, MatchesHuggingFaceOnEveryPreTokenizerFamily) {
-  for (const char* family : {"gpt2", "llama3", "qwen2", "qwen35", "tekken", "gpt4o", "deepseek_llm",
-                             "deepseek_coder", "falcon", "mpt"}) {
+  for (const char* family : {"gpt2", "llama3", "qwen2", "qwen35", "tekken", "gpt4o", "chatglm_bpe",
+                             "deepseek_llm", "deepseek_coder", "falcon", "mpt"}) {
     SCOPED_TRACE(family);
     const nlohmann::json golden =
         LoadJson(TestDataPath(std::string("tokenizer_") + family + ".json"));

@@ -8,7 +8,7 @@ Why
     goldens check that both split, and so encode, every case the same way.
 
 Produces, for each family in FAMILIES (gpt2, llama3, qwen2, qwen35, tekken, gpt4o,
-deepseek_llm, deepseek_coder, falcon, mpt):
+chatglm_bpe, deepseek_llm, deepseek_coder, falcon, mpt):
     tests/data/bpe_<name>.gguf        vocab-only GGUF (~30 KB): general.architecture='llama',
         tokenizer.ggml.model='gpt2', tokenizer.ggml.pre=PRE, tokens, token_type
         (NORMAL=1, CONTROL=3, USER_DEFINED=4 for mpt's space runs), merges, bos/eos ids of
@@ -116,6 +116,8 @@ FAMILIES = {
     "qwen35": ("qwen35", _splits([QWEN35], trim_offsets=False)),
     "tekken": ("tekken", _splits([TEKKEN]), {"ignore_merges": True}),
     "gpt4o": ("gpt-4o", _splits([GPT4O])),
+    # GLM-4 (llama.cpp's chatglm-bpe): Llama 3's pattern, without ignore_merges.
+    "chatglm_bpe": ("chatglm-bpe", _splits([LLAMA3])),
     "deepseek_llm": ("deepseek-llm", _splits(DEEPSEEK_LLM)),
     "deepseek_coder": ("deepseek-coder", _splits(DEEPSEEK_CODER)),
     # Falcon: punctuation runs, GPT-2 splitting with the byte spelling, then digit runs
