@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_RUN=${FUZZ_SECONDS:-30}
 FUZZERS=(gguf_fuzzer safetensors_fuzzer tokenizer_fuzzer chat_template_fuzzer openai_request_fuzzer
-         decode_service_fuzzer prefill_service_fuzzer)
+         decode_service_fuzzer prefill_service_fuzzer grammar_fuzzer)
 [ $# -gt 0 ] && FUZZERS=("$@")
 scripts/sanitize.sh --configure
 ninja -C build-san "${FUZZERS[@]}"

@@ -1,0 +1,151 @@
+#include "common/grammar/token_masker.h"
+
+#include <memory>
+#include <random>
+#include <string>
+
+#include "common/grammar/constraint.h"
+#include "gtest/gtest.h"
+
+namespace tandem::grammar {
+namespace {
+
+std::shared_ptr<const Grammar> MustCompile(std::string_view gbnf) {
+  auto g = Grammar::Compile(gbnf);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? std::make_shared<const Grammar>(*std::move(g)) : nullptr;
+}
+
+constexpr std::string_view kJsonish = R"gbnf(
+  root   ::= object
+  object ::= "{" ws (pair ("," ws pair)*)? "}" ws
+  pair   ::= string ":" ws value ws
+  value  ::= object | string | [0-9]+ | "true" | "false"
+  string ::= "\"" [^"\\]* "\""
+  ws     ::= [ \n]*
+)gbnf";
+
+// A vocabulary like a real one: all 256 single bytes, random pieces from a JSON-ish
+// alphabet (duplicates and prefixes of each other included), multi-byte characters
+// split across tokens, an empty control token and an end token.
+std::vector<std::string> Vocabulary(int pieces, uint32_t seed) {
+  std::vector<std::string> v;
+  for (int b = 0; b < 256; ++b) v.emplace_back(1, static_cast<char>(b));
+  std::mt19937 rng(seed);
+  const std::vector<std::string> parts = {"{",  "}", "\"",  ":",    ",",        " ",  "\n",
+                                          "a",  "b", "key", "true", "fal",      "se", "1",
+                                          "23", "é", "世",  "\xE4", "\xB8\x96", "\\"};
+  for (int i = 0; i < pieces; ++i) {
+    std::string t;
+    const int n = 1 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < n; ++k) t += parts[rng() % parts.size()];
+    v.push_back(t);
+  }
+  v.push_back("");      // control token
+  v.push_back("</s>");  // end token's text is not what it adds: it adds nothing
+  return v;
+}
+
+TEST(TokenMasker, MaskEqualsCheckingEveryTokenAlone) {
+  auto g = MustCompile(kJsonish);
+  ASSERT_NE(g, nullptr);
+  std::vector<std::string> vocab = Vocabulary(3000, 11);
+  const int32_t eos = static_cast<int32_t>(vocab.size()) - 1;
+  vocab[eos] = "";  // an end token adds no bytes
+  TokenMasker masker(vocab, {eos});
+  std::mt19937 rng(3);
+  GrammarMatcher m(g);
+  TokenMask mask;
+  int steps = 0;
+  for (; steps < 200; ++steps) {
+    masker.Fill(m, m.state(), &mask);
+    std::vector<int32_t> allowed;
+    for (int32_t id = 0; id < masker.vocab_size(); ++id) {
+      GrammarMatcher probe = m;
+      const bool want = id == eos ? m.CanEnd() : !vocab[id].empty() && probe.Accept(vocab[id]);
+      ASSERT_EQ(Allowed(mask, id), want) << "token " << id << " after step " << steps;
+      if (want) allowed.push_back(id);
+    }
+    ASSERT_FALSE(allowed.empty()) << "the grammar can always go on or end";
+    const int32_t pick = allowed[rng() % allowed.size()];
+    if (pick == eos) break;
+    ASSERT_TRUE(m.Accept(vocab[pick]));
+  }
+  EXPECT_GT(steps, 5);
+}
+
+TEST(TokenMasker, EndTokensOnlyWhereTheGrammarEnds) {
+  auto g = MustCompile(R"gbnf(root ::= "ab")gbnf");
+  ASSERT_NE(g, nullptr);
+  TokenMasker masker({"a", "b", "ab", "", "abc"}, {3});
+  GrammarMatcher m(g);
+  TokenMask mask;
+  masker.Fill(m, m.state(), &mask);
+  EXPECT_TRUE(Allowed(mask, 0));
+  EXPECT_FALSE(Allowed(mask, 1));
+  EXPECT_TRUE(Allowed(mask, 2));
+  EXPECT_FALSE(Allowed(mask, 3));
+  EXPECT_FALSE(Allowed(mask, 4));
+  ASSERT_TRUE(m.Accept(std::string_view("ab")));
+  masker.Fill(m, m.state(), &mask);
+  for (int32_t id : {0, 1, 2, 4}) EXPECT_FALSE(Allowed(mask, id));
+  EXPECT_TRUE(Allowed(mask, 3));
+}
+
+// The state cache never changes an answer: along random paths, every cached mask
+// equals a fresh walk, and the cache does answer the states a loop returns to.
+TEST(Constraint, CachedMasksEqualFreshOnes) {
+  auto g = MustCompile(kJsonish);
+  ASSERT_NE(g, nullptr);
+  std::vector<std::string> vocab = Vocabulary(2000, 5);
+  const int32_t eos = static_cast<int32_t>(vocab.size()) - 1;
+  vocab[eos] = "";
+  auto masker = std::make_shared<const TokenMasker>(vocab, std::vector<int32_t>{eos});
+  std::mt19937 rng(8);
+  int64_t hits = 0, masks = 0;
+  for (int run = 0; run < 5; ++run) {
+    Constraint c(g, masker);
+    GrammarMatcher fresh(g);
+    TokenMask want;
+    for (int step = 0; step < 150; ++step) {
+      const TokenMask& got = c.Allowed();
+      masker->Fill(fresh, fresh.state(), &want);
+      ASSERT_EQ(got, want) << "step " << step;
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < masker->vocab_size(); ++id) {
+        if (Allowed(got, id)) allowed.push_back(id);
+      }
+      ASSERT_FALSE(allowed.empty());
+      const int32_t pick = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(c.Accept(pick).ok());
+      if (pick == eos) break;
+      ASSERT_TRUE(fresh.Accept(vocab[pick]));
+    }
+    hits += c.stats().cache_hits;
+    masks += c.stats().masks;
+  }
+  EXPECT_GT(hits, masks / 4);
+}
+
+TEST(Constraint, RefusedTokensLeaveTheStateAlone) {
+  auto g = MustCompile(R"gbnf(root ::= "ab" | "abab")gbnf");
+  ASSERT_NE(g, nullptr);
+  auto masker = std::make_shared<const TokenMasker>(
+      std::vector<std::string>{"a", "b", "ab", "", "x"}, std::vector<int32_t>{3});
+  Constraint c(g, masker);
+  EXPECT_EQ(c.Accept(4).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c.Accept(3).code(), absl::StatusCode::kFailedPrecondition);  // cannot end yet
+  EXPECT_EQ(c.Accept(9).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(c.Accept(2).ok());
+  EXPECT_TRUE(c.CanEnd());
+  EXPECT_FALSE(c.MustEnd());
+  EXPECT_TRUE(Allowed(c.Allowed(), 3));
+  EXPECT_TRUE(Allowed(c.Allowed(), 0));
+  ASSERT_TRUE(c.Accept(0).ok());
+  ASSERT_TRUE(c.Accept(1).ok());
+  EXPECT_TRUE(c.MustEnd());
+  EXPECT_TRUE(c.Accept(3).ok());
+}
+
+}  // namespace
+}  // namespace tandem::grammar
