@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   if (!transports.ok()) return fail(transports.status());
   auto model = engine::LoadModel(flags.model);
   if (!model.ok()) return fail(model.status());
+  options.engine.token_masker = engine::MakeTokenMasker(*model->tokenizer);
   auto worker = decode::DecodeWorker::Create(*model->weights, options);
   if (!worker.ok()) return fail(worker.status());
   decode::DecodeWorker* w = worker->get();

@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   if (!transports.ok()) return fail(transports.status());
   auto model = engine::LoadModel(flags.model);
   if (!model.ok()) return fail(model.status());
+  options.token_masker = engine::MakeTokenMasker(*model->tokenizer);
   auto worker = prefill::PrefillWorker::Create(
       *model->weights, options,
       [&](const kernels::KvStorage& kv) -> absl::StatusOr<std::unique_ptr<transport::KvSender>> {

@@ -12,7 +12,8 @@ namespace tandem::router {
 
 namespace {
 
-using nlohmann::json;
+// Ordered: a JSON Schema's properties keep the order the request gives them.
+using json = nlohmann::ordered_json;
 
 absl::Status Bad(std::string_view param, std::string_view why) { return FieldError(param, why); }
 
@@ -171,6 +172,81 @@ absl::Status ReadSampling(const json& body, v1::SamplingParams* s, bool* max_tok
 }
 
 // The prompts of a completions request.
+// The structured-output constraint, from OpenAI's response_format or vLLM's
+// structured_outputs / guided_* fields (at most one of them).
+absl::Status ReadStructuredOutput(const json& body, v1::SamplingParams* s) {
+  int given = 0;
+  auto schema_text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    const json& rf = *it;
+    const std::string type = rf.is_object() && rf.contains("type") && rf.at("type").is_string()
+                                 ? rf.at("type").get<std::string>()
+                                 : "";
+    if (type == "json_object") {
+      s->set_json_object(true);
+      ++given;
+    } else if (type == "json_schema") {
+      const json* schema = nullptr;
+      if (rf.contains("json_schema") && rf.at("json_schema").is_object()) {
+        const json& js = rf.at("json_schema");
+        if (js.contains("schema")) schema = &js.at("schema");
+      }
+      if (schema == nullptr || !(schema->is_object() || schema->is_boolean())) {
+        return Bad("response_format", "json_schema.schema must be a JSON Schema object");
+      }
+      s->set_json_schema(schema->dump());
+      ++given;
+    } else if (type != "text") {
+      return Bad("response_format", "type must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+  }
+  // vLLM: structured_outputs {json, regex, choice, grammar, json_object}, or the older
+  // guided_json / guided_regex / guided_choice / guided_grammar.
+  json so = json::object();
+  if (auto it = body.find("structured_outputs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return Bad("structured_outputs", "must be an object");
+    so = *it;
+  }
+  for (auto [old_name, name] : {std::pair{"guided_json", "json"},
+                                {"guided_regex", "regex"},
+                                {"guided_choice", "choice"},
+                                {"guided_grammar", "grammar"}}) {
+    if (auto it = body.find(old_name); it != body.end() && !it->is_null()) so[name] = *it;
+  }
+  for (const auto& [key, v] : so.items()) {
+    if (v.is_null()) continue;
+    const std::string field =
+        body.contains("structured_outputs") ? "structured_outputs." + key : "guided_" + key;
+    if (key == "json") {
+      if (!v.is_object() && !v.is_string() && !v.is_boolean()) {
+        return Bad(field, "must be a JSON Schema (an object or its JSON text)");
+      }
+      s->set_json_schema(schema_text(v));
+    } else if (key == "regex" || key == "grammar") {
+      if (!v.is_string()) return Bad(field, "must be a string");
+      key == "regex" ? s->set_regex(v.get<std::string>()) : s->set_grammar(v.get<std::string>());
+    } else if (key == "choice") {
+      if (!v.is_array()) return Bad(field, "must be an array of strings");
+      v1::Choices* c = s->mutable_choice();
+      for (const json& x : v) {
+        if (!x.is_string()) return Bad(field, "must be an array of strings");
+        c->add_choices(x.get<std::string>());
+      }
+    } else if (key == "json_object") {
+      if (!v.is_boolean()) return Bad(field, "must be true or false");
+      if (!v.get<bool>()) continue;
+      s->set_json_object(true);
+    } else {
+      return Bad(field, "is not supported by tandem (json, regex, choice, grammar, json_object)");
+    }
+    ++given;
+  }
+  if (given > 1) {
+    return Bad("response_format", "give at most one structured-output constraint");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<v1::GenerateRequest>> ReadPrompts(const json& body) {
   auto it = body.find("prompt");
   if (it == body.end() || it->is_null()) return Bad("prompt", "is required");
@@ -315,11 +391,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   if (auto it = j.find("tools"); it != j.end() && !it->is_null() && !it->empty()) {
     return Bad("tools", "tools are not supported by tandem");
   }
-  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
-    if (!it->is_object() || it->value("type", "") != "text") {
-      return Bad("response_format", "only {\"type\": \"text\"} is supported by tandem");
-    }
-  }
+  RETURN_IF_ERROR(ReadStructuredOutput(j, &sampling));
   std::string salt, request_id;
   ASSIGN_OR_RETURN(has, ReadString(j, "cache_salt", &salt));
   ASSIGN_OR_RETURN(has, ReadString(j, "request_id", &request_id));

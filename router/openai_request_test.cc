@@ -138,7 +138,16 @@ TEST(OpenAiRequest, BadValuesAreRefused) {
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs:"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
        "tools:"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
+       "response_format:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})",
+       "response_format:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "guided_regex": 5})", "guided_regex:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "guided_choice": ["a", 1]})",
+       "guided_choice:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "structured_outputs": {"xml": "a"}})",
+       "structured_outputs.xml:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "guided_regex": "a", "guided_grammar": "root ::= \"a\""})",
        "response_format:"},
   };
   for (const auto& [body, param] : chat_cases) {
@@ -167,6 +176,47 @@ TEST(OpenAiRequest, HugeIntegersAreEchoedAsSentAndMinTokensIsRefused) {
   EXPECT_EQ(seeded.choices[0].sampling_params().seed(), 18446744073709551615ull);
   const OpenAiRequest negative = Parse(kText, R"({"prompt": "a", "seed": -1})");
   EXPECT_EQ(negative.choices[0].sampling_params().seed(), 18446744073709551615ull);
+}
+
+// Every way to ask for structured output lands in the one oneof of SamplingParams;
+// a JSON Schema keeps its properties in the order the request gives them.
+TEST(OpenAiRequest, StructuredOutputFields) {
+  const OpenAiRequest schema = Parse(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+      "schema": {"type": "object", "properties": {"z": {"type": "string"}, "a": {"type": "integer"}}}}}})");
+  ASSERT_EQ(schema.choices.size(), 1u);
+  EXPECT_EQ(schema.choices[0].sampling_params().json_schema(),
+            R"({"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}}})");
+  EXPECT_TRUE(Parse(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_object"}})")
+                  .choices[0]
+                  .sampling_params()
+                  .json_object());
+  EXPECT_EQ(Parse(kText, R"({"prompt": "a", "guided_regex": "[0-9]+"})")
+                .choices[0]
+                .sampling_params()
+                .regex(),
+            "[0-9]+");
+  EXPECT_EQ(Parse(kText, R"({"prompt": "a", "structured_outputs": {"grammar": "root ::= \"x\""}})")
+                .choices[0]
+                .sampling_params()
+                .grammar(),
+            "root ::= \"x\"");
+  const auto choice = Parse(kText, R"({"prompt": "a", "guided_choice": ["yes", "no"]})")
+                          .choices[0]
+                          .sampling_params();
+  ASSERT_EQ(choice.choice().choices_size(), 2);
+  EXPECT_EQ(choice.choice().choices(1), "no");
+  EXPECT_EQ(Parse(kText, R"({"prompt": "a", "guided_json": "{\"type\": \"integer\"}"})")
+                .choices[0]
+                .sampling_params()
+                .json_schema(),
+            R"({"type": "integer"})");
+  EXPECT_EQ(Parse(kText, R"({"prompt": "a", "response_format": {"type": "text"}})")
+                .choices[0]
+                .sampling_params()
+                .structured_output_case(),
+            v1::SamplingParams::STRUCTURED_OUTPUT_NOT_SET);
 }
 
 TEST(OpenAiRequest, TokenizeBodiesParseOnce) {

@@ -10,6 +10,7 @@
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "common/util/utf8.h"
+#include "router/structured_output.h"
 
 namespace tandem::router {
 
@@ -139,6 +140,7 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
     p.logprobs = s.logprobs();
   }
   p.ignore_eos = s.ignore_eos();
+  ASSIGN_OR_RETURN(p.grammar, StructuredOutputGbnf(s));
   RETURN_IF_ERROR(p.Validate(static_cast<int32_t>(config_.vocab_size), config_.context_length));
 
   if (s.stop_size() > limits_.max_stop_strings) {

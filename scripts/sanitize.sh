@@ -24,19 +24,20 @@ cd "$(dirname "$0")/.."
 ASAN_TESTS=(util_test model_test hf_directory_test tokenizer_test jinja_test chat_template_test kv_test
             metrics_test http_server_test rpc_server_test router_test transport_choice_test
             kernels_cpu_test engine_test worker_fault_test peer_transport_test
-            stream_outbox_test peer_kv_receiver_test)
+            stream_outbox_test peer_kv_receiver_test grammar_test)
 # TSan: the tests whose code runs on several threads at once, outside gRPC (above).
 TSAN_TESTS=(engine_test router_test http_server_test worker_fault_test stream_outbox_test
             peer_kv_receiver_test)
 
 # Left out under the sanitizers (10-30x slower there): the full-model numerics — golden
-# logits and the token-identity runs over many batch shapes — which the Release suite
-# runs, and the peer-transport runs of many full requests at once, whose reservations'
-# leases the slowdown lets expire; the engine's scheduling, reservation and failure
-# paths and every transport fault test stay in. Under TSan also the one test that
-# asserts a rate (2,000 streams concurrent at once), which TSan's slowdown breaks.
+# logits, the token-identity runs over many batch shapes, the constrained outputs of many
+# requests — which the Release suite runs, and the peer-transport runs of many full
+# requests at once, whose reservations' leases the slowdown lets expire; the engine's
+# scheduling, reservation and failure paths and every transport fault test stay in.
+# Under TSan also the one test that asserts a rate (2,000 streams concurrent at once),
+# which TSan's slowdown breaks.
 declare -A GTEST_FILTER=(
-  [engine_test]="-GoldenTest.*:EngineTest.TokensDoNotDependOnBatchingOrPreemption:EngineTest.ChunkedPrefillGivesTheSameTokens:EngineTest.PrefixCacheGivesTheSameTokensAsNoCache"
+  [engine_test]="-GoldenTest.*:EngineTest.TokensDoNotDependOnBatchingOrPreemption:EngineTest.ChunkedPrefillGivesTheSameTokens:EngineTest.PrefixCacheGivesTheSameTokensAsNoCache:ConstrainedTest.RegexOutputsMatch:ConstrainedTest.JsonSchemaOutputsValidate"
   [peer_transport_test]="-PeerTransportTest.AnswersLikeOneEngineOverThePeerTransport:PeerTransportTest.ManyConcurrentRequestsPairInDescriptorOrder"
 )
 declare -A TSAN_FILTER=(

@@ -74,7 +74,36 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   ASSIGN_OR_RETURN(e->executor_, ModelExecutor::Create(c, *e->device_weights_, e->backend_.get(),
                                                        e->kv_.get(), limits));
   e->seed_counter_ = RandomNonZero64();
+  e->token_masker_ = options.token_masker;
   return e;
+}
+
+absl::StatusOr<std::shared_ptr<grammar::Constraint>> Engine::MakeConstraint(
+    const SamplingParams& p, std::span<const int32_t> output) {
+  if (p.grammar.empty()) return nullptr;
+  if (token_masker_ == nullptr) {
+    return absl::InvalidArgumentError("grammar: this engine has no vocabulary to constrain");
+  }
+  std::shared_ptr<const grammar::Grammar>& g = grammars_[p.grammar];
+  if (g == nullptr) {
+    auto compiled = grammar::Grammar::Compile(p.grammar);
+    if (!compiled.ok()) {
+      grammars_.erase(p.grammar);
+      return absl::InvalidArgumentError(StrCat("grammar: ", compiled.status().message()));
+    }
+    if (grammars_.size() > kMaxCachedGrammars) {
+      grammars_.clear();
+      return MakeConstraint(p, output);
+    }
+    g = std::make_shared<const grammar::Grammar>(*std::move(compiled));
+  }
+  auto c = std::make_shared<grammar::Constraint>(g, token_masker_);
+  for (int32_t token : output) {
+    if (absl::Status st = c->Accept(token); !st.ok()) {
+      return absl::InvalidArgumentError(StrCat("first_token_id: ", st.message()));
+    }
+  }
+  return c;
 }
 
 absl::Status Engine::ValidateRequest(std::span<const int32_t> prompt,
@@ -101,6 +130,7 @@ absl::StatusOr<kv::SeqId> Engine::AddRequest(std::vector<int32_t> prompt, const 
   seq->seed = p.seed.has_value() ? *p.seed : seed_counter_++;
   seq->prefill_only = mode == RequestMode::kPrefillOnly;
   seq->cache_salt = cache_salt;
+  ASSIGN_OR_RETURN(seq->constraint, MakeConstraint(p, {}));
   Sequence* raw = seq.get();
   sequences_[raw->id] = std::move(seq);
   scheduler_->Enqueue(raw);
@@ -151,7 +181,10 @@ absl::Status Engine::AdmitPrefilled(kv::SeqId id, std::vector<int32_t> prompt, i
     return absl::InvalidArgumentError(StrCat("prompt_token_ids: ", prompt.size(),
                                              " tokens do not fit the ", have, " reserved blocks"));
   }
+  const int32_t first[] = {first_token};
+  ASSIGN_OR_RETURN(std::shared_ptr<grammar::Constraint> constraint, MakeConstraint(p, first));
   Sequence* seq = it->second.get();
+  seq->constraint = std::move(constraint);
   seq->prompt = std::move(prompt);
   seq->output = {first_token};
   seq->params = p;
@@ -252,19 +285,22 @@ void Engine::EraseFinished() {
 void Engine::FailStep(const ScheduledStep& step, const absl::Status& error,
                       std::vector<TokenEvent>* events) {
   ++stats_.failed_steps;
-  for (Sequence* seq : step.sequences) {
-    if (seq->prefill_only) {
-      // A transport may still be reading layers sent before the failure: the blocks
-      // stay held until Release, as after a successful prefill.
-      scheduler_->Detach(seq);
-      seq->state = SequenceState::kHeld;
-    } else {
-      scheduler_->Remove(seq);
-      seq->state = SequenceState::kFinished;
-    }
-    events->push_back({seq->id, -1, 0, {}, true, FinishReason::kNone, error});
-  }
+  for (Sequence* seq : step.sequences) EndWithError(seq, error, events);
   EraseFinished();
+}
+
+void Engine::EndWithError(Sequence* seq, const absl::Status& error,
+                          std::vector<TokenEvent>* events) {
+  if (seq->prefill_only) {
+    // A transport may still be reading layers sent before the failure: the blocks
+    // stay held until Release, as after a successful prefill.
+    scheduler_->Detach(seq);
+    seq->state = SequenceState::kHeld;
+  } else {
+    scheduler_->Remove(seq);
+    seq->state = SequenceState::kFinished;
+  }
+  events->push_back({seq->id, -1, 0, {}, true, FinishReason::kNone, error});
 }
 
 FinishReason Engine::CheckFinish(const Sequence& seq) const {
@@ -275,6 +311,8 @@ FinishReason Engine::CheckFinish(const Sequence& seq) const {
       std::find(stops.begin(), stops.end(), token) != stops.end()) {
     return FinishReason::kStop;
   }
+  // The grammar is complete and nothing may follow: no end token needs sampling.
+  if (seq.constraint != nullptr && seq.constraint->MustEnd()) return FinishReason::kStop;
   if (static_cast<int32_t>(seq.output.size()) >= seq.params.max_tokens ||
       seq.size() >= c.context_length) {
     return FinishReason::kLength;
@@ -329,6 +367,7 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
     const Sequence* seq = step.sequences[s];
     if (seq->num_cached + step.num_tokens[s] < seq->size()) continue;  // a partial prefill
     rows.push_back({&seq->params, seq->seed, seq->size(), seq->prompt, seq->output});
+    if (seq->constraint != nullptr) rows.back().allowed = seq->constraint->Allowed();
   }
   absl::StatusOr<std::vector<SampleResult>> sampled =
       Sampler::SampleRows(*backend_, *logits, executor_->IdsScratch(), rows);
@@ -352,6 +391,16 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
     }
     if (end < seq->size()) continue;  // more chunks to go: nothing to sample yet
     SampleResult& r = (*sampled)[logit_row++];
+    if (seq->constraint != nullptr) {
+      absl::Status st =
+          r.token < 0
+              ? absl::FailedPreconditionError("the grammar allows no token of the vocabulary here")
+              : seq->constraint->Accept(r.token);
+      if (!st.ok()) {
+        EndWithError(seq, absl::InvalidArgumentError(StrCat("grammar: ", st.message())), &events);
+        continue;
+      }
+    }
     seq->output.push_back(r.token);
     ++stats_.generated_tokens;
     events.push_back(

@@ -41,6 +41,7 @@
 #include "common/engine/sampler.h"
 #include "common/engine/scheduler.h"
 #include "common/engine/sequence.h"
+#include "common/grammar/constraint.h"
 #include "common/kv/block_manager.h"
 #include "common/kv/kv_layout.h"
 #include "kernels/backend.h"
@@ -70,6 +71,9 @@ struct EngineOptions {
   // with the same tokens (same cache salt); output is identical either way.
   bool prefix_caching = false;
   SchedulerOptions scheduler;
+  // The vocabulary as a grammar sees it (MakeTokenMasker); without it requests with a
+  // grammar are refused.
+  std::shared_ptr<const grammar::TokenMasker> token_masker;
 };
 
 // One generated token (or the end of a request).
@@ -199,6 +203,12 @@ class Engine {
   // Whether `seq`, whose last output token was just appended, is done.
   FinishReason CheckFinish(const Sequence& seq) const;
   void Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>* events);
+  // Ends `seq` with an error event: freed, or held if prefill-only (FailStep's rule).
+  void EndWithError(Sequence* seq, const absl::Status& error, std::vector<TokenEvent>* events);
+  // The constraint `p.grammar` puts on a sequence whose output so far is `output`
+  // (null without a grammar). InvalidArgument names the field.
+  absl::StatusOr<std::shared_ptr<grammar::Constraint>> MakeConstraint(
+      const SamplingParams& p, std::span<const int32_t> output);
   // The step's forward pass or sampling failed: end its sequences with `error`.
   void FailStep(const ScheduledStep& step, const absl::Status& error,
                 std::vector<TokenEvent>* events);
@@ -220,6 +230,11 @@ class Engine {
   uint64_t seed_counter_ = 0x5eed;
   EngineStats stats_;
   ForwardBatch batch_;
+  std::shared_ptr<const grammar::TokenMasker> token_masker_;
+  // Compiled grammars by source, reused by requests that send the same one (bounded:
+  // cleared when full).
+  absl::flat_hash_map<std::string, std::shared_ptr<const grammar::Grammar>> grammars_;
+  static constexpr size_t kMaxCachedGrammars = 64;
 };
 
 }  // namespace tandem::engine

@@ -4,14 +4,19 @@
 #include "common/engine/engine.h"
 
 #include <map>
+#include <regex>
 #include <string>
 
 #include "common/engine/engine_test_util.h"
+#include "common/engine/model_file.h"
+#include "common/grammar/json_schema_grammar.h"
+#include "common/grammar/regex_grammar.h"
 #include "common/model/gguf_file.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/testing/faultable_backend.h"
+#include "nlohmann/json.hpp"
 #include "tests/test_paths.h"
 
 namespace tandem::engine {
@@ -42,6 +47,7 @@ class EngineTest : public ::testing::Test {
                                             int32_t block_size = 16, bool prefix_caching = false,
                                             int32_t max_prefill_chunk = 512) {
     EngineOptions o;
+    o.token_masker = Masker();
     o.scheduler.max_prefill_chunk = max_prefill_chunk;
     o.kv_cache_bytes = kv_bytes;
     o.block_size = block_size;
@@ -51,6 +57,11 @@ class EngineTest : public ::testing::Test {
     auto e = Engine::Create(*weights_, o);
     EXPECT_TRUE(e.ok()) << e.status();
     return std::move(*e);
+  }
+
+  static std::shared_ptr<const grammar::TokenMasker> Masker() {
+    static const auto masker = MakeTokenMasker(*tok_);
+    return masker;
   }
 
   // Prompts of varied lengths cut from one text.
@@ -544,6 +555,168 @@ TEST_F(EngineTest, PrefilledSequencesStartEvenBehindAStarvedOne) {
   EXPECT_FALSE(e->HasWork()) << "stuck";
   for (kv::SeqId id : reserved) EXPECT_EQ(tokens[id], 3);  // + the first token given
   EXPECT_EQ(tokens[fresh], 4);
+  ExpectNoLeak(*e);
+}
+
+// Grammar-constrained requests (a regex, a JSON schema, a choice): every output
+// follows its grammar and ends when the grammar does, batched or alone, greedy or
+// seeded; the prefill/decode split gives the same tokens.
+class ConstrainedTest : public EngineTest {
+ protected:
+  static std::string Text(const std::vector<int32_t>& ids) {
+    std::vector<int32_t> body = ids;
+    if (!body.empty() && body.back() == tok_->vocab().eos_id) body.pop_back();
+    return *tok_->Decode(body);
+  }
+  // Each prompt alone and all together: the same tokens; returns the texts.
+  static std::vector<std::string> Run(const std::vector<std::vector<int32_t>>& prompts,
+                                      SamplingParams p) {
+    auto batched = MakeEngine();
+    std::vector<kv::SeqId> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      p.seed = 100 + i;
+      auto id = batched->AddRequest(prompts[i], p);
+      EXPECT_TRUE(id.ok()) << id.status();
+      ids.push_back(*id);
+    }
+    auto out = Drain(*batched);
+    ExpectNoLeak(*batched);
+    std::vector<std::string> texts;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      p.seed = 100 + i;
+      EXPECT_EQ(out[ids[i]], Alone(prompts[i], p)) << "request " << i;
+      texts.push_back(Text(out[ids[i]]));
+    }
+    return texts;
+  }
+  static SamplingParams Constrained(const std::string& gbnf, double temperature) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.max_tokens = 120;
+    p.grammar = gbnf;
+    return p;
+  }
+};
+
+TEST_F(ConstrainedTest, RegexOutputsMatch) {
+  auto gbnf = grammar::RegexToGbnf("[0-9]{3}-[a-z]{2,5}( [A-Z][a-z]{1,8})?");
+  ASSERT_TRUE(gbnf.ok());
+  const std::regex want("[0-9]{3}-[a-z]{2,5}( [A-Z][a-z]{1,8})?");
+  for (double t : {0.0, 1.0}) {
+    for (const std::string& text : Run(Prompts(4), Constrained("root ::= " + *gbnf + "\n", t))) {
+      EXPECT_TRUE(std::regex_match(text, want)) << "temperature " << t << ": " << text;
+    }
+  }
+}
+
+TEST_F(ConstrainedTest, JsonSchemaOutputsValidate) {
+  auto gbnf = grammar::JsonSchemaToGbnf(R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 12},
+      "age": {"type": "integer", "minimum": 0, "maximum": 120},
+      "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}},
+      "required": ["name", "age"]})");
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status();
+  for (double t : {0.0, 1.0}) {
+    for (const std::string& text : Run(Prompts(3), Constrained(*gbnf, t))) {
+      SCOPED_TRACE(text);
+      auto j = nlohmann::json::parse(text, nullptr, false);
+      ASSERT_FALSE(j.is_discarded());
+      ASSERT_TRUE(j.is_object());
+      ASSERT_TRUE(j.contains("name") && j.at("name").is_string());
+      EXPECT_LE(j.at("name").get<std::string>().size(), 12u * 4);
+      ASSERT_TRUE(j.contains("age") && j.at("age").is_number_integer());
+      EXPECT_GE(j.at("age").get<int>(), 0);
+      EXPECT_LE(j.at("age").get<int>(), 120);
+      for (const auto& [k, v] : j.items())
+        EXPECT_TRUE(k == "name" || k == "age" || k == "tags") << k;
+    }
+  }
+}
+
+TEST_F(ConstrainedTest, ChoiceEndsWithoutAnEndToken) {
+  const std::string gbnf = R"(root ::= "yes" | "no" | "maybe so")";
+  for (const std::string& text : Run(Prompts(3), Constrained(gbnf + "\n", 1.0))) {
+    EXPECT_TRUE(text == "yes" || text == "no" || text == "maybe so") << text;
+  }
+  // The grammar is complete after "no": the request stops there (kStop), at most one
+  // token past the choice.
+  auto e = MakeEngine();
+  SamplingParams p = Constrained(R"(root ::= "no")", 0.0);
+  auto id = e->AddRequest(Prompts(1)[0], p);
+  ASSERT_TRUE(id.ok());
+  FinishReason reason = FinishReason::kNone;
+  std::vector<int32_t> tokens;
+  while (e->HasWork()) {
+    for (const auto& ev : StepOk(*e)) {
+      if (ev.token >= 0) tokens.push_back(ev.token);
+      if (ev.finished) reason = ev.reason;
+    }
+  }
+  EXPECT_EQ(reason, FinishReason::kStop);
+  EXPECT_EQ(Text(tokens), "no");
+}
+
+TEST_F(ConstrainedTest, PrefillHereDecodeThereFollowsTheGrammar) {
+  auto gbnf = grammar::RegexToGbnf("(ab|[0-9]){1,6} [xyz]{4}");
+  ASSERT_TRUE(gbnf.ok());
+  SamplingParams p = Constrained("root ::= " + *gbnf + "\n", 0.7);
+  p.seed = 5;
+  const std::vector<int32_t> prompt = Prompts(3)[2];
+  auto prefill = MakeEngine();
+  auto decode = MakeEngine();
+  auto pid = prefill->AddRequest(prompt, p, RequestMode::kPrefillOnly);
+  ASSERT_TRUE(pid.ok());
+  int32_t first = -1;
+  while (prefill->HasWork()) {
+    for (const auto& ev : StepOk(*prefill)) first = ev.token;
+  }
+  auto did = decode->Reserve(static_cast<int64_t>(prompt.size()) + 1);
+  ASSERT_TRUE(did.ok());
+  const kv::KvLayout& layout = prefill->kv_layout();
+  std::vector<uint8_t> slice(layout.LayerBytes());
+  const auto& src = prefill->BlockTable(*pid);
+  for (size_t b = 0; b < src.size(); ++b) {
+    for (int32_t l = 0; l < layout.n_layers; ++l) {
+      ASSERT_TRUE(prefill->kv_storage().ReadLayer({{src[b]}}, l, slice.data()).ok());
+      ASSERT_TRUE(decode->WriteReservedKv(*did, l, static_cast<int32_t>(b), 1, slice).ok());
+    }
+  }
+  EXPECT_TRUE(prefill->Release(*pid));
+  ASSERT_TRUE(decode->AdmitPrefilled(*did, prompt, first, p).ok());
+  auto out = Drain(*decode);
+  std::vector<int32_t> got = {first};
+  got.insert(got.end(), out[*did].begin(), out[*did].end());
+  EXPECT_EQ(got, Alone(prompt, p));
+  EXPECT_TRUE(std::regex_match(Text(got), std::regex("(ab|[0-9]){1,6} [xyz]{4}"))) << Text(got);
+  ExpectNoLeak(*decode);
+}
+
+TEST_F(ConstrainedTest, BadGrammarsAreRefusedNamingTheField) {
+  auto e = MakeEngine();
+  for (const char* bad : {"root ::= missing", "root ::= \"a\" root", "root ::= [z-a]"}) {
+    auto id = e->AddRequest(Prompts(1)[0], Constrained(bad, 0.0));
+    ASSERT_FALSE(id.ok()) << bad;
+    EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(id.status().message()), ::testing::HasSubstr("grammar: ")) << bad;
+  }
+  // The decode side refuses a first token the grammar does not allow.
+  auto did = e->Reserve(8);
+  ASSERT_TRUE(did.ok());
+  auto x = tok_->vocab().token_to_id.find("x");
+  ASSERT_NE(x, tok_->vocab().token_to_id.end());
+  const int32_t not_a_digit = x->second;
+  auto st =
+      e->AdmitPrefilled(*did, Prompts(1)[0], not_a_digit, Constrained("root ::= [0-9]+", 0.0));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(e->Release(*did));  // still a reservation: the caller frees it
+  // Without a vocabulary the engine cannot constrain.
+  EngineOptions o;
+  o.num_threads = 1;
+  o.kv_cache_bytes = int64_t{16} << 20;
+  auto bare = Engine::Create(*weights_, o);
+  ASSERT_TRUE(bare.ok());
+  EXPECT_EQ((*bare)->AddRequest(Prompts(1)[0], Constrained("root ::= \"a\"", 0.0)).status().code(),
+            absl::StatusCode::kInvalidArgument);
   ExpectNoLeak(*e);
 }
 

@@ -30,4 +30,15 @@ absl::StatusOr<ModelFile> OpenModelFile(const std::string& path) {
   return m;
 }
 
+std::shared_ptr<const grammar::TokenMasker> MakeTokenMasker(const tokenizer::Tokenizer& tokenizer) {
+  const tokenizer::Vocab& v = tokenizer.vocab();
+  std::vector<std::string> bytes(v.size());
+  for (int32_t id = 0; id < v.size(); ++id) {
+    if (v.types[id] != tokenizer::TokenType::kControl) bytes[id] = tokenizer.TokenBytes(id);
+  }
+  std::vector<int32_t> ends;
+  if (v.eos_id >= 0) ends.push_back(v.eos_id);
+  return std::make_shared<const grammar::TokenMasker>(bytes, std::move(ends));
+}
+
 }  // namespace tandem::engine

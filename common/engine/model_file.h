@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/grammar/token_masker.h"
 #include "common/model/gguf_file.h"
 #include "common/model/model_config.h"
 #include "common/tokenizer/tokenizer.h"
@@ -23,6 +24,10 @@ struct ModelFile {
 };
 
 absl::StatusOr<ModelFile> OpenModelFile(const std::string& path);
+
+// The vocabulary as grammars see it: each token's bytes (control tokens none), the
+// end-of-sequence token as the one that ends an output.
+std::shared_ptr<const grammar::TokenMasker> MakeTokenMasker(const tokenizer::Tokenizer& tokenizer);
 
 }  // namespace tandem::engine
 

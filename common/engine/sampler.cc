@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "absl/container/flat_hash_map.h"
@@ -76,10 +77,24 @@ std::vector<std::pair<int32_t, double>> Sampler::Distribution(std::span<const fl
 
 SampleResult Sampler::Sample(std::span<const float> raw, const SamplingParams& p, uint64_t seed,
                              int64_t position, std::span<const int32_t> prompt,
-                             std::span<const int32_t> output) {
+                             std::span<const int32_t> output, std::span<const uint64_t> allowed) {
   std::vector<float> logits(raw.begin(), raw.end());
   ApplyPenalties(logits, p, prompt, output);
   SampleResult r;
+  if (!allowed.empty()) {
+    constexpr float kMasked = -std::numeric_limits<float>::infinity();
+    bool any = false;
+    for (size_t w = 0; w * 64 < logits.size(); ++w) {  // a word of 64 tokens at a time
+      const uint64_t bits = w < allowed.size() ? allowed[w] : 0;
+      const size_t end = std::min(logits.size(), (w + 1) * 64);
+      any = any || bits != 0;
+      if (bits == ~uint64_t{0}) continue;
+      for (size_t t = w * 64; t < end; ++t) {
+        if (!((bits >> (t & 63)) & 1)) logits[t] = kMasked;
+      }
+    }
+    if (!any) return r;  // token −1: nothing to sample
+  }
   if (p.temperature == 0.0) {
     r.token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   } else {
@@ -131,7 +146,7 @@ absl::StatusOr<std::vector<SampleResult>> Sampler::SampleRows(kernels::Backend& 
   greedy.assign(rows.size(), -1);
   bool any_greedy = false;
   for (size_t r = 0; r < rows.size(); ++r) {
-    if (IsPlainGreedy(*rows[r].params)) {
+    if (IsPlainGreedy(*rows[r].params) && rows[r].allowed.empty()) {
       any_greedy = true;
     } else {
       backend.CopyToHost(*logits.buffer,
@@ -150,12 +165,14 @@ absl::StatusOr<std::vector<SampleResult>> Sampler::SampleRows(kernels::Backend& 
   out.reserve(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     const SampleRow& row = rows[r];
-    if (IsPlainGreedy(*row.params)) {
-      out.push_back({.token = greedy[r]});
+    if (IsPlainGreedy(*row.params) && row.allowed.empty()) {
+      SampleResult greedy_result;
+      greedy_result.token = greedy[r];
+      out.push_back(std::move(greedy_result));
       continue;
     }
     out.push_back(Sample({host.data() + r * vocab, static_cast<size_t>(vocab)}, *row.params,
-                         row.seed, row.position, row.prompt, row.output));
+                         row.seed, row.position, row.prompt, row.output, row.allowed));
   }
   return out;
 }

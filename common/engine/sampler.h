@@ -3,7 +3,8 @@
 // Steps, in order:
 //   1. penalties on the raw logits: repetition (tokens seen in prompt or output:
 //      positive logits ÷ r, negative × r), then frequency (− f × count in output) and
-//      presence (− p if the token is in the output) — vLLM's definitions;
+//      presence (− p if the token is in the output) — vLLM's definitions; then a
+//      grammar's mask (tokens it forbids get −∞);
 //   2. temperature 0 → the arg-max (lowest id on ties); stop here;
 //   3. probabilities softmax(logits / temperature);
 //   4. top-k keeps the k most probable; top-p keeps the smallest most-probable prefix
@@ -49,6 +50,8 @@ struct SampleRow {
   int64_t position;
   std::span<const int32_t> prompt;
   std::span<const int32_t> output;
+  // A grammar's mask, one bit per token id (1 = allowed); empty: every token.
+  std::span<const uint64_t> allowed = {};
 };
 
 class Sampler {
@@ -65,9 +68,13 @@ class Sampler {
 
   // `logits` [vocab] of the position being sampled, which is `position` in the
   // sequence (its index counting prompt tokens from 0).
+  // `allowed` (a grammar's mask, bit per token; empty: all) applies after the
+  // penalties: a masked token's logit is −∞ for everything that follows, logprobs too.
+  // When it allows no token the result is token −1.
   static SampleResult Sample(std::span<const float> logits, const SamplingParams& p, uint64_t seed,
                              int64_t position, std::span<const int32_t> prompt,
-                             std::span<const int32_t> output);
+                             std::span<const int32_t> output,
+                             std::span<const uint64_t> allowed = {});
 
   // Step 1 in place.
   static void ApplyPenalties(std::span<float> logits, const SamplingParams& p,

@@ -36,6 +36,9 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int64_t max_context) c
   if (logprobs < -1 || logprobs > kMaxLogprobs) {
     return Bad("logprobs", StrCat("must be between 0 and ", kMaxLogprobs));
   }
+  if (grammar.size() > kMaxGrammarBytes) {
+    return Bad("grammar", StrCat("is ", grammar.size(), " bytes (at most ", kMaxGrammarBytes, ")"));
+  }
   if (stop_token_ids.size() > kMaxStopTokenIds) {
     return Bad("stop_token_ids", StrCat("at most ", kMaxStopTokenIds, " ids"));
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -26,9 +27,13 @@ struct SamplingParams {
   double frequency_penalty = 0.0;   // [-2, 2] (output tokens)
   int32_t logprobs = -1;            // -1: none; n ≥ 0: sampled token plus the top n
   bool ignore_eos = false;
+  // A grammar the output must follow (GBNF, root rule `root`; the router compiles JSON
+  // Schema, regular expressions and choices to it). Empty: unconstrained.
+  std::string grammar;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr int32_t kMaxStopTokenIds = 64;
+  static constexpr size_t kMaxGrammarBytes = 1 << 20;
 
   // `vocab_size` bounds top_k and stop ids; `max_context` bounds max_tokens.
   absl::Status Validate(int32_t vocab_size, int64_t max_context) const;

@@ -15,6 +15,7 @@
 
 #include "common/engine/finish_reason.h"
 #include "common/engine/sampling_params.h"
+#include "common/grammar/constraint.h"
 #include "common/kv/block_manager.h"
 
 namespace tandem::engine {
@@ -35,6 +36,9 @@ struct Sequence {
   uint64_t cache_salt = 0;        // prefix-cache namespace
   int64_t prefix_hit_tokens = 0;  // prompt tokens found in the prefix cache at admission
   int32_t shared_blocks = 0;      // kReserved: leading blocks shared from the prefix cache
+  // Where the output stands in params.grammar (null: unconstrained); it has accepted
+  // every output token.
+  std::shared_ptr<grammar::Constraint> constraint;
 
   int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t TokenAt(int64_t i) const {

@@ -18,6 +18,7 @@ engine::SamplingParams FromProto(const v1::EngineSamplingParams& p) {
   s.frequency_penalty = p.frequency_penalty();
   s.logprobs = p.logprobs();
   s.ignore_eos = p.ignore_eos();
+  s.grammar = p.grammar();
   return s;
 }
 

@@ -14,6 +14,10 @@ What it checks (issue #7's acceptance):
   * with --api-key, TLS and a client CA: requests without the key get 401 (HTTP) and
     UNAUTHENTICATED (gRPC), a TLS gRPC client streams, a client without a certificate is
     refused, and probes and /metrics need no key;
+  * structured output (issue #20): response_format with 50 varied JSON Schemas returns
+    JSON that the `jsonschema` package validates (streaming and not), and vLLM's
+    guided_regex / guided_choice / guided_grammar constrain the text; bad sources get 400
+    naming the field;
   * nothing leaks: after the tests every worker holds no sequence and no KV block.
 
 Run through run.sh (it provides the venv with `openai`):
@@ -40,6 +44,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+import jsonschema
 import openai
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -132,6 +137,71 @@ def post(url, body, headers=None, context=None):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def structured_output_schemas():
+    """50 JSON Schemas over every keyword tandem compiles; strings and arrays bounded
+    so that a 135M model's answer ends within max_tokens."""
+    leaves = [
+        {"type": "string", "maxLength": 12},
+        {"type": "string", "enum": ["red", "green", "blue"]},
+        {"type": "string", "pattern": "^[A-Z]{2}[0-9]{3}$"},
+        {"type": "string", "format": "date"},
+        {"type": "string", "format": "uuid"},
+        {"type": "string", "minLength": 2, "maxLength": 6},
+        {"type": "integer"},
+        {"type": "integer", "minimum": -50, "maximum": 50},
+        {"type": "integer", "exclusiveMinimum": 0, "maximum": 1000},
+        {"type": "number", "minimum": 0, "maximum": 1},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"const": "fixed"},
+        {"enum": [1, "two", None, True]},
+        {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 9}, {"type": "null"}]},
+        {"type": ["string", "integer"], "maxLength": 5},
+        {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 99},
+         "minItems": 1, "maxItems": 4},
+        {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3},
+        {"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "string", "maxLength": 4}],
+         "items": False},
+    ]
+    names = ["name", "id", "code", "when", "uid", "tag", "count", "score", "n", "ratio", "x",
+             "ok", "gone", "kind", "mixed", "digit", "either", "ids", "words", "pair"]
+    schemas = []
+    for i, leaf in enumerate(leaves):  # each leaf alone as a property, required
+        schemas.append({"type": "object", "properties": {names[i]: leaf}, "required": [names[i]]})
+    for i in range(20):  # pairs and triples, some optional
+        a, b, c = leaves[i], leaves[(i * 7 + 3) % 20], leaves[(i * 11 + 5) % 20]
+        schemas.append({"type": "object",
+                        "properties": {"first": a, "second": b, "third": c},
+                        "required": ["first"] if i % 2 else ["first", "second", "third"],
+                        "additionalProperties": False})
+    schemas += [
+        {"type": "object", "properties": {"person": {"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 10},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+            "required": ["name", "age"]}}, "required": ["person"]},
+        {"$defs": {"pt": {"type": "object", "properties": {
+            "x": {"type": "integer", "minimum": -9, "maximum": 9},
+            "y": {"type": "integer", "minimum": -9, "maximum": 9}}, "required": ["x", "y"]}},
+         "type": "object", "properties": {"a": {"$ref": "#/$defs/pt"}, "b": {"$ref": "#/$defs/pt"}},
+         "required": ["a", "b"]},
+        {"type": "array", "items": {"type": "object", "properties": {
+            "k": {"type": "string", "maxLength": 4}}, "required": ["k"]}, "maxItems": 2},
+        {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1, "maximum": 9}},
+         "required": ["id"], "additionalProperties": {"type": "boolean"}},
+        {"type": "object", "properties": {"status": {"enum": ["ok", "error"]},
+                                          "detail": {"anyOf": [{"type": "string", "maxLength": 8},
+                                                               {"type": "null"}]}},
+         "required": ["status", "detail"]},
+        {"type": "integer", "minimum": 100, "maximum": 200},
+        {"type": "string", "maxLength": 20},
+        {"type": "boolean"},
+        {"enum": ["alpha", "beta"]},
+        {"type": "array", "items": {"type": "number", "minimum": -1, "maximum": 1}, "maxItems": 3},
+    ]
+    return schemas
 
 
 def parse_metrics(text):
@@ -338,6 +408,59 @@ class OpenAiApiTest(unittest.TestCase):
         self.assertEqual(got, 413)
         self.assertEqual(self.client.completions.create(model=self.model, prompt="Hi",
                                                         max_tokens=2).usage.completion_tokens, 2)
+
+    def test_11_structured_output(self):
+        schemas = structured_output_schemas()
+        self.assertGreaterEqual(len(schemas), 50)
+        for i, schema in enumerate(schemas):
+            with self.subTest(schema=json.dumps(schema)):
+                kwargs = dict(model=self.model, max_tokens=400, temperature=0.8, seed=i,
+                              messages=[{"role": "user", "content": "Reply with JSON."}],
+                              response_format={"type": "json_schema", "json_schema": {
+                                  "name": f"s{i}", "schema": schema}})
+                if i % 5 == 0:
+                    text = "".join(c.choices[0].delta.content or ""
+                                   for c in self.client.chat.completions.create(stream=True,
+                                                                                **kwargs))
+                else:
+                    r = self.client.chat.completions.create(**kwargs)
+                    self.assertEqual(r.choices[0].finish_reason, "stop")
+                    text = r.choices[0].message.content
+                jsonschema.validate(json.loads(text), schema)
+        # Any JSON object: unbounded, so an answer may run out of tokens (finish_reason
+        # "length"); every one that stops parses as an object.
+        stopped = 0
+        for seed in range(6):
+            r = self.client.chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": "A small JSON object."}],
+                max_tokens=300, temperature=0.9, seed=seed, response_format={"type": "json_object"})
+            text = r.choices[0].message.content
+            self.assertTrue(text.startswith("{"), text)
+            if r.choices[0].finish_reason == "stop":
+                stopped += 1
+                self.assertIsInstance(json.loads(text), dict)
+        self.assertGreater(stopped, 0)
+        r = self.client.completions.create(model=self.model, prompt="A date:", max_tokens=30,
+                                           temperature=0.7, seed=3,
+                                           extra_body={"guided_regex": r"20[0-9]{2}-[01][0-9]"})
+        self.assertRegex(r.choices[0].text, r"^20[0-9]{2}-[01][0-9]$")
+        r = self.client.completions.create(model=self.model, prompt="Is it red?", max_tokens=8,
+                                           temperature=1.0, seed=4,
+                                           extra_body={"guided_choice": ["yes", "no", "unsure"]})
+        self.assertIn(r.choices[0].text, ["yes", "no", "unsure"])
+        r = self.client.completions.create(
+            model=self.model, prompt="Count:", max_tokens=30, temperature=0,
+            extra_body={"guided_grammar": 'root ::= "one" (", " ("two" | "three")){0,3}'})
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertRegex(r.choices[0].text, r"^one(, (two|three)){0,3}$")
+        for body, param in [
+                ({"prompt": "x", "guided_regex": "(?=a)b"}, "regex"),
+                ({"prompt": "x", "guided_grammar": "root ::= root"}, "grammar"),
+                ({"prompt": "x", "guided_json": {"type": "object", "not": {}}}, "json_schema"),
+                ({"prompt": "x", "response_format": {"type": "xml"}}, "response_format")]:
+            got, raw = post(self.cluster.http + "/v1/completions", body)
+            self.assertEqual(got, 400, raw)
+            self.assertEqual(json.loads(raw)["error"]["param"], param, raw)
 
     def decode_metrics(self):
         text = get(self.cluster.metrics_url("decode-0"))[1].decode()
