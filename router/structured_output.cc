@@ -25,33 +25,25 @@ absl::StatusOr<std::string> StructuredOutputGbnf(const v1::SamplingParams& s) {
     case v1::SamplingParams::kJsonObject:
       if (!s.json_object()) return std::string();
       return grammar::AnyJsonGbnf(/*object_only=*/true);
-    case v1::SamplingParams::kJsonSchema: {
-      field = "json_schema";
-      if (s.json_schema().size() > kMaxSourceBytes) {
+    case v1::SamplingParams::kJsonSchema:
+    case v1::SamplingParams::kRegex:
+    case v1::SamplingParams::kGrammar: {
+      const bool schema = s.has_json_schema(), regex = s.has_regex();
+      field = schema ? "json_schema" : regex ? "regex" : "grammar";
+      const std::string& source = schema ? s.json_schema() : regex ? s.regex() : s.grammar();
+      if (source.size() > kMaxSourceBytes) {
         return Bad(field, StrCat("is longer than ", kMaxSourceBytes, " bytes"));
       }
-      auto out = grammar::JsonSchemaToGbnf(s.json_schema());
+      absl::StatusOr<std::string> out = source;
+      if (schema) out = grammar::JsonSchemaToGbnf(source);
+      if (regex) {
+        out = grammar::RegexToGbnf(source);
+        if (out.ok()) out = StrCat("root ::= ", *out, "\n");
+      }
       if (!out.ok()) return Bad(field, std::string(out.status().message()));
       gbnf = *std::move(out);
       break;
     }
-    case v1::SamplingParams::kRegex: {
-      field = "regex";
-      if (s.regex().size() > kMaxSourceBytes) {
-        return Bad(field, StrCat("is longer than ", kMaxSourceBytes, " bytes"));
-      }
-      auto body = grammar::RegexToGbnf(s.regex());
-      if (!body.ok()) return Bad(field, std::string(body.status().message()));
-      gbnf = StrCat("root ::= ", *body, "\n");
-      break;
-    }
-    case v1::SamplingParams::kGrammar:
-      field = "grammar";
-      if (s.grammar().size() > kMaxSourceBytes) {
-        return Bad(field, StrCat("is longer than ", kMaxSourceBytes, " bytes"));
-      }
-      gbnf = s.grammar();
-      break;
     case v1::SamplingParams::kChoice: {
       field = "choice";
       const auto& choices = s.choice().choices();

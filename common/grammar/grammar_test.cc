@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/grammar/grammar_matcher.h"
+#include "common/grammar/grammar_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -11,19 +12,6 @@ namespace tandem::grammar {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Whether the grammar accepts exactly `text`.
-bool Matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
-  GrammarMatcher m(g);
-  return m.Accept(text) && m.CanEnd();
-}
-
-std::shared_ptr<const Grammar> MustCompile(std::string_view gbnf) {
-  auto g = Grammar::Compile(gbnf);
-  EXPECT_TRUE(g.ok()) << g.status();
-  if (!g.ok()) return nullptr;
-  return std::make_shared<const Grammar>(*std::move(g));
-}
 
 std::string CompileError(std::string_view gbnf) {
   auto g = Grammar::Compile(gbnf);

@@ -229,6 +229,24 @@ class SchemaCompiler {
     return v.get<int64_t>();
   }
 
+  // A minimum and an optional maximum count (items or characters), checked.
+  absl::StatusOr<std::pair<int64_t, std::optional<int64_t>>> Counts(const json& s,
+                                                                    const char* min_key,
+                                                                    const char* max_key,
+                                                                    std::string_view where) const {
+    std::pair<int64_t, std::optional<int64_t>> out{0, std::nullopt};
+    if (s.contains(min_key)) {
+      ASSIGN_OR_RETURN(out.first, Count(s, min_key, where));
+    }
+    if (s.contains(max_key)) {
+      ASSIGN_OR_RETURN(out.second, Count(s, max_key, where));
+    }
+    if (out.second && *out.second < out.first) {
+      return Error(where, StrCat(max_key, " is below ", min_key));
+    }
+    return out;
+  }
+
   absl::StatusOr<std::string> Visit(const json& s, const std::string& where) {
     if (++depth_ > 64) return Error(where, "schemas nested more than 64 deep");
     auto result = VisitInner(s, where);
@@ -484,15 +502,9 @@ class SchemaCompiler {
   }
 
   absl::StatusOr<std::string> Array(const json& s, const std::string& where) {
-    int64_t min = 0;
-    std::optional<int64_t> max;
-    if (s.contains("minItems")) {
-      ASSIGN_OR_RETURN(min, Count(s, "minItems", where));
-    }
-    if (s.contains("maxItems")) {
-      ASSIGN_OR_RETURN(max, Count(s, "maxItems", where));
-    }
-    if (max && *max < min) return Error(where, "maxItems is below minItems");
+    ASSIGN_OR_RETURN(auto bounds, Counts(s, "minItems", "maxItems", where));
+    const int64_t min = bounds.first;
+    std::optional<int64_t> max = bounds.second;
     std::vector<std::string> prefix;
     if (s.contains("prefixItems")) {
       const json& p = s.at("prefixItems");
@@ -569,15 +581,9 @@ class SchemaCompiler {
       if (!body.empty()) return Define(f, StrCat("\"\\\"\" ", body, " \"\\\"\""));
     }
     if (!lengths) return std::string("string");
-    int64_t min = 0;
-    std::optional<int64_t> max;
-    if (s.contains("minLength")) {
-      ASSIGN_OR_RETURN(min, Count(s, "minLength", where));
-    }
-    if (s.contains("maxLength")) {
-      ASSIGN_OR_RETURN(max, Count(s, "maxLength", where));
-    }
-    if (max && *max < min) return Error(where, "maxLength is below minLength");
+    ASSIGN_OR_RETURN(auto bounds, Counts(s, "minLength", "maxLength", where));
+    const int64_t min = bounds.first;
+    const std::optional<int64_t> max = bounds.second;
     return Define("string", StrCat("\"\\\"\" char{", min, ",", max ? std::to_string(*max) : "",
                                    "} \"\\\"\""));
   }

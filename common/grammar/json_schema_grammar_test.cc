@@ -7,6 +7,7 @@
 
 #include "common/grammar/grammar.h"
 #include "common/grammar/grammar_matcher.h"
+#include "common/grammar/grammar_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -23,11 +24,6 @@ std::shared_ptr<const Grammar> FromSchema(std::string_view schema) {
   auto g = Grammar::Compile(*gbnf);
   EXPECT_TRUE(g.ok()) << *gbnf << ": " << g.status();
   return g.ok() ? std::make_shared<const Grammar>(*std::move(g)) : nullptr;
-}
-
-bool Matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
-  GrammarMatcher m(g);
-  return m.Accept(text) && m.CanEnd();
 }
 
 std::string SchemaError(std::string_view schema) {

@@ -10,6 +10,7 @@
 
 #include "common/grammar/grammar.h"
 #include "common/grammar/grammar_matcher.h"
+#include "common/grammar/grammar_test_util.h"
 #include "common/util/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -29,11 +30,6 @@ std::shared_ptr<const Grammar> FromRegex(std::string_view pattern, const RegexOp
   auto g = Grammar::Compile(gbnf);
   EXPECT_TRUE(g.ok()) << pattern << " → " << gbnf << ": " << g.status();
   return g.ok() ? std::make_shared<const Grammar>(*std::move(g)) : nullptr;
-}
-
-bool Matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
-  GrammarMatcher m(g);
-  return m.Accept(text) && m.CanEnd();
 }
 
 // The reference: PCRE2 in UTF mode, anchored at both ends (or searching).

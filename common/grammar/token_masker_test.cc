@@ -5,16 +5,11 @@
 #include <string>
 
 #include "common/grammar/constraint.h"
+#include "common/grammar/grammar_test_util.h"
 #include "gtest/gtest.h"
 
 namespace tandem::grammar {
 namespace {
-
-std::shared_ptr<const Grammar> MustCompile(std::string_view gbnf) {
-  auto g = Grammar::Compile(gbnf);
-  EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? std::make_shared<const Grammar>(*std::move(g)) : nullptr;
-}
 
 constexpr std::string_view kJsonish = R"gbnf(
   root   ::= object
