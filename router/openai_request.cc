@@ -12,10 +12,14 @@ namespace tandem::router {
 
 namespace {
 
-// Ordered: a JSON Schema's properties keep the order the request gives them.
-using json = nlohmann::ordered_json;
+using nlohmann::json;
 
 absl::Status Bad(std::string_view param, std::string_view why) { return FieldError(param, why); }
+
+// Bounds on a JSON Schema sent as an object (it is re-read in order: SchemaText).
+constexpr int kMaxSchemaDepth = 64;
+constexpr size_t kMaxSchemaBodyBytes = 256 << 10;
+constexpr int kMaxObjectMembers = 4096;
 
 std::string_view TypeName(const json& v) {
   if (v.is_null()) return "null";
@@ -172,11 +176,65 @@ absl::Status ReadSampling(const json& body, v1::SamplingParams* s, bool* max_tok
 }
 
 // The prompts of a completions request.
+// Nesting depth of `v`, without recursing (values are untrusted and may be deep).
+int Depth(const json& v) {
+  int deepest = 0;
+  std::vector<std::pair<const json*, int>> todo = {{&v, 1}};
+  while (!todo.empty()) {
+    auto [x, d] = todo.back();
+    todo.pop_back();
+    deepest = std::max(deepest, d);
+    if (x->is_structured() && d <= kMaxSchemaDepth) {
+      for (const json& child : *x) todo.push_back({&child, d + 1});
+    }
+  }
+  return deepest;
+}
+
+// The JSON Schema `value` (at `path` in the body) as JSON text whose properties keep
+// the order the request gives them: the body parsed again, ordered, once it is known
+// to be small and shallow enough for that (an ordered object finds a key by scanning).
+absl::StatusOr<std::string> SchemaText(std::string_view body, const json& value,
+                                       std::initializer_list<const char*> path,
+                                       std::string_view field) {
+  if (value.is_string()) return value.get<std::string>();
+  if (Depth(value) > kMaxSchemaDepth) {
+    return Bad(field, StrCat("nests deeper than ", kMaxSchemaDepth));
+  }
+  if (body.size() > kMaxSchemaBodyBytes) {
+    return Bad(field, StrCat("a request with a JSON Schema object is at most ", kMaxSchemaBodyBytes,
+                             " bytes (send the schema as a string)"));
+  }
+  std::vector<int> members;
+  bool too_wide = false;
+  const nlohmann::ordered_json::parser_callback_t bound =
+      [&](int, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json&) {
+        using Event = nlohmann::ordered_json::parse_event_t;
+        if (event == Event::object_start) members.push_back(0);
+        if (event == Event::object_end && !members.empty()) members.pop_back();
+        if (event == Event::key && !members.empty() && ++members.back() > kMaxObjectMembers) {
+          too_wide = true;
+          return false;
+        }
+        return !too_wide;
+      };
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body, bound, false);
+  if (too_wide) {
+    return Bad(field,
+               StrCat("the request has an object of more than ", kMaxObjectMembers, " members"));
+  }
+  const nlohmann::ordered_json* at = &ordered;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return value.dump();  // not found: sorted
+    at = &at->at(key);
+  }
+  return at->dump();
+}
+
 // The structured-output constraint, from OpenAI's response_format or vLLM's
 // structured_outputs / guided_* fields (at most one of them).
-absl::Status ReadStructuredOutput(const json& body, v1::SamplingParams* s) {
+absl::Status ReadStructuredOutput(std::string_view raw, const json& body, v1::SamplingParams* s) {
   int given = 0;
-  auto schema_text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
   if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
     const json& rf = *it;
     const std::string type = rf.is_object() && rf.contains("type") && rf.at("type").is_string()
@@ -194,7 +252,10 @@ absl::Status ReadStructuredOutput(const json& body, v1::SamplingParams* s) {
       if (schema == nullptr || !(schema->is_object() || schema->is_boolean())) {
         return Bad("response_format", "json_schema.schema must be a JSON Schema object");
       }
-      s->set_json_schema(schema->dump());
+      ASSIGN_OR_RETURN(std::string text,
+                       SchemaText(raw, *schema, {"response_format", "json_schema", "schema"},
+                                  "response_format"));
+      s->set_json_schema(std::move(text));
       ++given;
     } else if (type != "text") {
       return Bad("response_format", "type must be \"text\", \"json_object\" or \"json_schema\"");
@@ -202,37 +263,48 @@ absl::Status ReadStructuredOutput(const json& body, v1::SamplingParams* s) {
   }
   // vLLM: structured_outputs {json, regex, choice, grammar, json_object}, or the older
   // guided_json / guided_regex / guided_choice / guided_grammar.
-  json so = json::object();
+  struct Entry {
+    std::string field, key;
+    const json* value;
+  };
+  std::vector<Entry> entries;
   if (auto it = body.find("structured_outputs"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return Bad("structured_outputs", "must be an object");
-    so = *it;
+    for (const auto& [key, v] : it->items())
+      entries.push_back({"structured_outputs." + key, key, &v});
   }
   for (auto [old_name, name] : {std::pair{"guided_json", "json"},
                                 {"guided_regex", "regex"},
                                 {"guided_choice", "choice"},
                                 {"guided_grammar", "grammar"}}) {
-    if (auto it = body.find(old_name); it != body.end() && !it->is_null()) so[name] = *it;
+    if (auto it = body.find(old_name); it != body.end() && !it->is_null()) {
+      entries.push_back({old_name, name, &*it});
+    }
   }
-  for (const auto& [key, v] : so.items()) {
+  for (const Entry& e : entries) {
+    const json& v = *e.value;
     if (v.is_null()) continue;
-    const std::string field =
-        body.contains("structured_outputs") ? "structured_outputs." + key : "guided_" + key;
-    if (key == "json") {
+    const std::string& field = e.field;
+    if (e.key == "json") {
       if (!v.is_object() && !v.is_string() && !v.is_boolean()) {
         return Bad(field, "must be a JSON Schema (an object or its JSON text)");
       }
-      s->set_json_schema(schema_text(v));
-    } else if (key == "regex" || key == "grammar") {
+      const bool nested = field.starts_with("structured_outputs.");
+      ASSIGN_OR_RETURN(std::string text,
+                       nested ? SchemaText(raw, v, {"structured_outputs", "json"}, field)
+                              : SchemaText(raw, v, {"guided_json"}, field));
+      s->set_json_schema(std::move(text));
+    } else if (e.key == "regex" || e.key == "grammar") {
       if (!v.is_string()) return Bad(field, "must be a string");
-      key == "regex" ? s->set_regex(v.get<std::string>()) : s->set_grammar(v.get<std::string>());
-    } else if (key == "choice") {
+      e.key == "regex" ? s->set_regex(v.get<std::string>()) : s->set_grammar(v.get<std::string>());
+    } else if (e.key == "choice") {
       if (!v.is_array()) return Bad(field, "must be an array of strings");
       v1::Choices* c = s->mutable_choice();
       for (const json& x : v) {
         if (!x.is_string()) return Bad(field, "must be an array of strings");
         c->add_choices(x.get<std::string>());
       }
-    } else if (key == "json_object") {
+    } else if (e.key == "json_object") {
       if (!v.is_boolean()) return Bad(field, "must be true or false");
       if (!v.get<bool>()) continue;
       s->set_json_object(true);
@@ -391,7 +463,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   if (auto it = j.find("tools"); it != j.end() && !it->is_null() && !it->empty()) {
     return Bad("tools", "tools are not supported by tandem");
   }
-  RETURN_IF_ERROR(ReadStructuredOutput(j, &sampling));
+  RETURN_IF_ERROR(ReadStructuredOutput(body, j, &sampling));
   std::string salt, request_id;
   ASSIGN_OR_RETURN(has, ReadString(j, "cache_salt", &salt));
   ASSIGN_OR_RETURN(has, ReadString(j, "request_id", &request_id));

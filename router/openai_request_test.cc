@@ -212,6 +212,13 @@ TEST(OpenAiRequest, StructuredOutputFields) {
                 .sampling_params()
                 .json_schema(),
             R"({"type": "integer"})");
+  // A schema object too deep, or in a body too wide to re-read in order, is refused.
+  std::string deep = R"({"prompt": "a", "guided_json": {"enum": [)";
+  deep += std::string(100, '[') + std::string(100, ']') + "]}}";
+  EXPECT_THAT(Error(kText, deep), StartsWith("guided_json: nests deeper than 64"));
+  std::string wide = R"({"prompt": "a", "guided_json": {"type": "integer"}, "x": {)";
+  for (int i = 0; i < 5000; ++i) wide += (i ? ",\"k" : "\"k") + std::to_string(i) + "\": 1";
+  EXPECT_THAT(Error(kText, wide + "}}"), StartsWith("guided_json: the request has an object"));
   EXPECT_EQ(Parse(kText, R"({"prompt": "a", "response_format": {"type": "text"}})")
                 .choices[0]
                 .sampling_params()

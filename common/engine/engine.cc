@@ -81,6 +81,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
 absl::StatusOr<std::shared_ptr<grammar::Constraint>> Engine::MakeConstraint(
     const SamplingParams& p, std::span<const int32_t> output) {
   if (p.grammar.empty()) return nullptr;
+  if (p.ignore_eos) {
+    return absl::InvalidArgumentError("ignore_eos: cannot be combined with a grammar");
+  }
   if (token_masker_ == nullptr) {
     return absl::InvalidArgumentError("grammar: this engine has no vocabulary to constrain");
   }

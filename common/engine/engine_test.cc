@@ -699,6 +699,11 @@ TEST_F(ConstrainedTest, BadGrammarsAreRefusedNamingTheField) {
     EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(id.status().message()), ::testing::HasSubstr("grammar: ")) << bad;
   }
+  SamplingParams endless = Constrained("root ::= \"a\"", 0.0);
+  endless.ignore_eos = true;
+  auto refused = e->AddRequest(Prompts(1)[0], endless);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::StartsWith("ignore_eos:"));
   // The decode side refuses a first token the grammar does not allow.
   auto did = e->Reserve(8);
   ASSERT_TRUE(did.ok());

@@ -101,10 +101,13 @@ SampleResult Sampler::Sample(std::span<const float> raw, const SamplingParams& p
     const auto dist = Distribution(logits, p);
     const double u = PhiloxUniform(seed, static_cast<uint64_t>(position));
     double cum = 0;
-    r.token = dist.back().first;
+    // Rounding may leave the sum short of u: the last token with any probability then.
+    for (const auto& [t, q] : dist) {
+      if (q > 0) r.token = t;
+    }
     for (const auto& [t, q] : dist) {
       cum += q;
-      if (u < cum) {
+      if (u < cum && q > 0) {
         r.token = t;
         break;
       }

@@ -131,11 +131,10 @@ class GbnfParser {
     return id;
   }
   int32_t ByteSetId(const ByteSet& s) {
-    for (size_t i = 0; i < g_.byte_sets_.size(); ++i) {
-      if (g_.byte_sets_[i] == s) return static_cast<int32_t>(i);
-    }
-    g_.byte_sets_.push_back(s);
-    return static_cast<int32_t>(g_.byte_sets_.size() - 1);
+    auto [it, inserted] =
+        byte_set_ids_.try_emplace(s.bits, static_cast<int32_t>(g_.byte_sets_.size()));
+    if (inserted) g_.byte_sets_.push_back(s);
+    return it->second;
   }
   absl::Status AddAlternative(int32_t rule, const std::vector<Element>& seq) {
     if (g_.elements_.size() + seq.size() + 1 > Grammar::kMaxElements) {
@@ -409,41 +408,50 @@ class GbnfParser {
     return absl::OkStatus();
   }
 
-  // Every rule can end, and none is left-recursive in a way that grows the stack.
-  // Linear in the grammar's size: worklists for the fixpoints, Tarjan's strongly
-  // connected components for the cycles.
+  // Every alternative kept can end (those that cannot — an empty class, a rule that
+  // never finishes — are dropped, so no state is ever a dead end), the root has one,
+  // and no rule is left-recursive in a way that grows the stack. Linear in the
+  // grammar's size: worklists for the fixpoints, Tarjan's strongly connected
+  // components for the cycles.
   absl::Status Check() {
     const int32_t n = static_cast<int32_t>(g_.rules_.size());
     const auto& el = g_.elements_;
     // Alternatives: owner rule and start; for each rule, the alternatives naming it.
     std::vector<int32_t> alt_rule, alt_start;
-    std::vector<std::vector<int32_t>> used_in(n);
-    for (int32_t r = 0; r < n; ++r) {
-      for (int32_t start : g_.rules_[r]) {
-        const int32_t a = static_cast<int32_t>(alt_rule.size());
-        alt_rule.push_back(r);
-        alt_start.push_back(start);
-        for (int32_t i = start; el[i].kind != Kind::kEnd; ++i) {
-          if (el[i].kind == Kind::kRule) used_in[el[i].index].push_back(a);
+    std::vector<std::vector<int32_t>> used_in;
+    auto index = [&] {
+      alt_rule.clear();
+      alt_start.clear();
+      used_in.assign(n, {});
+      for (int32_t r = 0; r < n; ++r) {
+        for (int32_t start : g_.rules_[r]) {
+          const int32_t a = static_cast<int32_t>(alt_rule.size());
+          alt_rule.push_back(r);
+          alt_start.push_back(start);
+          for (int32_t i = start; el[i].kind != Kind::kEnd; ++i) {
+            if (el[i].kind == Kind::kRule) used_in[el[i].index].push_back(a);
+          }
         }
       }
-    }
-    // productive[r]: r derives some finite string; nullable[r]: the empty one.
-    // An alternative is waiting on each rule reference not yet known to be so.
-    auto fixpoint = [&](bool for_nullable) {
+    };
+    // Productive: derives some finite string; nullable: the empty one. An alternative
+    // waits on each rule reference not yet known to be so; at the end waiting[a] == 0
+    // says the alternative itself is.
+    auto fixpoint = [&](bool for_nullable, std::vector<int32_t>* waiting) {
       std::vector<bool> done(n, false);
-      std::vector<int32_t> waiting(alt_rule.size(), 0), queue;
+      std::vector<int32_t> queue;
+      waiting->assign(alt_rule.size(), 0);
       for (size_t a = 0; a < alt_rule.size(); ++a) {
         bool possible = true;
         for (int32_t i = alt_start[a]; el[i].kind != Kind::kEnd; ++i) {
           if (el[i].kind == Kind::kRule) {
-            ++waiting[a];
+            ++(*waiting)[a];
           } else if (for_nullable || g_.byte_sets_[el[i].index].Empty()) {
             possible = false;
           }
         }
-        if (!possible) waiting[a] = -1;
-        if (waiting[a] == 0 && !done[alt_rule[a]]) {
+        if (!possible) (*waiting)[a] = -1;
+        if ((*waiting)[a] == 0 && !done[alt_rule[a]]) {
           done[alt_rule[a]] = true;
           queue.push_back(alt_rule[a]);
         }
@@ -452,7 +460,7 @@ class GbnfParser {
         const int32_t r = queue.back();
         queue.pop_back();
         for (int32_t a : used_in[r]) {
-          if (waiting[a] > 0 && --waiting[a] == 0 && !done[alt_rule[a]]) {
+          if ((*waiting)[a] > 0 && --(*waiting)[a] == 0 && !done[alt_rule[a]]) {
             done[alt_rule[a]] = true;
             queue.push_back(alt_rule[a]);
           }
@@ -460,12 +468,19 @@ class GbnfParser {
       }
       return done;
     };
-    const std::vector<bool> productive = fixpoint(false);
-    const std::vector<bool> nullable = fixpoint(true);
+    index();
+    std::vector<int32_t> waiting;
+    const std::vector<bool> productive = fixpoint(false, &waiting);
     if (!productive[g_.root_]) {
       return absl::InvalidArgumentError(
           StrCat("grammar: rule '", g_.names_[g_.root_], "' accepts no string at all"));
     }
+    for (auto& alternatives : g_.rules_) alternatives.clear();
+    for (size_t a = 0; a < alt_rule.size(); ++a) {
+      if (waiting[a] == 0) g_.rules_[alt_rule[a]].push_back(alt_start[a]);
+    }
+    index();
+    const std::vector<bool> nullable = fixpoint(true, &waiting);
     // Edges A → B where B can come first in A; `grows` when something follows B. A
     // growing edge inside a cycle is left recursion that never reads a byte.
     std::vector<std::vector<int32_t>> first(n);
@@ -540,6 +555,7 @@ class GbnfParser {
   int depth_ = 0;  // open parentheses
   Grammar g_;
   absl::flat_hash_map<std::string, int32_t> ids_;
+  absl::flat_hash_map<std::array<uint64_t, 4>, int32_t> byte_set_ids_;
   std::vector<bool> defined_;
 };
 

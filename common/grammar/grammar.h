@@ -12,9 +12,10 @@
 // UTF-8 byte sequences of its code points, so what the grammar accepts is valid UTF-8
 // and a token's bytes can be checked one at a time.
 //
-// Compile() refuses, naming the rule: undefined rules, rules that can never end
-// (left recursion that grows the stack, or no finite string at all), a root that
-// accepts nothing, and grammars beyond kMaxElements. Immutable after construction;
+// Compile() refuses, naming the rule: undefined rules, left recursion that grows the
+// stack, a root that accepts nothing, and grammars beyond kMaxElements. Alternatives
+// that can never end (an empty class, a rule with no finite string) are dropped, so
+// every state a matcher reaches can still be completed. Immutable after construction;
 // safe to share between threads.
 #ifndef TANDEM_COMMON_GRAMMAR_GRAMMAR_H_
 #define TANDEM_COMMON_GRAMMAR_GRAMMAR_H_

@@ -106,6 +106,21 @@ TEST(Grammar, NullableLoopsAndRecursion) {
   EXPECT_TRUE(Matches(g, deep));
 }
 
+// An alternative that can never end (a rule without a finite string, an empty class)
+// is dropped: no byte ever leads into a dead end.
+TEST(Grammar, AlternativesThatCannotEndAreDropped) {
+  auto g = MustCompile(R"gbnf(
+    root ::= "a" | "b" loop | "c" [^\x00-\U0010FFFF] | "d"
+    loop ::= "x" loop
+  )gbnf");
+  ASSERT_NE(g, nullptr);
+  GrammarMatcher m(g);
+  EXPECT_FALSE(m.Accept('b'));
+  EXPECT_FALSE(m.Accept('c'));
+  EXPECT_TRUE(Matches(g, "a"));
+  EXPECT_TRUE(Matches(g, "d"));
+}
+
 TEST(Grammar, ErrorsNameTheRuleOrPlace) {
   EXPECT_THAT(CompileError("root ::= item\n"), HasSubstr("rule 'item' is used but not defined"));
   EXPECT_THAT(CompileError("start ::= \"a\"\n"), HasSubstr("there is no rule 'root'"));

@@ -23,6 +23,9 @@ using json = nlohmann::ordered_json;
 
 constexpr int kMaxCount = 1000;                    // minItems/maxItems/minLength/maxLength
 constexpr int64_t kMaxBound = 999999999999999999;  // 18 digits
+constexpr int kMaxDepth = 64;                      // JSON nesting of a schema
+constexpr int kMaxMembers = 4096;                  // members of one object of a schema
+constexpr size_t kMaxPrefixItems = 100;
 
 // The building blocks every schema grammar may use.
 constexpr std::string_view kBaseRules = R"gbnf(ws ::= | " " | "\n" [ \t]{0,20}
@@ -69,7 +72,10 @@ const std::set<std::string_view>& Supported() {
   return k;
 }
 
+// No alternatives at all is an empty class, which matches nothing (Grammar::Compile
+// drops it, or refuses a grammar left with nothing).
 std::string Alternatives(const std::vector<std::string>& alts) {
+  if (alts.empty()) return "[^\\x00-\\U0010FFFF]";
   if (alts.size() == 1) return alts[0];
   std::string out = "(";
   for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
@@ -109,6 +115,8 @@ std::string SameLength(const std::string& lo, const std::string& hi) {
 // hi = nullopt: unbounded (up to 18 digits).
 std::string NonNegativeRange(int64_t lo, std::optional<int64_t> hi) {
   std::vector<std::string> alts;
+  if (hi && *hi > kMaxBound) hi = kMaxBound;  // 18 digits at most, as unbounded numbers
+  if (lo > kMaxBound || (hi && lo > *hi)) return Alternatives(alts);
   const std::string los = std::to_string(lo);
   const size_t max_len = hi ? std::to_string(*hi).size() : 18;
   for (size_t len = los.size(); len <= max_len; ++len) {
@@ -370,11 +378,16 @@ class SchemaCompiler {
       bool required;
     };
     std::vector<Property> props;
-    static const json kAny = true;
     const json* additional = nullptr;  // nullptr: no other properties
     if (s.contains("additionalProperties")) {
       const json& a = s.at("additionalProperties");
       if (!(a.is_boolean() && !a.get<bool>())) additional = &a;
+    }
+    // The other properties' value, compiled once however many names use it.
+    std::string additional_value;
+    if (additional != nullptr) {
+      ASSIGN_OR_RETURN(additional_value,
+                       Visit(*additional, StrCat(where, ".additionalProperties")));
     }
     std::set<std::string> required;
     if (s.contains("required")) {
@@ -399,20 +412,21 @@ class SchemaCompiler {
         return Error(where, StrCat("required property '", name,
                                    "' is not in properties and no other properties are allowed"));
       }
-      props.push_back({name, additional, true});
+      props.push_back({name, nullptr, true});  // nullptr: additional_value
     }
     std::vector<std::string> kv;
     for (const Property& p : props) {
-      ASSIGN_OR_RETURN(std::string value, Visit(*p.schema, StrCat(where, ".properties.", p.name)));
+      std::string value = additional_value;
+      if (p.schema != nullptr) {
+        ASSIGN_OR_RETURN(value, Visit(*p.schema, StrCat(where, ".properties.", p.name)));
+      }
       kv.push_back(StrCat(GbnfLiteral(json(p.name).dump()), " ws \":\" ws ", value));
     }
     std::string extra_kv;
     if (additional != nullptr) {
-      ASSIGN_OR_RETURN(std::string value,
-                       Visit(*additional, StrCat(where, ".additionalProperties")));
       std::vector<std::string> names;
       for (const Property& p : props) names.push_back(p.name);
-      extra_kv = StrCat(KeyExcept(names), " ws \":\" ws ", value);
+      extra_kv = StrCat(KeyExcept(names), " ws \":\" ws ", additional_value);
     }
     // rest[i]: properties i.. after at least one was written; first[i]: before any.
     const size_t n = props.size();
@@ -509,6 +523,10 @@ class SchemaCompiler {
     if (s.contains("prefixItems")) {
       const json& p = s.at("prefixItems");
       if (!p.is_array()) return Error(where, "prefixItems must be an array");
+      if (p.size() > kMaxPrefixItems) {
+        return Error(where, StrCat("prefixItems with more than ", kMaxPrefixItems,
+                                   " schemas is not supported"));
+      }
       for (size_t i = 0; i < p.size(); ++i) {
         ASSIGN_OR_RETURN(std::string e, Visit(p[i], StrCat(where, ".prefixItems[", i, "]")));
         prefix.push_back(e);
@@ -590,15 +608,22 @@ class SchemaCompiler {
 
   absl::StatusOr<std::string> Number(const json& s, const std::string& where, bool integer) {
     // Bounds: (value, exclusive).
-    std::optional<std::pair<double, bool>> lo, hi;
+    // Bounds (value, exclusive), as long double: exact for every 18-digit integer.
+    std::optional<std::pair<long double, bool>> lo, hi;
     for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
       if (!s.contains(key)) continue;
       const json& v = s.at(key);
       if (!v.is_number()) return Error(where, StrCat(key, " must be a number"));
-      const double x = v.get<double>();
-      if (!(std::fabs(x) <= static_cast<double>(kMaxBound))) {
-        return Error(where, StrCat(key, " beyond 18 digits is not supported"));
-      }
+      // Integers exactly (a double holds only 53 bits); at most 18 digits either way.
+      const bool in_range = v.is_number_integer()
+                                ? (v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{kMaxBound}
+                                                          : v.get<int64_t>() >= -kMaxBound &&
+                                                                v.get<int64_t>() <= kMaxBound)
+                                : std::fabs(v.get<double>()) < 1e17;
+      if (!in_range) return Error(where, StrCat(key, " beyond 18 digits is not supported"));
+      const long double x = v.is_number_unsigned()  ? static_cast<long double>(v.get<uint64_t>())
+                            : v.is_number_integer() ? static_cast<long double>(v.get<int64_t>())
+                                                    : static_cast<long double>(v.get<double>());
       const bool exclusive = std::string_view(key).starts_with("exclusive");
       auto& bound = std::string_view(key).find("inimum") != std::string_view::npos ? lo : hi;
       // The tighter of minimum / exclusiveMinimum (or maxima) wins.
@@ -662,10 +687,26 @@ class SchemaCompiler {
 }  // namespace
 
 absl::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json) {
-  json schema;
+  // Bounded before anything recurses over it: nesting depth, and members per object
+  // (an ordered object finds a key by scanning its members).
+  struct TooLarge {
+    std::string what;
+  };
+  std::vector<int> members;  // per open object
+  const json::parser_callback_t bound = [&](int depth, json::parse_event_t event, json&) {
+    if (depth > kMaxDepth) throw TooLarge{StrCat("nests deeper than ", kMaxDepth)};
+    if (event == json::parse_event_t::object_start) members.push_back(0);
+    if (event == json::parse_event_t::object_end && !members.empty()) members.pop_back();
+    if (event == json::parse_event_t::key && !members.empty() && ++members.back() > kMaxMembers) {
+      throw TooLarge{StrCat("has an object of more than ", kMaxMembers, " members")};
+    }
+    return true;
+  };
   try {
-    schema = json::parse(schema_json);
+    const json schema = json::parse(schema_json, bound);
     return SchemaCompiler(schema).Run();
+  } catch (const TooLarge& e) {
+    return absl::InvalidArgumentError(StrCat("json schema: the schema ", e.what));
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(StrCat("json schema: ", e.what()));
   }

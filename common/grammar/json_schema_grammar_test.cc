@@ -258,6 +258,50 @@ TEST(JsonSchemaToGbnf, ErrorsNameTheKeywordAndWhere) {
   EXPECT_THAT(std::string(g.status().message()), HasSubstr("accepts no string"));
 }
 
+// Hostile schemas stay cheap and bounded: nested additionalProperties that each
+// require an unlisted name (compiled once per level, not once per name), deep nesting,
+// wide objects, bounds at the edge of 18 digits.
+TEST(JsonSchemaToGbnf, HostileSchemasAreBounded) {
+  std::string nested = R"({"type": "integer"})";
+  for (int i = 0; i < 40; ++i) {
+    nested = R"({"required": ["a", "b"], "additionalProperties": )" + nested + "}";
+  }
+  auto gbnf = JsonSchemaToGbnf(nested);
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status();
+  EXPECT_LT(gbnf->size(), 200000u);
+  std::string deep(100, '[');
+  deep += std::string(100, ']');
+  EXPECT_THAT(SchemaError(R"({"enum": )" + deep + "}"), HasSubstr("nests deeper than 64"));
+  std::string wide = "{";
+  for (int i = 0; i < 5000; ++i) wide += (i ? ",\"k" : "\"k") + std::to_string(i) + "\": 1";
+  EXPECT_THAT(SchemaError(wide + "}"), HasSubstr("more than 4096 members"));
+  std::string items = R"({"type": "array", "prefixItems": [)";
+  for (int i = 0; i < 101; ++i) items += i ? ", {}" : "{}";
+  EXPECT_THAT(SchemaError(items + "]}"), HasSubstr("prefixItems with more than 100"));
+  EXPECT_THAT(SchemaError(R"({"type": "integer", "minimum": 1000000000000000000})"),
+              HasSubstr("beyond 18 digits"));
+  EXPECT_THAT(SchemaError(R"({"type": "integer", "maximum": -1000000000000000000})"),
+              HasSubstr("beyond 18 digits"));
+  // The largest bounds: exact, and a grammar that accepts exactly the numbers between.
+  auto g = FromSchema(
+      R"({"type": "integer", "minimum": 999999999999999990, "maximum": 999999999999999999})");
+  ASSERT_NE(g, nullptr);
+  EXPECT_TRUE(Matches(g, "999999999999999990"));
+  EXPECT_TRUE(Matches(g, "999999999999999999"));
+  EXPECT_FALSE(Matches(g, "999999999999999989"));
+  EXPECT_FALSE(Matches(g, ""));
+  // Nothing lies above the largest bound: refused, not an empty value.
+  EXPECT_FALSE(
+      Grammar::Compile(
+          *JsonSchemaToGbnf(R"({"type": "integer", "exclusiveMinimum": 999999999999999999})"))
+          .ok());
+  auto inside = FromSchema(R"({"type": "object", "properties": {"n": {"anyOf": [
+      {"type": "integer", "exclusiveMinimum": 999999999999999999}, {"type": "null"}]}}, "required": ["n"]})");
+  ASSERT_NE(inside, nullptr);
+  EXPECT_TRUE(Matches(inside, R"({"n": null})"));
+  EXPECT_FALSE(Matches(inside, R"({"n": })"));
+}
+
 TEST(AnyJsonGbnf, ObjectsOrAnyValue) {
   auto any = Grammar::Compile(AnyJsonGbnf(false));
   auto object = Grammar::Compile(AnyJsonGbnf(true));

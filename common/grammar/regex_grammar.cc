@@ -169,6 +169,7 @@ class RegexParser {
     } else if (c == '{') {
       const size_t save = pos_++;
       ASSIGN_OR_RETURN(int min, Number());
+      if (min < 0 && !AtEnd() && Peek() == ',') min = 0;  // Python's {,n} is {0,n}
       int max = min;
       if (!AtEnd() && Peek() == ',') {
         ++pos_;

@@ -71,7 +71,7 @@ TEST(RegexToGbnf, Examples) {
            {"(?P<year>\\d{4})-(?<m>\\d\\d)", {"2024-05"}, {"24-05"}},
            {"[^a-c\\s]+", {"xyz", "d!"}, {"xa", "x y", ""}},
            {"\\w+@\\w+\\.com", {"me@host.com"}, {"me@host.org", "@host.com"}},
-           {"a{2}b{,2}", {"aab{,2}"}, {"aab", "aabb"}},  // Python: "{,2}" is literal
+           {"a{2}b{,2}", {"aa", "aab", "aabb"}, {"aab{,2}", "aabbb"}},  // Python: {,n} is {0,n}
            {"colou?r", {"color", "colour"}, {"colouur"}},
            {"\\x41\\u00e9\\.\\*", {"Aé.*"}, {"Aé.x"}},
            {"[]a]+", {"]a]"}, {"b"}},

@@ -12,9 +12,13 @@ TokenMasker::TokenMasker(const std::vector<std::string>& token_bytes,
     : vocab_size_(static_cast<int32_t>(token_bytes.size())),
       token_bytes_(token_bytes),
       end_tokens_(std::move(end_tokens)) {
+  // An end token ends the output whatever its text: it is never a piece of it.
   std::vector<int32_t> order;
   for (int32_t id = 0; id < vocab_size_; ++id) {
-    if (!token_bytes[id].empty()) order.push_back(id);
+    if (!token_bytes[id].empty() &&
+        std::find(end_tokens_.begin(), end_tokens_.end(), id) == end_tokens_.end()) {
+      order.push_back(id);
+    }
   }
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     return token_bytes[a] != token_bytes[b] ? token_bytes[a] < token_bytes[b] : a < b;
