@@ -87,20 +87,18 @@ absl::StatusOr<std::shared_ptr<grammar::Constraint>> Engine::MakeConstraint(
   if (token_masker_ == nullptr) {
     return absl::InvalidArgumentError("grammar: this engine has no vocabulary to constrain");
   }
-  std::shared_ptr<const grammar::Grammar>& g = grammars_[p.grammar];
-  if (g == nullptr) {
+  auto it = grammars_.find(p.grammar);
+  if (it == grammars_.end()) {
     auto compiled = grammar::Grammar::Compile(p.grammar);
     if (!compiled.ok()) {
-      grammars_.erase(p.grammar);
       return absl::InvalidArgumentError(StrCat("grammar: ", compiled.status().message()));
     }
-    if (grammars_.size() > kMaxCachedGrammars) {
-      grammars_.clear();
-      return MakeConstraint(p, output);
-    }
-    g = std::make_shared<const grammar::Grammar>(*std::move(compiled));
+    if (grammars_.size() >= kMaxCachedGrammars) grammars_.clear();
+    it =
+        grammars_.emplace(p.grammar, std::make_shared<const grammar::Grammar>(*std::move(compiled)))
+            .first;
   }
-  auto c = std::make_shared<grammar::Constraint>(g, token_masker_);
+  auto c = std::make_shared<grammar::Constraint>(it->second, token_masker_);
   for (int32_t token : output) {
     if (absl::Status st = c->Accept(token); !st.ok()) {
       return absl::InvalidArgumentError(StrCat("first_token_id: ", st.message()));

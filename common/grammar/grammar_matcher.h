@@ -65,7 +65,6 @@ class GrammarMatcher {
   int32_t InternState(const State& s);
   int32_t StepInterned(int32_t id, uint8_t b);
   const State& interned(int32_t id) const { return interned_states_[id]; }
-  bool InternedAlive(int32_t id) const { return interned_states_[id].Alive(); }
   size_t interned_count() const { return interned_states_.size(); }
   void ResetInterned();
 

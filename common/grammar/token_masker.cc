@@ -74,7 +74,7 @@ void TokenMasker::Fill(GrammarMatcher& m, const GrammarMatcher::State& state,
   for (int32_t i = 1; i < n;) {
     const int32_t d = depth_[i];
     const int32_t here = m.StepInterned(level[d - 1], byte_[i]);
-    if (!m.InternedAlive(here)) {
+    if (!m.interned(here).Alive()) {
       i = end_[i];
       continue;
     }
