@@ -7,12 +7,18 @@
 // for SmolLM2, Qwen2/2.5, Llama 3/3.1, Mistral and Gemma templates and
 // chat_template_test.cc checks it.
 //
-// The template sees `messages` (a list of {"role", "content"}), `add_generation_prompt`,
-// `tools` and `documents` (both None, as transformers passes them), `bos_token` /
-// `eos_token` when given, and any extra variables. Nothing else: no files, no clock.
+// The template sees `messages` (a list of {"role", "content"}, plus "tool_calls",
+// "tool_call_id" and "name" where a message has them), `add_generation_prompt`, `tools`
+// (None, or OpenAI's [{"type": "function", "function": {"name", "description",
+// "parameters"}}]), `documents` (None), `bos_token` / `eos_token` when given, and any
+// extra variables. Nothing else: no files, no clock. A tool call is given as
+// {"id", "type": "function", "function": {"name", "arguments"}} with the arguments as the
+// object their JSON text holds (as vLLM passes them; templates print them with tojson),
+// and a message's content as "" when the client sent none (vLLM again).
 //
 // Errors (all prefixed "chat template: "): Unimplemented for an empty template or a
-// Jinja feature outside the supported subset; InvalidArgument for no messages, a
+// Jinja feature outside the supported subset; InvalidArgument for no messages, tool-call
+// arguments or tool parameters that are not a JSON object, a
 // malformed template (with line and column) or one that rejects the conversation
 // (its raise_exception message, e.g. "Conversation roles must alternate ...");
 // ResourceExhausted when the template exceeds its limits (jinja/budget.h).
@@ -31,9 +37,25 @@
 
 namespace tandem::tokenizer {
 
+struct ToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON object's text
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant", or whatever else the template accepts
+  std::string role;  // "system", "user", "assistant", "tool", or what else the template accepts
   std::string content;
+  std::vector<ToolCall> tool_calls;  // an assistant turn's calls (absent when empty)
+  std::string tool_call_id;          // a tool turn: the call it answers (absent when empty)
+  std::string name;                  // absent when empty
+};
+
+// A function the model may call (OpenAI's tools[i].function).
+struct ToolDefinition {
+  std::string name;
+  std::optional<std::string> description;
+  std::string parameters;  // a JSON Schema object's text; empty: absent
 };
 
 struct ChatTemplateOptions {
@@ -42,6 +64,8 @@ struct ChatTemplateOptions {
   // (Tokenizer::Encode), so callers that keep that leave bos_token unset.
   std::optional<std::string> bos_token;
   std::optional<std::string> eos_token;
+  // Unset: `tools` is None.
+  std::optional<std::vector<ToolDefinition>> tools;
   // More variables, e.g. {"date_string", "26 Jul 2024"} for Llama 3.1; these win over
   // the ones above.
   jinja::ValueDict extra_variables;

@@ -6,8 +6,12 @@ Produces
          "cases": [{"family": str, "messages": [{"role", "content"}],
           "add_generation_prompt": bool,
           "bos_token": str (absent: undefined), "eos_token": str (absent: undefined),
+          "tools": [tool, ...] (absent: None),
           "rendered": str               -- when the template renders, or
-          "error": str}, ...]}          -- the message it raised (raise_exception)
+          "error": str,                 -- the message it raised (raise_exception), or
+          "error_type": str}, ...]}     -- set when jinja2 or Python failed on its own (an
+                                           undefined attribute, None + str): tandem must fail
+                                           too, with its own message
     tandem's own Jinja interpreter (common/tokenizer/jinja/) must reproduce "rendered" byte for
     byte and fail with "error" (common/tokenizer/chat_template_test.cc).
 
@@ -111,6 +115,15 @@ GEMMA3 = """{{ bos_token }}
 {%- endif -%}
 """
 
+# Hermes 3's tool-use template (NousResearch/Hermes-3-Llama-3.1-8B, chat_template "tool_use"),
+# as copied in public code; ChatML with <tool_call> JSON, the format tandem's "hermes" parser reads.
+HERMES3_TOOL_USE = json.loads(r'''"{%- macro json_to_python_type(json_spec) %}\n{%- set basic_type_map = {\n    \"string\": \"str\",\n    \"number\": \"float\",\n    \"integer\": \"int\",\n    \"boolean\": \"bool\"\n} %}\n\n{%- if basic_type_map[json_spec.type] is defined %}\n    {{- basic_type_map[json_spec.type] }}\n{%- elif json_spec.type == \"array\" %}\n    {{- \"list[\" +  json_to_python_type(json_spec|items) + \"]\"}}\n{%- elif json_spec.type == \"object\" %}\n    {%- if json_spec.additionalProperties is defined %}\n        {{- \"dict[str, \" + json_to_python_type(json_spec.additionalProperties) + ']'}}\n    {%- else %}\n        {{- \"dict\" }}\n    {%- endif %}\n{%- elif json_spec.type is iterable %}\n    {{- \"Union[\" }}\n    {%- for t in json_spec.type %}\n      {{- json_to_python_type({\"type\": t}) }}\n      {%- if not loop.last %}\n        {{- \",\" }} \n    {%- endif %}\n    {%- endfor %}\n    {{- \"]\" }}\n{%- else %}\n    {{- \"Any\" }}\n{%- endif %}\n{%- endmacro %}\n\n\n{{- bos_token }}\n{{- '<|im_start|>system\n' }}\n{{- \"You are a function calling AI model. You are provided with function signatures within <tools></tools> XML tags. You may call one or more functions to assist with the user query. Don't make assumptions about what values to plug into functions. Here are the available tools: <tools> \" }}\n{%- for tool in tools %}\n    {%- if tool.function is defined %}\n        {%- set tool = tool.function %}\n    {%- endif %}\n    {{- '{\"type\": \"function\", \"function\": ' }}\n    {{- '{\"name\": \"' + tool.name + '\", ' }}\n    {{- '\"description\": \"' + tool.name + '(' }}\n    {%- for param_name, param_fields in tool.parameters.properties|items %}\n        {{- param_name + \": \" + json_to_python_type(param_fields) }}\n        {%- if not loop.last %}\n            {{- \", \" }}\n        {%- endif %}\n    {%- endfor %}\n    {{- \")\" }}\n    {%- if tool.return is defined %}\n        {{- \" -> \" + json_to_python_type(tool.return) }}\n    {%- endif %}\n    {{- \" - \" + tool.description + \"\n\n\" }}\n    {%- for param_name, param_fields in tool.parameters.properties|items %}\n        {%- if loop.first %}\n            {{- \"    Args:\n\" }}\n        {%- endif %}\n        {{- \"        \" + param_name + \"(\" + json_to_python_type(param_fields) + \"): \" + param_fields.description|trim }}\n    {%- endfor %}\n    {%- if tool.return is defined and tool.return.description is defined %}\n        {{- \"\n    Returns:\n        \" + tool.return.description }}\n    {%- endif %}\n    {{- '\"' }}\n    {{- ', \"parameters\": ' }}\n    {%- if tool.parameters.properties | length == 0 %}\n        {{- \"{}\" }}\n    {%- else %}\n        {{- tool.parameters|tojson }}\n    {%- endif %}\n    {{- \"}\" }}\n    {%- if not loop.last %}\n        {{- \"\n\" }}\n    {%- endif %}\n{%- endfor %}\n{{- \" </tools>\" }}\n{{- 'Use the following pydantic model json schema for each tool call you will make: {\"properties\": {\"name\": {\"title\": \"Name\", \"type\": \"string\"}, \"arguments\": {\"title\": \"Arguments\", \"type\": \"object\"}}, \"required\": [\"name\", \"arguments\"], \"title\": \"FunctionCall\", \"type\": \"object\"}}\n' }}\n{{- \"For each function call return a json object with function name and arguments within <tool_call></tool_call> XML tags as follows:\n\" }}\n{{- \"<tool_call>\n\" }}\n{{- '{\"name\": <function-name>, \"arguments\": <args-dict>}\n' }}\n{{- '</tool_call><|im_end|>\n' }}\n{%- for message in messages %}\n    {%- if message.role == \"user\" or message.role == \"system\" or (message.role == \"assistant\" and message.tool_calls is not defined) %}\n        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}\n    {%- elif message.role == \"assistant\" %}\n        {{- '<|im_start|>' + message.role }}\n    {%- for tool_call in message.tool_calls %}\n       {{- '\n<tool_call>\n' }}           {%- if tool_call.function is defined %}\n                {%- set tool_call = tool_call.function %}\n            {%- endif %}\n            {{- '{' }}\n            {{- '\"name\": \"' }}\n            {{- tool_call.name }}\n            {{- '\"' }}\n            {{- ', '}}\n            {%- if tool_call.arguments is defined %}\n                {{- '\"arguments\": ' }}\n                {%- if tool_call.arguments is string %}\n                    {{- tool_call.arguments }}\n                {%- else %}\n                    {{- tool_call.arguments|tojson }}\n                {%- endif %}\n            {%- endif %}\n             {{- '}' }}\n            {{- '\n</tool_call>' }}\n    {%- endfor %}\n        {{- '<|im_end|>\n' }}\n    {%- elif message.role == \"tool\" %}\n        {%- if loop.previtem and loop.previtem.role != \"tool\" %}\n            {{- '<|im_start|>tool\n' }}\n        {%- endif %}\n        {{- '<tool_response>\n' }}\n        {{- message.content }}\n        {%- if not loop.last %}\n            {{- '\n</tool_response>\n' }}\n        {%- else %}\n            {{- '\n</tool_response>' }}\n        {%- endif %}\n        {%- if not loop.last and loop.nextitem.role != \"tool\" %}\n            {{- '<|im_end|>' }}\n        {%- elif loop.last %}\n            {{- '<|im_end|>' }}\n        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\n' }}\n{%- endif %}\n"''')
+
+# A Qwen3-style tool template as used in public code (Qwen3's published template with the
+# reasoning branches removed): a namespace with keyword arguments, a reversed slice, str
+# methods and `enable_thinking`.
+QWEN3_TOOLS = json.loads(r'''"{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0].role == 'system' %}\n        {{- messages[0].content + '\\n\\n' }}\n    {%- endif %}\n    {{- \"# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n    {%- for tool in tools %}\n        {{- \"\\n\" }}\n        {{- tool | tojson }}\n    {%- endfor %}\n    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n{%- else %}\n    {%- if messages[0].role == 'system' %}\n        {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n{%- for message in messages[::-1] %}\n    {%- set index = (messages|length - 1) - loop.index0 %}\n    {%- if ns.multi_step_tool and message.role == \"user\" and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}\n        {%- set ns.multi_step_tool = false %}\n        {%- set ns.last_query_index = index %}\n    {%- endif %}\n{%- endfor %}\n{%- for message in messages %}\n    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) %}\n        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}\n    {%- elif message.role == \"assistant\" %}\n        {%- set content = message.content %}\n        {%- set reasoning_content = '' %}\n        {{- '<|im_start|>' + message.role + '\\n' + content }}\n        {%- if message.tool_calls %}\n            {%- for tool_call in message.tool_calls %}\n                {%- if (loop.first and content) or (not loop.first) %}\n                    {{- '\\n' }}\n                {%- endif %}\n                {%- if tool_call.function %}\n                    {%- set tool_call = tool_call.function %}\n                {%- endif %}\n                {{- '<tool_call>\\n{\"name\": \"' }}\n                {{- tool_call.name }}\n                {{- '\", \"arguments\": ' }}\n                {%- if tool_call.arguments is string %}\n                    {{- tool_call.arguments }}\n                {%- else %}\n                    {{- tool_call.arguments | tojson }}\n                {%- endif %}\n                {{- '}\\n</tool_call>' }}\n            {%- endfor %}\n        {%- endif %}\n        {{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"tool\" %}\n        {%- if loop.first or (messages[loop.index0 - 1].role != \"tool\") %}\n            {{- '<|im_start|>user' }}\n        {%- endif %}\n        {{- '\\n<tool_response>\\n' }}\n        {{- message.content }}\n        {{- '\\n</tool_response>' }}\n        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n            {{- '<|im_end|>\\n' }}\n        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n    {%- if enable_thinking is defined and enable_thinking is false %}\n        {{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}\n{%- endif %}"''')
+
 
 def U(content):
     return {"role": "user", "content": content}
@@ -161,14 +174,69 @@ FAMILIES = [
     ("gemma", GEMMA, "<bos>", "<eos>"),
     ("phi3", PHI3, "<s>", "<|endoftext|>"),
     ("gemma3", GEMMA3, "<bos>", "<eos>"),
+    ("hermes3-tool-use", HERMES3_TOOL_USE, "<|begin_of_text|>", "<|im_end|>"),
+    ("qwen3-tools", QWEN3_TOOLS, None, "<|im_end|>"),
 ]
+
+# Tools as tandem passes them to templates: OpenAI's {"type": "function", "function": {...}}
+# with the keys the client sent, in its order. (No array- or union-typed parameter: Hermes 3's
+# template recurses forever on the first and cannot hash the second under jinja2 itself.)
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "  City name, e.g. Zürich "},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "Unit"},
+            "days": {"type": "integer", "description": "Forecast days"},
+            "opts": {"type": "object", "additionalProperties": {"type": "number"},
+                     "description": "Options"}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "now",
+        "description": "The time now.",
+        "parameters": {"type": "object", "properties": {}}}},
+]
+
+
+def CALLS(*calls):
+    """An assistant turn that calls tools. OpenAI clients send its content as null; tandem, like
+    vLLM, gives templates "" then, and the arguments as the object their JSON text holds."""
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+        for cid, name, args in calls]}
+
+
+def T(content, call_id):
+    return {"role": "tool", "content": content, "tool_call_id": call_id}
+
+
+W1 = ("call00001", "get_weather", {"city": "Paris", "unit": "celsius"})
+W2 = ("call00002", "get_weather", {"city": "Oslo", "days": 3, "opts": {"ü": 1.5, "x": -2}})
+N1 = ("call00003", "now", {})
+
+# Conversations with tool calls and results; each renders with TOOLS and without tools.
+TOOL_CONVERSATIONS = [
+    [U("What's the weather in Paris?")],
+    [S("You are a weather bot."), U("Weather in Paris?")],
+    [U("Weather in Paris?"), CALLS(W1), T('{"temperature": 21, "sky": "clear"}', "call00001")],
+    [S("sys"), U("Paris and Oslo?"), CALLS(W1, W2), T("21 C", "call00001"), T("-3 C", "call00002"),
+     A("Paris 21 C, Oslo -3 C."), U("And the time?"), CALLS(N1), T("12:00", "call00003")],
+    [U("Time?"), {"role": "assistant", "content": "Let me check.", "tool_calls": [
+        {"id": "call00003", "type": "function", "function": {"name": "now", "arguments": {}}}]},
+     T("12:00", "call00003"), A("It is noon."), U("Thanks")],
+]
+
+
+class Raised(jinja2.exceptions.TemplateError):
+    """What the template's own raise_exception() raises: tandem must give the same message."""
 
 
 def make_env():
     """The environment transformers' _compile_jinja_template builds."""
 
     def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
+        raise Raised(message)
 
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
@@ -207,8 +275,24 @@ def main() -> None:
                 try:
                     case["rendered"] = tpl.render(messages=messages, tools=None, documents=None,
                                                   add_generation_prompt=gen, **specials)
-                except jinja2.exceptions.TemplateError as e:
+                except (jinja2.exceptions.TemplateError, TypeError) as e:
                     case["error"] = str(e)
+                    if not isinstance(e, Raised):
+                        case["error_type"] = type(e).__name__
+                cases.append(case)
+        for messages in TOOL_CONVERSATIONS:
+            for tools in (TOOLS, None):
+                case = {"family": family, "messages": messages, "add_generation_prompt": True,
+                        **specials}
+                if tools is not None:
+                    case["tools"] = tools
+                try:
+                    case["rendered"] = tpl.render(messages=messages, tools=tools, documents=None,
+                                                  add_generation_prompt=True, **specials)
+                except (jinja2.exceptions.TemplateError, TypeError) as e:
+                    case["error"] = str(e)
+                    if not isinstance(e, Raised):
+                        case["error_type"] = type(e).__name__  # tandem must fail, in its words
                 cases.append(case)
     with open(OUT, "w") as f:
         json.dump({"templates": templates, "cases": cases}, f, ensure_ascii=False, indent=1)

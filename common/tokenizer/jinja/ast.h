@@ -48,15 +48,20 @@ struct Expr {
   std::vector<std::string> ops;  // kCompare
 };
 
+// The name a filter block's expression reads its rendered body from (no template can
+// spell it: names have no spaces).
+inline constexpr std::string_view kFilterBody = " filter body";
+
 struct Stmt {
   enum class Kind {
-    kText,      // text
-    kOutput,    // {{ expr }}
-    kIf,        // if expr: body, else else_body (elif is a nested kIf there)
-    kFor,       // for names in expr [if filter]: body, else else_body
-    kSet,       // set names = expr; or set target.name = expr (target set)
-    kSetBlock,  // set names[0] %} body {% endset
-    kMacro,     // macro name(names, defaults for the last ones) body
+    kText,         // text
+    kOutput,       // {{ expr }}
+    kIf,           // if expr: body, else else_body (elif is a nested kIf there)
+    kFor,          // for names in expr [if filter]: body, else else_body
+    kSet,          // set names = expr; or set target.name = expr (target set)
+    kSetBlock,     // set names[0] %} body {% endset
+    kFilterBlock,  // filter f | g %} body {% endfilter: expr applies f, g to kFilterBody
+    kMacro,        // macro name(names, defaults for the last ones) body
     kBreak,
     kContinue,
   };

@@ -236,6 +236,60 @@ Value Items(const ValueDict& dict) {
   return Value::List(std::move(pairs));
 }
 
+// jinja2's indent(width=4, first=False, blank=False): lines after the first (and the
+// first too with `first`) get `width` spaces, or the string `width`; blank lines stay
+// blank unless `blank`. Lines end where Python's str.splitlines() ends them.
+absl::StatusOr<Value> Indent(const std::string& s, const CallArgs& args, Budget* budget) {
+  std::string pad = "    ";
+  if (const Value* w = args.Get(0, "width"); w != nullptr) {
+    if (w->is_string()) {
+      pad = w->str();
+    } else if (w->is_integer()) {
+      pad.assign(static_cast<size_t>(std::clamp<int64_t>(w->int_value(), 0, 256)), ' ');
+    } else {
+      return TypeError("indent: width must be an int or a string");
+    }
+  }
+  const Value* first = args.Get(1, "first");
+  const Value* blank = args.Get(2, "blank");
+  // str.splitlines() on s + "\n" (jinja2 appends one so a trailing newline is kept).
+  std::vector<std::string> lines;
+  const std::string t = s + "\n";
+  size_t start = 0;
+  for (size_t i = 0; i < t.size();) {
+    size_t len = 0;  // the line break at i, in bytes
+    const unsigned char c = t[i];
+    if (c == '\r') {
+      len = i + 1 < t.size() && t[i + 1] == '\n' ? 2 : 1;
+    } else if (c == '\n' || c == 0x0b || c == 0x0c || c == 0x1c || c == 0x1d || c == 0x1e) {
+      len = 1;
+    } else if (c == 0xc2 && i + 1 < t.size() && static_cast<unsigned char>(t[i + 1]) == 0x85) {
+      len = 2;
+    } else if (c == 0xe2 && i + 2 < t.size() && static_cast<unsigned char>(t[i + 1]) == 0x80 &&
+               (static_cast<unsigned char>(t[i + 2]) == 0xa8 ||
+                static_cast<unsigned char>(t[i + 2]) == 0xa9)) {
+      len = 3;
+    }
+    if (len == 0) {
+      ++i;
+      continue;
+    }
+    lines.push_back(t.substr(start, i - start));
+    i += len;
+    start = i;
+  }
+  if (start < t.size()) lines.push_back(t.substr(start));
+  std::string out;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) out += '\n';
+    if (i > 0 && (!lines[i].empty() || (blank != nullptr && Truthy(*blank)))) out += pad;
+    out += lines[i];
+  }
+  if (first != nullptr && Truthy(*first)) out = pad + out;
+  RETURN_IF_ERROR(budget->SpendBytes(out.size()));
+  return Value::String(std::move(out));
+}
+
 }  // namespace
 
 Value GetAttribute(const Value& obj, std::string_view name) {
@@ -362,10 +416,11 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, const C
   }
   // The rest work on str(v).
   if (name == "string" || name == "trim" || name == "upper" || name == "lower" ||
-      name == "capitalize" || name == "title" || name == "replace") {
+      name == "capitalize" || name == "title" || name == "replace" || name == "indent") {
     ASSIGN_OR_RETURN(const std::string s, ToStr(v, budget));
     RETURN_IF_ERROR(budget->SpendBytes(s.size()));
     if (name == "string") return Value::String(s);
+    if (name == "indent") return Indent(s, args, budget);
     if (name == "upper") return Value::String(py::Upper(s));
     if (name == "lower") return Value::String(py::Lower(s));
     if (name == "capitalize") return Value::String(py::Capitalize(s));

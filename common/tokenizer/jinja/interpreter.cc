@@ -205,6 +205,23 @@ class Interpreter {
         RETURN_IF_ERROR(Assign(s, s.names, Value::String(std::move(captured))));
         break;
       }
+      case Stmt::Kind::kFilterBlock: {
+        std::string captured;
+        std::string* saved = std::exchange(out_, &captured);
+        absl::StatusOr<Flow> flow = ExecBlock(s.body);
+        out_ = saved;
+        RETURN_IF_ERROR(flow.status());
+        frames_.back()[std::string(kFilterBody)] = Value::String(std::move(captured));
+        ASSIGN_OR_RETURN(const Value v, Eval(*s.expr));
+        std::string text;
+        if (v.is_string()) {
+          text = v.str();
+        } else {
+          RETURN_IF_ERROR(AppendStr(v, &text, budget_.limits().max_output_bytes));
+        }
+        RETURN_IF_ERROR(Emit(text));
+        break;
+      }
       case Stmt::Kind::kMacro:
         frames_.back()[s.text] = Value::Function(s.text, &s);
         break;

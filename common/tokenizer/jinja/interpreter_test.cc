@@ -199,6 +199,23 @@ const Case kCases[] = {
      "{{ [1, 2, 1].count(1) }} {{ [1, 2].index(2) }}",
      "True False True True [Undefined, '  Hello World  ', None] They're ({Hello) World-Wide False "
      "True 2 1"},
+    // Filter blocks.
+    {"{% filter upper %}a{{ n }}b{% endfilter %}", "A7B"},
+    {"{% filter trim | upper %}  pad {{ n }}  {% endfilter %}|", "PAD 7|"},
+    {"{% filter replace('a', 'b') %}banana{% endfilter %}", "bbnbnb"},
+    {"{% for i in [1, 2] %}{% filter upper %}x{{ i }}{% endfilter %}{% endfor %}", "X1X2"},
+    {"{% filter indent(2) %}a\nb{% endfilter %}", "a\n  b"},
+    {"{{ 'a\\nb\\n\\nc\\r\\nd' | indent }}|{{ 'a\\nb\\n' | indent(2, true) }}|{{ "
+     "'a\\n\\nb' | indent('> ', blank=true) }}|{{ 'a\\u2028b\\x85c' | indent(1) }}|{{ '' | "
+     "indent(first=true) }}",
+     "a\n    b\n\n    c\n    d|  a\n  b\n|a\n> \n> b|a\n b\n c|    "},
+    // Filters on None: string filters see str(None), as jinja2's do.
+    {"{{ none | string }}|{{ none | default('d') }}|{{ none | tojson }}|{{ [none, 1] | "
+     "map('string') | join(',') }}",
+     "None|None|null|None,1"},
+    {"{{ none | lower }}|{{ none | upper }}|{{ none | trim }}|{{ none | capitalize }}|{{ none | "
+     "title }}|{{ none | replace('o', '0') }}|{{ none | int }}|{{ none | float }}",
+     "none|NONE|None|None|None|N0ne|0|0.0"},
 };
 
 TEST(Interpreter, MatchesJinja2) {
@@ -234,6 +251,9 @@ TEST(Interpreter, RaisesWhereJinja2Raises) {
       {"{% set n.x = 1 %}", "not a namespace"},
       {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
       {"{{ 2 ** 64 }}", "integer overflow"},
+      {"{{ none | length }}", "object of type 'NoneType' has no len()"},
+      {"{{ none | first }}", "'NoneType' object is not iterable"},
+      {"{% filter nope %}x{% endfilter %}", "no filter named 'nope'"},
   };
   for (const auto& e : kErrors) {
     auto got = Render(e.source);

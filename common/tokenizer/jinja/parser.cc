@@ -168,6 +168,7 @@ class Parser {
     if (name == "if") return ParseIf(tag, out);
     if (name == "set") return ParseSet(tag, out);
     if (name == "macro") return ParseMacro(tag, out);
+    if (name == "filter") return ParseFilterBlock(tag, out);
     if (name == "break" || name == "continue") {
       if (loops_ == 0) return Error(tag, StrCat("'", name, "' outside a loop"));
       out->push_back(At(name == "break" ? Stmt::Kind::kBreak : Stmt::Kind::kContinue, tag));
@@ -179,8 +180,8 @@ class Parser {
       RETURN_IF_ERROR(ParseBody(out, {"endgeneration"}, &found));
       return ExpectStmtEnd();
     }
-    for (std::string_view known : {"include", "import", "from", "extends", "block", "call",
-                                   "filter", "with", "autoescape", "do", "trans"}) {
+    for (std::string_view known : {"include", "import", "from", "extends", "block", "call", "with",
+                                   "autoescape", "do", "trans"}) {
       if (name == known) {
         return absl::UnimplementedError(StrCat("line ", tag.line, ", column ", tag.column,
                                                ": the '", name, "' tag is not supported"));
@@ -268,6 +269,33 @@ class Parser {
     RETURN_IF_ERROR(ExpectStmtEnd());
     std::string found;
     RETURN_IF_ERROR(ParseBody(&s.body, {"endset"}, &found));
+    out->push_back(std::move(s));
+    return ExpectStmtEnd();
+  }
+
+  // {% filter f(args) | g %} body {% endfilter %}: the body's text through f, then g.
+  absl::Status ParseFilterBlock(const Token& tag, std::vector<Stmt>* out) {
+    Stmt s = At(Stmt::Kind::kFilterBlock, tag);
+    ASSIGN_OR_RETURN(ExprPtr body, Make(Expr::Kind::kName, tag, {}, std::string(kFilterBody)));
+    const Token& at = Peek();
+    ASSIGN_OR_RETURN(std::string name, ExpectName());
+    if (SkipOp("(")) {
+      ASSIGN_OR_RETURN(s.expr, ParseCall(at, Expr::Kind::kFilter, std::move(body), name));
+    } else {
+      ASSIGN_OR_RETURN(s.expr, Make(Expr::Kind::kFilter, at, Args(std::move(body)), name));
+    }
+    while (IsOp("|")) {
+      const Token& bar = Next();
+      ASSIGN_OR_RETURN(std::string next, ExpectName());
+      if (SkipOp("(")) {
+        ASSIGN_OR_RETURN(s.expr, ParseCall(bar, Expr::Kind::kFilter, std::move(s.expr), next));
+      } else {
+        ASSIGN_OR_RETURN(s.expr, Make(Expr::Kind::kFilter, bar, Args(std::move(s.expr)), next));
+      }
+    }
+    RETURN_IF_ERROR(ExpectStmtEnd());
+    std::string found;
+    RETURN_IF_ERROR(ParseBody(&s.body, {"endfilter"}, &found));
     out->push_back(std::move(s));
     return ExpectStmtEnd();
   }

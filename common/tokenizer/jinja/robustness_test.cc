@@ -86,6 +86,8 @@ const char* const kFragments[] = {
     "'ab' * 9999", "f(",
     "caller",      "\xff",
     "\xe3\x80",    "é",
+    "filter",      "endfilter",
+    "indent(",     "| indent(9999, true, true)",
 };
 
 ValueDict Variables() {
