@@ -41,13 +41,21 @@ class OutboxSink : public ResponseSink {
         t->set_logprob(logprob);
       }
     }
+    for (tokenizer::ToolCall& call : chunk.tool_calls) {
+      v1::ToolCall* out = c->add_tool_calls();
+      out->set_id(std::move(call.id));
+      out->set_name(std::move(call.name));
+      out->set_arguments(std::move(call.arguments));
+    }
     outbox_->Push(std::move(msg));
   }
 
   void OnComplete(const Completion& done) override {
     v1::GenerateResponse msg;
     v1::GenerateComplete* c = msg.mutable_complete();
-    c->set_finish_reason(ToProto(done.reason));
+    c->set_finish_reason(done.tool_calls && done.reason == engine::FinishReason::kStop
+                             ? v1::FINISH_REASON_TOOL_CALLS
+                             : ToProto(done.reason));
     c->set_stop_reason(done.stop_reason);
     c->set_request_id(done.request_id);
     c->mutable_usage()->set_prompt_tokens(done.prompt_tokens);

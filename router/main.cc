@@ -58,6 +58,11 @@ int main(int argc, char** argv) {
                  "Longest request (prompt + max_tokens) accepted and advertised (0: the model's "
                  "context length)")
       ->capture_default_str();
+  std::string tool_call_parser = "auto";
+  app.add_option("--tool-call-parser", tool_call_parser,
+                 "How the model writes tool calls: hermes, llama3_json, mistral, or auto (from "
+                 "its chat template)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   options.lease = std::chrono::milliseconds(lease_ms);
   auto fail = [](const absl::Status& st) {
@@ -69,6 +74,14 @@ int main(int argc, char** argv) {
   options.routing = *policy;
   if (auto st = metrics::CheckPrefix(flags.metrics_prefix); !st.ok()) return fail(st);
   if (auto st = tls.CheckServer(); !st.ok()) return fail(st);
+
+  std::optional<router::ToolCallFormat> tool_format;
+  if (tool_call_parser != "auto") {
+    auto f = router::ParseToolCallFormat(tool_call_parser);
+    if (!f.ok())
+      return fail(absl::InvalidArgumentError(StrCat("--tool-call-parser: ", f.status().message())));
+    tool_format = *f;
+  }
 
   auto model = engine::OpenModelFile(flags.model);  // the router only tokenizes
   if (!model.ok()) return fail(model.status());
@@ -90,7 +103,9 @@ int main(int argc, char** argv) {
                           router::GrpcWorkerClients(flags.InternalKey()),
                           {.poll_interval = std::chrono::milliseconds(poll_ms),
                            .discovery_interval = std::chrono::milliseconds(discovery_ms)});
-  router::RequestValidator validator(*model->tokenizer, config, limits);
+  router::RequestValidator validator(*model->tokenizer, config, limits, tool_format);
+  std::fprintf(stderr, "tandem-router: tool calls parsed as %s\n",
+               std::string(router::ToolCallFormatName(validator.tool_format())).c_str());
   router::Router router(*model->tokenizer, config, &pool, options);
   metrics.SetRefresh([&router](metrics::Metrics& m) {
     const router::RouterStats s = router.Stats();

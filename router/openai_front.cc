@@ -92,8 +92,22 @@ http::Response JsonResponse(const json& j) {
   return r;
 }
 
-std::string_view OpenAiFinishReason(engine::FinishReason r) {
-  return r == engine::FinishReason::kLength ? "length" : "stop";
+std::string_view OpenAiFinishReason(const Completion& done) {
+  if (done.reason == engine::FinishReason::kLength) return "length";
+  return done.tool_calls ? "tool_calls" : "stop";
+}
+
+// OpenAI's tool_calls entries; `first_index`: the choice's calls before these (streaming).
+json ToolCallsJson(const std::vector<tokenizer::ToolCall>& calls, int first_index, bool stream) {
+  json out = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (stream) c["index"] = first_index + static_cast<int>(i);
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 // Builds the response JSON of one HTTP request.
@@ -128,10 +142,16 @@ class ResponseWriter {
     json lp = Logprobs(chunk, &c);
     c.text += chunk.text;
     c.tokens += static_cast<int32_t>(chunk.token_ids.size());
-    if (chunk.text.empty() && lp.is_null()) return nullptr;
+    if (chunk.text.empty() && lp.is_null() && chunk.tool_calls.empty()) return nullptr;
     json choice = {{"index", index}, {"logprobs", lp}, {"finish_reason", nullptr}};
     if (chat_) {
-      choice["delta"] = {{"content", chunk.text}};
+      choice["delta"] = json::object();
+      if (!chunk.text.empty() || chunk.tool_calls.empty()) choice["delta"]["content"] = chunk.text;
+      if (!chunk.tool_calls.empty()) {
+        choice["delta"]["tool_calls"] =
+            ToolCallsJson(chunk.tool_calls, static_cast<int>(c.tool_calls.size()), true);
+      }
+      c.tool_calls.insert(c.tool_calls.end(), chunk.tool_calls.begin(), chunk.tool_calls.end());
     } else {
       choice["text"] = chunk.text;
     }
@@ -146,7 +166,7 @@ class ResponseWriter {
     json choice = {
         {"index", index},
         {"logprobs", nullptr},
-        {"finish_reason", OpenAiFinishReason(done.reason)},
+        {"finish_reason", OpenAiFinishReason(done)},
         {"stop_reason", done.stop_reason.empty() ? json(nullptr) : json(done.stop_reason)}};
     if (chat_) {
       choice["delta"] = json::object();
@@ -171,11 +191,15 @@ class ResponseWriter {
       const Choice& c = choices_[i];
       json choice = {
           {"index", i},
-          {"finish_reason", OpenAiFinishReason(c.done.reason)},
+          {"finish_reason", OpenAiFinishReason(c.done)},
           {"stop_reason", c.done.stop_reason.empty() ? json(nullptr) : json(c.done.stop_reason)},
           {"logprobs", c.logprobs.is_null() ? json(nullptr) : c.logprobs}};
       if (chat_) {
         choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        if (!c.tool_calls.empty()) {
+          if (c.text.empty()) choice["message"]["content"] = nullptr;
+          choice["message"]["tool_calls"] = ToolCallsJson(c.tool_calls, 0, false);
+        }
       } else {
         choice["text"] = c.text;
       }
@@ -199,6 +223,7 @@ class ResponseWriter {
  private:
   struct Choice {
     std::string text;
+    std::vector<tokenizer::ToolCall> tool_calls;
     int32_t tokens = 0;
     json logprobs;  // accumulated, for the non-streaming response
     Completion done;

@@ -358,6 +358,84 @@ absl::StatusOr<std::vector<v1::GenerateRequest>> ReadPrompts(const json& body) {
   return out;
 }
 
+// tools, tool_choice and parallel_tool_calls (OpenAI's), into `chat`.
+absl::Status ReadTools(std::string_view raw, const json& body, v1::Chat* chat) {
+  auto it = body.find("tools");
+  const bool has_tools = it != body.end() && !it->is_null() && !(it->is_array() && it->empty());
+  if (has_tools) {
+    if (!it->is_array()) return Bad("tools", "must be an array");
+    // Parameters keep the order their properties were sent in (SchemaText).
+    ASSIGN_OR_RETURN(const std::string text, SchemaText(raw, *it, {"tools"}, "tools"));
+    const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (!tools.is_array()) return Bad("tools", "must be an array");
+    for (size_t i = 0; i < tools.size(); ++i) {
+      const nlohmann::ordered_json& t = tools[i];
+      const std::string field = StrCat("tools[", i, "]");
+      if (!t.is_object()) return Bad(field, "must be an object");
+      if (auto type = t.find("type");
+          type != t.end() && !(type->is_string() && type->get<std::string>() == "function")) {
+        return Bad(StrCat(field, ".type"), "must be \"function\"");
+      }
+      auto f = t.find("function");
+      if (f == t.end() || !f->is_object()) return Bad(StrCat(field, ".function"), "is required");
+      v1::Tool* tool = chat->add_tools();
+      auto name = f->find("name");
+      if (name == f->end() || !name->is_string()) {
+        return Bad(StrCat(field, ".function.name"), "is required (a string)");
+      }
+      tool->set_name(name->get<std::string>());
+      if (auto d = f->find("description"); d != f->end() && !d->is_null()) {
+        if (!d->is_string()) return Bad(StrCat(field, ".function.description"), "must be a string");
+        tool->set_description(d->get<std::string>());
+      }
+      if (auto p = f->find("parameters"); p != f->end() && !p->is_null()) {
+        if (!p->is_object()) {
+          return Bad(StrCat(field, ".function.parameters"), "must be a JSON Schema object");
+        }
+        tool->set_parameters(p->dump());
+      }
+    }
+  }
+  v1::ToolChoice* choice = chat->mutable_tool_choice();
+  if (auto c = body.find("tool_choice"); c != body.end() && !c->is_null()) {
+    if (c->is_string()) {
+      const std::string mode = c->get<std::string>();
+      if (mode == "none") {
+        choice->set_mode(v1::ToolChoice::TOOL_CHOICE_NONE);
+      } else if (mode == "required") {
+        choice->set_mode(v1::ToolChoice::TOOL_CHOICE_REQUIRED);
+      } else if (mode != "auto") {
+        return Bad("tool_choice", "must be \"none\", \"auto\", \"required\" or a function");
+      }
+    } else if (c->is_object()) {
+      const json* name = nullptr;
+      if (auto f = c->find("function"); f != c->end() && f->is_object()) {
+        if (auto n = f->find("name"); n != f->end()) name = &*n;
+      }
+      if (name == nullptr || !name->is_string()) {
+        return Bad("tool_choice",
+                   "must name a function: {\"type\": \"function\", "
+                   "\"function\": {\"name\": ...}}");
+      }
+      choice->set_mode(v1::ToolChoice::TOOL_CHOICE_FUNCTION);
+      choice->set_function(name->get<std::string>());
+    } else {
+      return Bad("tool_choice", "must be a string or an object");
+    }
+    if (!has_tools && choice->mode() != v1::ToolChoice::TOOL_CHOICE_NONE &&
+        choice->mode() != v1::ToolChoice::TOOL_CHOICE_AUTO) {
+      return Bad("tool_choice", "needs tools");
+    }
+    if (!has_tools) choice->Clear();
+  }
+  if (has_tools) {
+    bool parallel = true;
+    ASSIGN_OR_RETURN(bool has, ReadBool(body, "parallel_tool_calls", &parallel));
+    if (has) chat->set_parallel_tool_calls(parallel);
+  }
+  return absl::OkStatus();
+}
+
 // The messages of a chat request.
 absl::StatusOr<v1::Chat> ReadMessages(const json& body) {
   auto it = body.find("messages");
@@ -372,9 +450,10 @@ absl::StatusOr<v1::Chat> ReadMessages(const json& body) {
     ASSIGN_OR_RETURN(bool has, ReadString(m, "role", &role));
     if (!has) return Bad(StrCat(field, ".role"), "is required");
     if (role == "developer") role = "system";  // OpenAI's newer name for system
-    if (role != "system" && role != "user" && role != "assistant") {
-      return Bad(StrCat(field, ".role"),
-                 StrCat("'", role, "' is not supported (system, developer, user, assistant)"));
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return Bad(
+          StrCat(field, ".role"),
+          StrCat("'", role, "' is not supported (system, developer, user, assistant, tool)"));
     }
     std::string content;
     auto c = m.find("content");
@@ -395,12 +474,42 @@ absl::StatusOr<v1::Chat> ReadMessages(const json& body) {
     } else {
       return Bad(StrCat(field, ".content"), "must be a string or an array of text parts");
     }
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty()) {
-      return Bad(StrCat(field, ".tool_calls"), "tools are not supported by tandem");
-    }
     v1::ChatMessage* out = chat.add_messages();
     out->set_role(role);
     out->set_content(content);
+    std::string text;
+    ASSIGN_OR_RETURN(has, ReadString(m, "tool_call_id", &text));
+    if (has) out->set_tool_call_id(text);
+    if (role == "tool" && !has) return Bad(StrCat(field, ".tool_call_id"), "is required");
+    ASSIGN_OR_RETURN(has, ReadString(m, "name", &text));
+    if (has) out->set_name(text);
+    if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      if (role != "assistant") return Bad(StrCat(field, ".tool_calls"), "is only for assistant");
+      if (!calls->is_array()) return Bad(StrCat(field, ".tool_calls"), "must be an array");
+      for (size_t k = 0; k < calls->size(); ++k) {
+        const json& c = (*calls)[k];
+        const std::string cf = StrCat(field, ".tool_calls[", k, "]");
+        if (!c.is_object()) return Bad(cf, "must be an object");
+        v1::ToolCall* call = out->add_tool_calls();
+        ASSIGN_OR_RETURN(has, ReadString(c, "id", &text));
+        call->set_id(text);
+        auto f = c.find("function");
+        if (f == c.end() || !f->is_object()) return Bad(StrCat(cf, ".function"), "is required");
+        ASSIGN_OR_RETURN(has, ReadString(*f, "name", &text));
+        if (!has) return Bad(StrCat(cf, ".function.name"), "is required");
+        call->set_name(text);
+        auto args = f->find("arguments");
+        if (args == f->end() || args->is_null()) {
+          call->set_arguments("{}");
+        } else if (args->is_string()) {
+          call->set_arguments(args->get<std::string>());
+        } else if (args->is_object()) {
+          call->set_arguments(args->dump());
+        } else {
+          return Bad(StrCat(cf, ".function.arguments"), "must be a JSON object's text");
+        }
+      }
+    }
   }
   return chat;
 }
@@ -460,8 +569,12 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   std::string text;
   ASSIGN_OR_RETURN(has, ReadString(j, "suffix", &text));
   if (has && !text.empty()) return Bad("suffix", "is not supported by tandem");
-  if (auto it = j.find("tools"); it != j.end() && !it->is_null() && !it->empty()) {
-    return Bad("tools", "tools are not supported by tandem");
+  if (!chat) {
+    for (const char* key : {"tools", "tool_choice"}) {
+      if (auto it = j.find(key); it != j.end() && !it->is_null()) {
+        return Bad(key, "is only for /v1/chat/completions");
+      }
+    }
   }
   RETURN_IF_ERROR(ReadStructuredOutput(body, j, &sampling));
   std::string salt, request_id;
@@ -471,6 +584,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   std::vector<v1::GenerateRequest> prompts;
   if (chat) {
     ASSIGN_OR_RETURN(v1::Chat messages, ReadMessages(j));
+    RETURN_IF_ERROR(ReadTools(body, j, &messages));
     *prompts.emplace_back().mutable_chat() = std::move(messages);
   } else {
     ASSIGN_OR_RETURN(prompts, ReadPrompts(j));

@@ -60,6 +60,47 @@ TEST(OpenAiRequest, ChatMessagesBecomeOneChatRequest) {
   EXPECT_EQ(s.logprobs(), 2);
 }
 
+TEST(OpenAiRequest, ToolsAndToolTurnsReachTheChat) {
+  OpenAiRequest r = Parse(kChat, R"({
+    "messages": [
+      {"role": "user", "content": "Weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "-3 C"}],
+    "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d",
+               "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}}},
+              {"type": "function", "function": {"name": "now"}}],
+    "tool_choice": {"type": "function", "function": {"name": "now"}},
+    "parallel_tool_calls": false})");
+  const v1::Chat& chat = r.choices.at(0).chat();
+  ASSERT_EQ(chat.messages_size(), 3);
+  ASSERT_EQ(chat.messages(1).tool_calls_size(), 1);
+  EXPECT_EQ(chat.messages(1).tool_calls(0).id(), "call_1");
+  EXPECT_EQ(chat.messages(1).tool_calls(0).name(), "get_weather");
+  EXPECT_EQ(chat.messages(1).tool_calls(0).arguments(), R"({"city": "Oslo"})");
+  EXPECT_EQ(chat.messages(2).role(), "tool");
+  EXPECT_EQ(chat.messages(2).tool_call_id(), "call_1");
+  ASSERT_EQ(chat.tools_size(), 2);
+  EXPECT_EQ(chat.tools(0).description(), "d");
+  // Properties keep the order they were sent in.
+  EXPECT_EQ(chat.tools(0).parameters(), R"({"type":"object","properties":{"z":{},"a":{}}})");
+  EXPECT_FALSE(chat.tools(1).has_description());
+  EXPECT_EQ(chat.tools(1).parameters(), "");
+  EXPECT_EQ(chat.tool_choice().mode(), v1::ToolChoice::TOOL_CHOICE_FUNCTION);
+  EXPECT_EQ(chat.tool_choice().function(), "now");
+  ASSERT_TRUE(chat.has_parallel_tool_calls());
+  EXPECT_FALSE(chat.parallel_tool_calls());
+
+  // "none" and "auto" without tools are accepted (and mean nothing).
+  const v1::Chat plain =
+      Parse(kChat, R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "none"})")
+          .choices.at(0)
+          .chat();
+  EXPECT_EQ(plain.tools_size(), 0);
+  EXPECT_EQ(plain.tool_choice().mode(), v1::ToolChoice::TOOL_CHOICE_AUTO);
+}
+
 TEST(OpenAiRequest, PromptFormsAndChoicesFanOut) {
   OpenAiRequest text = Parse(kText, R"({"prompt": "Hello", "max_tokens": 4})");
   ASSERT_EQ(text.choices.size(), 1u);
@@ -129,7 +170,29 @@ TEST(OpenAiRequest, BadValuesAreRefused) {
       {R"({})", "messages:"},
       {R"({"messages": []})", "messages:"},
       {R"({"messages": [{"content": "x"}]})", "messages[0].role:"},
-      {R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].role:"},
+      {R"({"messages": [{"role": "function", "content": "x"}]})", "messages[0].role:"},
+      {R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].tool_call_id:"},
+      {R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})",
+       "messages[0].tool_calls:"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "a"}]}]})",
+       "messages[0].tool_calls[0].function:"},
+      {R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f", )"
+       R"("arguments": 3}}]}]})",
+       "messages[0].tool_calls[0].function.arguments:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})", "tools:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "code"}]})",
+       "tools[0].type:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {)"
+       R"("name": "f", "parameters": []}}]})",
+       "tools[0].function.parameters:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})",
+       "tool_choice:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": )"
+       R"("f"}}], "tool_choice": "sometimes"})",
+       "tool_choice:"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": {"name": )"
+       R"("f"}}], "tool_choice": {"type": "function"}})",
+       "tool_choice:"},
       {R"({"messages": [{"role": "user"}]})", "messages[0].content:"},
       {R"({"messages": [{"role": "user", "content": 5}]})", "messages[0].content:"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
@@ -137,7 +200,7 @@ TEST(OpenAiRequest, BadValuesAreRefused) {
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs:"},
       {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": 1})", "logprobs:"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})",
-       "tools:"},
+       "tools[0].function:"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})",
        "response_format:"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}})",
@@ -240,7 +303,8 @@ TEST(OpenAiRequest, TokenizeBodiesParseOnce) {
   EXPECT_THAT(std::string(ParseTokenizeRequest(R"({"prompt": 5})").status().message()),
               StartsWith("prompt:"));
   EXPECT_THAT(
-      std::string(ParseTokenizeRequest(R"({"messages": [{"role": "tool"}]})").status().message()),
+      std::string(
+          ParseTokenizeRequest(R"({"messages": [{"role": "function"}]})").status().message()),
       StartsWith("messages[0].role:"));
 }
 

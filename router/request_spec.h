@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/engine/sampling_params.h"
+#include "router/tool_call_format.h"
 
 namespace tandem::router {
 
@@ -18,6 +19,11 @@ struct RequestSpec {
   std::vector<std::string> stop;
   bool stream = true;
   uint64_t cache_salt = 0;  // 0: the shared prefix-cache namespace
+  // Chat with tools (tool_choice not "none"): the response takes calls of these tools
+  // out of the text, in this format.
+  bool parse_tool_calls = false;
+  ToolCallFormat tool_format = ToolCallFormat::kHermes;
+  std::vector<std::string> tool_names;
 };
 
 }  // namespace tandem::router

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <random>
 
+#include "common/grammar/grammar.h"
 #include "common/model/token_rules.h"
 #include "common/util/field_error.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "common/util/utf8.h"
+#include "nlohmann/json.hpp"
 #include "router/structured_output.h"
 
 namespace tandem::router {
@@ -26,11 +28,15 @@ uint64_t RandomSeed() {
 }  // namespace
 
 RequestValidator::RequestValidator(const tokenizer::Tokenizer& tokenizer,
-                                   const model::ModelConfig& config, ValidatorLimits limits)
+                                   const model::ModelConfig& config, ValidatorLimits limits,
+                                   std::optional<ToolCallFormat> tool_format)
     : tokenizer_(tokenizer),
       config_(config),
       limits_(limits),
-      chat_template_(tokenizer::ChatTemplate::Create(config.chat_template)) {
+      chat_template_(tokenizer::ChatTemplate::Create(config.chat_template)),
+      tool_format_(tool_format.value_or(ToolCallFormatForTemplate(config.chat_template))),
+      template_renders_tools_(config.chat_template.find("tools") != std::string::npos),
+      template_renders_tool_calls_(config.chat_template.find("tool_calls") != std::string::npos) {
   // BOS comes from Encode (as the vocab asks); EOS text for templates that close turns with it.
   if (config.eos_token_id >= 0 && config.eos_token_id < tokenizer.vocab_size()) {
     chat_options_.eos_token = tokenizer.TokenBytes(config.eos_token_id);
@@ -52,28 +58,151 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeText(std::string_vi
   return ids;
 }
 
-absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChat(const v1::Chat& chat) const {
+namespace {
+
+// JSON text of an object (nesting bounded as the chat template bounds it).
+bool IsJsonObject(std::string_view text) {
+  int max_depth = 0;
+  const nlohmann::json::parser_callback_t deep = [&](int d, nlohmann::json::parse_event_t,
+                                                     nlohmann::json&) {
+    max_depth = std::max(max_depth, d);
+    return d <= 64;
+  };
+  const nlohmann::json j = nlohmann::json::parse(text, deep, false);
+  return max_depth <= 64 && !j.is_discarded() && j.is_object();
+}
+
+bool ValidToolName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChat(const v1::Chat& chat,
+                                                                  RequestSpec* spec) const {
   if (chat.messages().empty()) return Bad("chat.messages", "at least one message is required");
   std::vector<tokenizer::ChatMessage> messages;
   int64_t bytes = 0;
   for (int i = 0; i < chat.messages_size(); ++i) {
     const v1::ChatMessage& m = chat.messages(i);
     const std::string field = StrCat("chat.messages[", i, "]");
-    if (m.role() != "system" && m.role() != "user" && m.role() != "assistant") {
-      return Bad(StrCat(field, ".role"), "must be system, user or assistant");
+    if (m.role() != "system" && m.role() != "user" && m.role() != "assistant" &&
+        m.role() != "tool") {
+      return Bad(StrCat(field, ".role"), "must be system, user, assistant or tool");
     }
     if (const size_t bad = utf8::FirstInvalid(m.content()); bad < m.content().size()) {
       return Bad(StrCat(field, ".content"), StrCat("invalid UTF-8 at byte ", bad));
     }
-    bytes += static_cast<int64_t>(m.content().size());
-    messages.push_back({m.role(), m.content()});
+    if (m.tool_calls_size() > 0 && m.role() != "assistant") {
+      return Bad(StrCat(field, ".tool_calls"), "only an assistant turn makes tool calls");
+    }
+    tokenizer::ChatMessage& msg = messages.emplace_back();
+    msg.role = m.role();
+    msg.content = m.content();
+    msg.tool_call_id = m.tool_call_id();
+    msg.name = m.name();
+    bytes += static_cast<int64_t>(m.content().size() + m.tool_call_id().size() + m.name().size());
+    for (int k = 0; k < m.tool_calls_size(); ++k) {
+      const v1::ToolCall& c = m.tool_calls(k);
+      const std::string cf = StrCat(field, ".tool_calls[", k, "]");
+      if (!ValidToolName(c.name())) {
+        return Bad(StrCat(cf, ".function.name"), "must be 1 to 64 of A-Z a-z 0-9 _ -");
+      }
+      if (!utf8::IsValid(c.id()) || !utf8::IsValid(c.arguments())) {
+        return Bad(cf, "invalid UTF-8");
+      }
+      if (!IsJsonObject(c.arguments())) {
+        return Bad(StrCat(cf, ".arguments"), "must be a JSON object's text");
+      }
+      msg.tool_calls.push_back({c.id(), c.name(), c.arguments()});
+      bytes += static_cast<int64_t>(c.id().size() + c.name().size() + c.arguments().size());
+    }
+    if (!utf8::IsValid(msg.tool_call_id) || !utf8::IsValid(msg.name)) {
+      return Bad(field, "invalid UTF-8");
+    }
+  }
+
+  // Tools.
+  tokenizer::ChatTemplateOptions options = chat_options_;
+  std::vector<tokenizer::ToolDefinition> tools;
+  if (chat.tools_size() > kMaxTools) {
+    return Bad("chat.tools", StrCat(chat.tools_size(), " tools; at most ", kMaxTools));
+  }
+  for (int i = 0; i < chat.tools_size(); ++i) {
+    const v1::Tool& t = chat.tools(i);
+    const std::string field = StrCat("chat.tools[", i, "]");
+    if (!ValidToolName(t.name())) {
+      return Bad(StrCat(field, ".name"), "must be 1 to 64 of A-Z a-z 0-9 _ -");
+    }
+    for (const tokenizer::ToolDefinition& seen : tools) {
+      if (seen.name == t.name()) return Bad(StrCat(field, ".name"), "is given twice");
+    }
+    if (!utf8::IsValid(t.description()) || !utf8::IsValid(t.parameters())) {
+      return Bad(field, "invalid UTF-8");
+    }
+    if (!t.parameters().empty() && !IsJsonObject(t.parameters())) {
+      return Bad(StrCat(field, ".parameters"), "must be a JSON Schema object's text");
+    }
+    tokenizer::ToolDefinition& def = tools.emplace_back();
+    def.name = t.name();
+    if (t.has_description()) def.description = t.description();
+    def.parameters = t.parameters();
+    bytes += static_cast<int64_t>(t.name().size() + t.description().size() + t.parameters().size());
   }
   if (bytes > limits_.max_prompt_bytes) {
     return Bad("chat.messages",
                StrCat(bytes, " bytes exceeds the limit of ", limits_.max_prompt_bytes));
   }
+  const v1::ToolChoice& choice = chat.tool_choice();
+  if (tools.empty() &&
+      (choice.mode() != v1::ToolChoice::TOOL_CHOICE_AUTO || chat.has_parallel_tool_calls())) {
+    return Bad("chat.tool_choice", "needs tools");
+  }
+  if (choice.mode() != v1::ToolChoice::TOOL_CHOICE_FUNCTION && !choice.function().empty()) {
+    return Bad("chat.tool_choice.function", "is only for mode TOOL_CHOICE_FUNCTION");
+  }
+  if (!tools.empty()) {
+    if (!template_renders_tools_) {
+      // The template cannot show the tools: say what they are and how to call them.
+      const std::string prompt = ToolsSystemPrompt(tools);
+      if (messages.front().role == "system") {
+        messages.front().content = StrCat(messages.front().content, "\n\n", prompt);
+      } else {
+        messages.insert(messages.begin(), tokenizer::ChatMessage{"system", prompt, {}, "", ""});
+      }
+    } else {
+      options.tools = tools;
+    }
+  }
+  if (!template_renders_tool_calls_) {
+    for (tokenizer::ChatMessage& m : messages) {
+      if (m.tool_calls.empty()) continue;
+      const std::string calls = HermesCallsText(m.tool_calls);
+      m.content = m.content.empty() ? calls : StrCat(m.content, "\n", calls);
+      m.tool_calls.clear();
+    }
+  }
+  if (spec != nullptr && !tools.empty() && choice.mode() != v1::ToolChoice::TOOL_CHOICE_NONE) {
+    spec->parse_tool_calls = true;
+    spec->tool_format = tool_format_;
+    for (const tokenizer::ToolDefinition& t : tools) spec->tool_names.push_back(t.name);
+    if (choice.mode() == v1::ToolChoice::TOOL_CHOICE_REQUIRED ||
+        choice.mode() == v1::ToolChoice::TOOL_CHOICE_FUNCTION) {
+      const bool parallel = !chat.has_parallel_tool_calls() || chat.parallel_tool_calls();
+      auto gbnf = ToolCallGbnf(tool_format_, tools, choice.function(), parallel);
+      if (!gbnf.ok()) return gbnf.status();  // names the tool's field
+      if (auto g = grammar::Grammar::Compile(*gbnf); !g.ok())
+        return Bad("tools", std::string(g.status().message()));
+      spec->params.grammar = *std::move(gbnf);
+    }
+  }
+
   if (!chat_template_.ok()) return Bad("chat", StrCat(chat_template_.status().message()));
-  auto text = chat_template_->Apply(messages, chat_options_);
+  auto text = chat_template_->Apply(messages, options);
   if (!text.ok()) return Bad("chat", StrCat(text.status().message()));
   // Tokenized exactly as `tandem generate --chat` does.
   auto ids = tokenizer_.Encode(*text);
@@ -105,7 +234,7 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
       break;
     }
     case v1::GenerateRequest::kChat: {
-      ASSIGN_OR_RETURN(spec.prompt, EncodeChat(req.chat()));
+      ASSIGN_OR_RETURN(spec.prompt, EncodeChat(req.chat(), &spec));
       break;
     }
     case v1::GenerateRequest::INPUT_NOT_SET:
@@ -140,7 +269,13 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
     p.logprobs = s.logprobs();
   }
   p.ignore_eos = s.ignore_eos();
-  ASSIGN_OR_RETURN(p.grammar, StructuredOutputGbnf(s));
+  ASSIGN_OR_RETURN(std::string constraint, StructuredOutputGbnf(s));
+  if (!constraint.empty()) {
+    if (!p.grammar.empty()) {
+      return Bad("structured_output", "cannot be combined with tool_choice required or a function");
+    }
+    p.grammar = std::move(constraint);
+  }
   RETURN_IF_ERROR(p.Validate(static_cast<int32_t>(config_.vocab_size), config_.context_length));
 
   if (s.stop_size() > limits_.max_stop_strings) {
@@ -174,7 +309,7 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::Tokenize(
     case v1::TokenizeRequest::kText:
       return EncodeText("text", req.text());
     case v1::TokenizeRequest::kChat:
-      return EncodeChat(req.chat());
+      return EncodeChat(req.chat(), nullptr);
     case v1::TokenizeRequest::INPUT_NOT_SET:
       break;
   }

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "common/engine/finish_reason.h"
+#include "common/tokenizer/chat_template.h"
 
 namespace tandem::router {
 
@@ -25,6 +26,8 @@ struct OutputChunk {
   std::vector<int32_t> token_ids;
   std::string text;
   std::vector<TokenLogprobs> logprobs;  // one per token id when requested
+  // Tool calls this chunk's output completed (their text is not in `text`).
+  std::vector<tokenizer::ToolCall> tool_calls;
 };
 
 struct RequestTimings {
@@ -35,6 +38,7 @@ struct RequestTimings {
 struct Completion {
   engine::FinishReason reason = engine::FinishReason::kNone;  // kStop or kLength
   std::string stop_reason;                                    // the stop string, if one
+  bool tool_calls = false;  // the output made tool calls (finish reason "tool_calls")
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;

@@ -59,7 +59,21 @@ std::string TextStream::Release() {
 
 ResponseAssembler::ResponseAssembler(const tokenizer::Tokenizer& tokenizer, int32_t eos_token_id,
                                      const RequestSpec& spec, ResponseSink* sink)
-    : spec_(spec), eos_token_id_(eos_token_id), sink_(sink), text_(tokenizer, spec.stop) {}
+    : spec_(spec), eos_token_id_(eos_token_id), sink_(sink), text_(tokenizer, spec.stop) {
+  if (spec.parse_tool_calls) tools_.emplace(spec.tool_format, spec.tool_names);
+}
+
+void ResponseAssembler::Route(std::string text, OutputChunk* chunk) {
+  if (!tools_) {
+    chunk->text += text;
+    return;
+  }
+  tools_->Push(text, &chunk->text, &chunk->tool_calls);
+}
+
+void ResponseAssembler::RouteFinish(OutputChunk* chunk) {
+  if (tools_) tools_->Finish(&chunk->text, &chunk->tool_calls);
+}
 
 bool ResponseAssembler::Add(std::span<const int32_t> tokens,
                             std::span<const TokenLogprobs> logprobs, engine::FinishReason finish) {
@@ -71,7 +85,7 @@ bool ResponseAssembler::Add(std::span<const int32_t> tokens,
                         !spec_.params.ignore_eos && t == eos_token_id_;
     ++tokens_;
     chunk.token_ids.push_back(t);
-    chunk.text += text_.Push(t, is_eos);
+    Route(text_.Push(t, is_eos), &chunk);
     if (i < logprobs.size()) chunk.logprobs.push_back(logprobs[i]);
     if (text_.stopped()) break;
   }
@@ -81,18 +95,23 @@ bool ResponseAssembler::Add(std::span<const int32_t> tokens,
     all_.token_ids.insert(all_.token_ids.end(), chunk.token_ids.begin(), chunk.token_ids.end());
     all_.text += chunk.text;
     for (TokenLogprobs& lp : chunk.logprobs) all_.logprobs.push_back(std::move(lp));
+    for (tokenizer::ToolCall& c : chunk.tool_calls) all_.tool_calls.push_back(std::move(c));
   }
   return !text_.stopped();
 }
 
 void ResponseAssembler::Finish(engine::FinishReason reason, Completion* done) {
-  std::string tail = text_.Finish();
+  OutputChunk last;
+  Route(text_.Finish(), &last);
+  RouteFinish(&last);
   if (spec_.stream) {
-    if (!tail.empty()) sink_->OnChunk({{}, std::move(tail), {}});
+    if (!last.text.empty() || !last.tool_calls.empty()) sink_->OnChunk(std::move(last));
   } else {
-    all_.text += tail;
+    all_.text += last.text;
+    for (tokenizer::ToolCall& c : last.tool_calls) all_.tool_calls.push_back(std::move(c));
     sink_->OnChunk(std::move(all_));
   }
+  done->tool_calls = tools_ && tools_->calls_made() > 0;
   done->reason = text_.stopped() ? engine::FinishReason::kStop : reason;
   done->stop_reason = text_.stopped() ? text_.stop_string() : "";
   done->completion_tokens = tokens_;

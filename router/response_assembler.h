@@ -1,5 +1,6 @@
 // ResponseAssembler: the tokens a request's workers generate → what its client sees,
-// for every front alike. Detokenizes and applies stop strings (TextStream, below), counts
+// for every front alike. Detokenizes and applies stop strings (TextStream, below), takes
+// tool calls out of the text when the request has tools (ToolCallStream), counts
 // completion tokens, carries log-probabilities, and sends the output to the sink:
 // chunk by chunk when streaming, as one chunk at the end otherwise.
 //
@@ -8,6 +9,7 @@
 #define TANDEM_ROUTER_RESPONSE_ASSEMBLER_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "router/request_spec.h"
 #include "router/response.h"
+#include "router/tool_call_format.h"
 
 namespace tandem::router {
 
@@ -70,7 +73,12 @@ class ResponseAssembler {
   const RequestSpec& spec_;
   const int32_t eos_token_id_;
   ResponseSink* sink_;
+  // The text through the tool-call parser (when the request has tools) into `chunk`.
+  void Route(std::string text, OutputChunk* chunk);
+  void RouteFinish(OutputChunk* chunk);
+
   TextStream text_;
+  std::optional<ToolCallStream> tools_;
   OutputChunk all_;  // not streaming: everything so far
   int32_t tokens_ = 0;
 };

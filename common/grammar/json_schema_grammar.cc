@@ -172,12 +172,13 @@ void NonNegativeNumber(int64_t lo, bool lo_exclusive, std::optional<int64_t> hi,
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const json& root) : root_(root) {}
+  // Helper rules are named "<prefix>-<hint>-<n>".
+  SchemaCompiler(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  absl::StatusOr<std::string> Run() {
+  // `rule ::= ...` and its helper rules (not the base rules).
+  absl::StatusOr<std::string> Run(std::string_view rule) {
     ASSIGN_OR_RETURN(std::string expr, Visit(root_, "schema"));
-    std::string out =
-        StrCat("root ::= ", expr, "\n", kBaseRules, "char ::= ", JsonStringCharGbnf(), "\n");
+    std::string out = StrCat(rule, " ::= ", expr, "\n");
     for (const auto& [name, body] : rules_) out += StrCat(name, " ::= ", body, "\n");
     return out;
   }
@@ -191,7 +192,7 @@ class SchemaCompiler {
     std::string name;
     for (char c : hint) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
     if (name.size() > 40) name.resize(40);
-    return StrCat("s-", name, "-", ++counter_);
+    return StrCat(prefix_, "-", name, "-", ++counter_);
   }
   std::string Define(std::string_view hint, std::string body) {
     std::string name = NewRule(hint);
@@ -678,6 +679,7 @@ class SchemaCompiler {
   }
 
   const json& root_;
+  const std::string prefix_;
   std::vector<std::pair<std::string, std::string>> rules_;
   absl::flat_hash_map<std::string, std::string> refs_;
   int counter_ = 0;
@@ -686,7 +688,11 @@ class SchemaCompiler {
 
 }  // namespace
 
-absl::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json) {
+namespace {
+
+// `rule` ::= the schema's texts, helpers named "<prefix>-...".
+absl::StatusOr<std::string> CompileSchema(std::string_view schema_json, std::string_view rule,
+                                          std::string_view prefix) {
   // Bounded before anything recurses over it: nesting depth, and members per object
   // (an ordered object finds a key by scanning its members).
   struct TooLarge {
@@ -704,7 +710,7 @@ absl::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json) {
   };
   try {
     const json schema = json::parse(schema_json, bound);
-    return SchemaCompiler(schema).Run();
+    return SchemaCompiler(schema, std::string(prefix)).Run(rule);
   } catch (const TooLarge& e) {
     return absl::InvalidArgumentError(StrCat("json schema: the schema ", e.what));
   } catch (const json::exception& e) {
@@ -712,9 +718,21 @@ absl::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json) {
   }
 }
 
+}  // namespace
+
+std::string JsonBaseRules() { return StrCat(kBaseRules, "char ::= ", JsonStringCharGbnf(), "\n"); }
+
+absl::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json) {
+  ASSIGN_OR_RETURN(std::string rules, CompileSchema(schema_json, "root", "s"));
+  return StrCat(rules, JsonBaseRules());
+}
+
+absl::StatusOr<std::string> JsonSchemaRules(std::string_view schema_json, std::string_view rule) {
+  return CompileSchema(schema_json, rule, rule);
+}
+
 std::string AnyJsonGbnf(bool object_only) {
-  return StrCat("root ::= ", object_only ? "object" : "value", "\n", kBaseRules,
-                "char ::= ", JsonStringCharGbnf(), "\n");
+  return StrCat("root ::= ", object_only ? "object" : "value", "\n", JsonBaseRules());
 }
 
 }  // namespace tandem::grammar

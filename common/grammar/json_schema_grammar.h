@@ -31,6 +31,13 @@ namespace tandem::grammar {
 // within the limits above.
 absl::StatusOr<std::string> JsonSchemaToGbnf(std::string_view schema_json);
 
+// Several schemas in one grammar (tool calling: one per function). JsonSchemaRules gives
+// rules that define `rule` as the schema's JSON texts, every helper rule named
+// "<rule>-..."; JsonBaseRules() gives the rules they share (value, object, string, ws,
+// ...), to be added once per grammar. The caller writes `root`. Same limits and errors.
+absl::StatusOr<std::string> JsonSchemaRules(std::string_view schema_json, std::string_view rule);
+std::string JsonBaseRules();
+
 // GBNF whose `root` accepts any JSON value (response_format {"type": "json_object"}
 // asks for an object: `object_only`).
 std::string AnyJsonGbnf(bool object_only);

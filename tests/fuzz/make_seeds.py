@@ -158,6 +158,21 @@ def openai_bodies():
             {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
             "max_completion_tokens": 4, "logprobs": True, "top_logprobs": 2}),
         "chat_bad": (1, {"messages": [], "tools": [{}], "response_format": {"type": "x"}}),
+        "chat_tools": (1, {"messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "-3 C"}],
+            "tools": [{"type": "function", "function": {
+                "name": "get_weather", "description": "Weather.",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                               "required": ["city"]}}}],
+            "tool_choice": "required", "parallel_tool_calls": False}),
+        "chat_tool_named": (1, {"messages": [{"role": "user", "content": "Time?"}],
+                                "tools": [{"type": "function", "function": {"name": "now"}}],
+                                "tool_choice": {"type": "function", "function": {"name": "now"}},
+                                "stream": True}),
         "tokenize": (2, {"prompt": "Hello world"}),
         "tokenize_chat": (2, {"messages": [{"role": "user", "content": "Hi"}]}),
         "big_int": (0, {"prompt": "a", "max_tokens": 18446744073709551615, "seed": -1}),
