@@ -71,6 +71,10 @@ void ToProto(const engine::SamplingParams& p, v1::EngineSamplingParams* out) {
   out->set_logprobs(p.logprobs);
   out->set_ignore_eos(p.ignore_eos);
   out->set_grammar(p.grammar);
+  for (const auto& [id, bias] : p.logit_bias) {
+    out->add_logit_bias_ids(id);
+    out->add_logit_bias_values(bias);
+  }
 }
 
 // An unknown reason reads as kNone (the stream must then end some other way).

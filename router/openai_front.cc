@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 
 #include "absl/base/thread_annotations.h"
@@ -120,12 +121,33 @@ class ResponseWriter {
         id_(StrCat(chat_ ? "chatcmpl-" : "cmpl-", RandomHex(), RandomHex())),
         model_(std::move(model)),
         created_(UnixNow()),
-        choices_(req.choices.size()) {}
+        choices_(req.choices.size()) {
+    // echo: each prompt's text, decoded when it was sent as token ids.
+    for (size_t p = 0; p < req.echo_texts.size(); ++p) {
+      std::string text = req.echo_texts[p];
+      const v1::GenerateRequest& g = req.choices.at(p * req.best_of);
+      if (g.has_token_ids()) {
+        const auto& ids = g.token_ids().ids();
+        auto decoded = tokenizer.Decode(std::vector<int32_t>(ids.begin(), ids.end()));
+        if (decoded.ok()) text = *std::move(decoded);
+      }
+      echo_.push_back(std::move(text));
+    }
+  }
 
-  // Streaming: the chunks that open each choice (chat sends the role first).
+  // Streaming: the chunks that open each choice (chat sends the role first; completions
+  // with echo send the prompt).
   std::vector<json> Opening() const {
     std::vector<json> out;
-    if (!chat_) return out;
+    if (!chat_) {
+      for (size_t i = 0; i < choices_.size() && !echo_.empty(); ++i) {
+        out.push_back(Envelope({{"index", i},
+                                {"text", echo_[i / req_.best_of]},
+                                {"logprobs", nullptr},
+                                {"finish_reason", nullptr}}));
+      }
+      return out;
+    }
     for (size_t i = 0; i < choices_.size(); ++i) {
       json choice = {{"index", i},
                      {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -142,6 +164,7 @@ class ResponseWriter {
     json lp = Logprobs(chunk, &c);
     c.text += chunk.text;
     c.tokens += static_cast<int32_t>(chunk.token_ids.size());
+    for (const TokenLogprobs& t : chunk.logprobs) c.cumulative_logprob += t.logprob;
     if (chunk.text.empty() && lp.is_null() && chunk.tool_calls.empty()) return nullptr;
     json choice = {{"index", index}, {"logprobs", lp}, {"finish_reason", nullptr}};
     if (chat_) {
@@ -184,13 +207,26 @@ class ResponseWriter {
     return j;
   }
 
-  // Non-streaming: the whole response.
+  // Non-streaming: the whole response. With best_of > n each prompt's n candidates of
+  // highest total log-probability, in that order.
   json Whole() const {
     json choices = json::array();
-    for (size_t i = 0; i < choices_.size(); ++i) {
+    std::vector<size_t> shown;
+    const size_t group = static_cast<size_t>(req_.best_of);
+    for (size_t p = 0; p * group < choices_.size(); ++p) {
+      std::vector<size_t> order(group);
+      std::iota(order.begin(), order.end(), p * group);
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return choices_[a].cumulative_logprob > choices_[b].cumulative_logprob;
+      });
+      order.resize(static_cast<size_t>(req_.n));
+      shown.insert(shown.end(), order.begin(), order.end());
+    }
+    for (size_t k = 0; k < shown.size(); ++k) {
+      const size_t i = shown[k];
       const Choice& c = choices_[i];
       json choice = {
-          {"index", i},
+          {"index", k},
           {"finish_reason", OpenAiFinishReason(c.done)},
           {"stop_reason", c.done.stop_reason.empty() ? json(nullptr) : json(c.done.stop_reason)},
           {"logprobs", c.logprobs.is_null() ? json(nullptr) : c.logprobs}};
@@ -201,7 +237,7 @@ class ResponseWriter {
           choice["message"]["tool_calls"] = ToolCallsJson(c.tool_calls, 0, false);
         }
       } else {
-        choice["text"] = c.text;
+        choice["text"] = echo_.empty() ? c.text : StrCat(echo_[i / group], c.text);
       }
       choices.push_back(std::move(choice));
     }
@@ -225,7 +261,8 @@ class ResponseWriter {
     std::string text;
     std::vector<tokenizer::ToolCall> tool_calls;
     int32_t tokens = 0;
-    json logprobs;  // accumulated, for the non-streaming response
+    double cumulative_logprob = 0;  // of the sampled tokens (best_of ranks by it)
+    json logprobs;                  // accumulated, for the non-streaming response
     Completion done;
     bool finished = false;
     int64_t text_offset = 0;
@@ -294,7 +331,7 @@ class ResponseWriter {
   // Prompt tokens count once per prompt (its n choices share it), completions per choice.
   json Usage() const {
     int64_t prompt = 0, completion = 0, cached = 0;
-    const int n = req_.n;
+    const int n = req_.best_of;  // candidates per prompt, every one generated
     for (size_t i = 0; i < choices_.size(); ++i) {
       const Completion& d = choices_[i].done;
       completion += d.completion_tokens;
@@ -320,6 +357,7 @@ class ResponseWriter {
   const std::string model_;
   const int64_t created_;
   std::vector<Choice> choices_;
+  std::vector<std::string> echo_;  // with echo: each prompt's text
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "router/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -170,7 +171,24 @@ absl::Status ReadSampling(const json& body, v1::SamplingParams* s, bool* max_tok
     }
   }
   if (auto it = body.find("logit_bias"); it != body.end() && !it->is_null()) {
-    if (!it->is_object() || !it->empty()) return Bad("logit_bias", "is not supported by tandem");
+    // OpenAI's form: {"<token id>": bias, ...}.
+    if (!it->is_object()) return Bad("logit_bias", "must be an object of token id → bias");
+    for (const auto& [key, value] : it->items()) {
+      int64_t id = -1;
+      if (key.empty() || key.size() > 10 ||
+          !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        return Bad("logit_bias", StrCat("key '", key, "' is not a token id"));
+      }
+      id = std::stoll(key);
+      if (id > INT32_MAX) return Bad("logit_bias", StrCat("token id ", key, " is out of range"));
+      if (!value.is_number())
+        return Bad("logit_bias", StrCat("the bias of ", key, " must be a number"));
+      const double bias = value.get<double>();
+      if (!std::isfinite(bias) || bias < -100 || bias > 100) {
+        return Bad("logit_bias", StrCat("the bias of ", key, " must be in [-100, 100]"));
+      }
+      (*s->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(bias);
+    }
   }
   return absl::OkStatus();
 }
@@ -540,7 +558,13 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   r.n = static_cast<int>(n);
   int64_t best_of = n;
   ASSIGN_OR_RETURN(has, ReadInt(j, "best_of", &best_of));
-  if (has && best_of != n) return Bad("best_of", "is not supported by tandem (must equal n)");
+  if (has && best_of != n) {
+    if (chat) return Bad("best_of", "is only for /v1/completions");
+    RETURN_IF_ERROR(CheckIntRange("best_of", best_of, n, kMaxChoices));
+    if (r.stream)
+      return Bad("best_of", "greater than n cannot stream (the best are known at the end)");
+  }
+  r.best_of = static_cast<int>(best_of);
 
   // Log-probabilities: completions take an int, chat a bool plus top_logprobs.
   if (chat) {
@@ -563,9 +587,13 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   }
   if (r.logprobs >= 0) sampling.set_logprobs(r.logprobs);
 
-  bool flag = false;
-  ASSIGN_OR_RETURN(has, ReadBool(j, "echo", &flag));
-  if (has && flag) return Bad("echo", "is not supported by tandem");
+  ASSIGN_OR_RETURN(has, ReadBool(j, "echo", &r.echo));
+  if (r.echo && chat) return Bad("echo", "is only for /v1/completions");
+  if (r.echo && r.logprobs >= 0) {
+    return Bad("echo", "cannot be combined with logprobs (tandem does not score the prompt)");
+  }
+  // best_of > n ranks candidates by their total log-probability: the workers report it.
+  if (r.best_of > r.n && r.logprobs < 0) sampling.set_logprobs(0);
   std::string text;
   ASSIGN_OR_RETURN(has, ReadString(j, "suffix", &text));
   if (has && !text.empty()) return Bad("suffix", "is not supported by tandem");
@@ -589,12 +617,16 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
   } else {
     ASSIGN_OR_RETURN(prompts, ReadPrompts(j));
   }
-  if (prompts.size() * static_cast<size_t>(r.n) > static_cast<size_t>(kMaxChoices)) {
-    return Bad(chat ? "n" : "prompt",
-               StrCat("prompts × n is ", prompts.size() * r.n, "; at most ", kMaxChoices));
+  const int group = r.best_of;  // candidates per prompt
+  if (prompts.size() * static_cast<size_t>(group) > static_cast<size_t>(kMaxChoices)) {
+    return Bad(chat ? "n" : "prompt", StrCat("prompts × ", group == r.n ? "n" : "best_of", " is ",
+                                             prompts.size() * group, "; at most ", kMaxChoices));
   }
   for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int i = 0; i < r.n; ++i) {
+    if (r.echo) {
+      r.echo_texts.push_back(prompts[p].has_text() ? prompts[p].text() : std::string());
+    }
+    for (int i = 0; i < group; ++i) {
       v1::GenerateRequest req = prompts[p];
       *req.mutable_sampling_params() = sampling;
       if (sampling.has_seed() && i > 0)
@@ -602,7 +634,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, std::s
       req.set_stream(true);
       req.set_cache_salt(salt);
       if (!request_id.empty()) {
-        const size_t index = p * static_cast<size_t>(r.n) + static_cast<size_t>(i);
+        const size_t index = p * static_cast<size_t>(group) + static_cast<size_t>(i);
         req.set_request_id(index == 0 ? request_id : StrCat(request_id, "-", index));
       }
       r.choices.push_back(std::move(req));

@@ -7,11 +7,13 @@
 // an array of text parts), max_tokens / max_completion_tokens, temperature, top_p, n
 // (≤ kMaxChoices), stream, stream_options.include_usage, stop (string or array), seed,
 // presence_penalty, frequency_penalty, logprobs (completions: an int; chat: a bool with
-// top_logprobs), user (ignored). Extensions vLLM accepts: top_k, min_p,
-// repetition_penalty, ignore_eos, stop_token_ids, cache_salt, request_id. Features
-// tandem does not have (echo, suffix, best_of > n, logit_bias, tools, response_format
-// other than text) are refused with 400 rather than silently ignored; unknown fields are
-// ignored, as vLLM and OpenAI do.
+// top_logprobs), user (ignored), logit_bias, echo (completions, not with logprobs),
+// best_of ≥ n (completions, not streaming: the n candidates of highest total
+// log-probability), tools / tool_choice / parallel_tool_calls and tool turns (chat),
+// response_format. Extensions vLLM accepts: top_k, min_p, repetition_penalty,
+// ignore_eos, stop_token_ids, cache_salt, request_id, structured_outputs, guided_*.
+// Features tandem does not have (suffix, non-text content parts) are refused with 400
+// rather than silently ignored; unknown fields are ignored, as vLLM and OpenAI do.
 //
 // Errors are InvalidArgument("<param>: <why>"), the parameter named as the client sent it.
 // With n > 1 and a seed, choice i samples with seed + i (so choices differ but the
@@ -33,9 +35,14 @@ enum class OpenAiEndpoint { kCompletions, kChatCompletions };
 struct OpenAiRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
   std::string model;  // as sent; empty when absent
-  // One request per choice: prompt p's choice i is choices[p * n + i].
+  // One request per candidate: prompt p's candidate i is choices[p * best_of + i]. Each
+  // prompt's best_of candidates give its n choices (all of them when best_of == n).
   std::vector<v1::GenerateRequest> choices;
   int n = 1;
+  int best_of = 1;    // ≥ n; > n only without streaming: the n most likely are returned
+  bool echo = false;  // completions: each choice's text begins with its prompt
+  // With echo: prompt p's text ("" for a token-id prompt: the front decodes it).
+  std::vector<std::string> echo_texts;
   bool stream = false;
   bool include_usage = false;   // stream_options.include_usage
   int logprobs = -1;            // top alternatives per token to report; -1: no logprobs

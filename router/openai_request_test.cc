@@ -101,6 +101,38 @@ TEST(OpenAiRequest, ToolsAndToolTurnsReachTheChat) {
   EXPECT_EQ(plain.tool_choice().mode(), v1::ToolChoice::TOOL_CHOICE_AUTO);
 }
 
+TEST(OpenAiRequest, LogitBiasEchoAndBestOf) {
+  OpenAiRequest r = Parse(kText, R"({"prompt": ["a", [5, 6]], "n": 2, "best_of": 3, "seed": 4,
+                                     "echo": true, "logit_bias": {"7": -100, "3": 2.5}})");
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.best_of, 3);
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.echo_texts, (std::vector<std::string>{"a", ""}));
+  ASSERT_EQ(r.choices.size(), 6u);  // prompts × best_of candidates
+  EXPECT_EQ(r.choices[4].token_ids().ids_size(), 2);
+  EXPECT_EQ(r.choices[5].sampling_params().seed(), 6u);  // candidate i: seed + i
+  // The workers report each token's log-probability, to rank the candidates.
+  EXPECT_EQ(r.choices[0].sampling_params().logprobs(), 0);
+  EXPECT_EQ(r.logprobs, -1);
+  const auto& bias = r.choices[0].sampling_params().logit_bias();
+  ASSERT_EQ(bias.size(), 2u);
+  EXPECT_FLOAT_EQ(bias.at(7), -100.0f);
+  EXPECT_FLOAT_EQ(bias.at(3), 2.5f);
+  for (const char* body :
+       {R"({"prompt": "a", "logit_bias": {"-1": 1}})",
+        R"({"prompt": "a", "logit_bias": {"1": 101}})",
+        R"({"prompt": "a", "logit_bias": {"1": "x"}})", R"({"prompt": "a", "logit_bias": [1]})"}) {
+    EXPECT_THAT(Error(kText, body), StartsWith("logit_bias:")) << body;
+  }
+  EXPECT_THAT(Error(kText, R"({"prompt": "a", "best_of": 1, "n": 2})"), StartsWith("best_of:"));
+  EXPECT_THAT(Error(kText, R"({"prompt": "a", "best_of": 2, "stream": true})"),
+              StartsWith("best_of:"));
+  EXPECT_THAT(Error(kText, R"({"prompt": ["a", "b"], "best_of": 9})"), StartsWith("prompt:"));
+  EXPECT_THAT(Error(kText, R"({"prompt": "a", "echo": true, "logprobs": 0})"), StartsWith("echo:"));
+  EXPECT_THAT(Error(kChat, R"({"messages": [{"role": "user", "content": "x"}], "echo": true})"),
+              StartsWith("echo:"));
+}
+
 TEST(OpenAiRequest, PromptFormsAndChoicesFanOut) {
   OpenAiRequest text = Parse(kText, R"({"prompt": "Hello", "max_tokens": 4})");
   ASSERT_EQ(text.choices.size(), 1u);
@@ -147,11 +179,11 @@ TEST(OpenAiRequest, BadValuesAreRefused) {
       {R"({"prompt": "a", "n": 0})", "n:"},
       {R"({"prompt": "a", "n": 17})", "n:"},
       {R"({"prompt": ["a", "b"], "n": 9})", "prompt:"},
-      {R"({"prompt": "a", "best_of": 2})", "best_of:"},
-      {R"({"prompt": "a", "echo": true})", "echo:"},
+      {R"({"prompt": "a", "best_of": 17})", "best_of:"},
+      {R"({"prompt": "a", "echo": 1})", "echo:"},
       {R"({"prompt": "a", "suffix": "z"})", "suffix:"},
       {R"({"prompt": "a", "logprobs": 21})", "logprobs:"},
-      {R"({"prompt": "a", "logit_bias": {"1": 5}})", "logit_bias:"},
+      {R"({"prompt": "a", "logit_bias": {"1": -200}})", "logit_bias:"},
       {R"({"prompt": "a", "stop": [1]})", "stop:"},
       {R"({"prompt": "a", "stop_token_ids": ["x"]})", "stop_token_ids:"},
       {R"({"prompt": "a", "stream": "yes"})", "stream:"},

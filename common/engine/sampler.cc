@@ -13,6 +13,9 @@ namespace tandem::engine {
 void Sampler::ApplyPenalties(std::span<float> logits, const SamplingParams& p,
                              std::span<const int32_t> prompt, std::span<const int32_t> output) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
+  for (const auto& [t, bias] : p.logit_bias) {
+    if (t >= 0 && t < vocab) logits[t] += bias;
+  }
   if (p.repetition_penalty != 1.0) {
     const float r = static_cast<float>(p.repetition_penalty);
     std::vector<bool> seen(vocab, false);
@@ -135,7 +138,7 @@ SampleResult Sampler::Sample(std::span<const float> raw, const SamplingParams& p
 
 bool Sampler::IsPlainGreedy(const SamplingParams& p) {
   return p.temperature == 0.0 && p.repetition_penalty == 1.0 && p.frequency_penalty == 0.0 &&
-         p.presence_penalty == 0.0 && p.logprobs < 0;
+         p.presence_penalty == 0.0 && p.logprobs < 0 && p.logit_bias.empty();
 }
 
 absl::StatusOr<std::vector<SampleResult>> Sampler::SampleRows(kernels::Backend& backend,

@@ -1,7 +1,8 @@
 // Sampler: logits → the next token, as SamplingParams say.
 //
 // Steps, in order:
-//   1. penalties on the raw logits: repetition (tokens seen in prompt or output:
+//   1. logit_bias added to the raw logits (vLLM's order), then penalties: repetition
+//      (tokens seen in prompt or output:
 //      positive logits ÷ r, negative × r), then frequency (− f × count in output) and
 //      presence (− p if the token is in the output) — vLLM's definitions; then a
 //      grammar's mask (tokens it forbids get −∞);

@@ -151,6 +151,29 @@ TEST(Sampler, PenaltiesChangeLogitsExactlyAsSpecified) {
   EXPECT_FLOAT_EQ(l[4], -2.0f * 2 - 0.25f - 0.5f);     // once in output
 }
 
+TEST(Sampler, LogitBiasComesBeforeThePenalties) {
+  std::vector<float> l = {2.0f, -1.0f, 0.5f, 3.0f};
+  SamplingParams p;
+  p.repetition_penalty = 2.0;
+  p.logit_bias = {{1, 3.0f}, {2, -0.5f}, {3, -100.0f}};
+  const std::vector<int32_t> prompt = {1};
+  Sampler::ApplyPenalties(l, p, prompt, {});
+  EXPECT_FLOAT_EQ(l[0], 2.0f);
+  EXPECT_FLOAT_EQ(l[1], (-1.0f + 3.0f) / 2);  // biased to 2, then seen in the prompt: ÷ 2
+  EXPECT_FLOAT_EQ(l[2], 0.0f);
+  EXPECT_FLOAT_EQ(l[3], -97.0f);
+  // Greedy follows the bias: no longer the backend's plain arg-max.
+  EXPECT_FALSE(Sampler::IsPlainGreedy(p));
+  p = {};
+  p.temperature = 0;
+  p.logit_bias = {{0, -100.0f}};  // the arg-max, banned in effect
+  EXPECT_EQ(Sampler::Sample(kLogits, p, 0, 0, {}, {}).token, 1);
+  p.temperature = 1.0;
+  p.logit_bias = {{9, 100.0f}};
+  for (int64_t pos = 0; pos < 50; ++pos)
+    EXPECT_EQ(Sampler::Sample(kLogits, p, 7, pos, {}, {}).token, 9);
+}
+
 TEST(Sampler, LogprobsAreLogSoftmaxAfterPenalties) {
   SamplingParams p;
   p.temperature = 0;
@@ -247,6 +270,15 @@ TEST(SamplingParams, ValidationNamesTheField) {
   p = {};
   p.stop_token_ids = {100};
   EXPECT_THAT(msg(p), ::testing::StartsWith("stop_token_ids"));
+  p = {};
+  p.logit_bias = {{100, 1.0f}};
+  EXPECT_THAT(msg(p), ::testing::StartsWith("logit_bias"));
+  p.logit_bias = {{1, 100.5f}};
+  EXPECT_THAT(msg(p), ::testing::StartsWith("logit_bias"));
+  p.logit_bias = {{2, 1.0f}, {1, 1.0f}};
+  EXPECT_THAT(msg(p), ::testing::StartsWith("logit_bias"));
+  p.logit_bias = {{1, NAN}};
+  EXPECT_THAT(msg(p), ::testing::StartsWith("logit_bias"));
 }
 
 TEST(Philox, MatchesTheKnownAnswerVector) {

@@ -39,6 +39,22 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int64_t max_context) c
   if (grammar.size() > kMaxGrammarBytes) {
     return Bad("grammar", StrCat("is ", grammar.size(), " bytes (at most ", kMaxGrammarBytes, ")"));
   }
+  if (logit_bias.size() > kMaxLogitBias) {
+    return Bad("logit_bias", StrCat("at most ", kMaxLogitBias, " token ids"));
+  }
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto& [id, bias] = logit_bias[i];
+    if (id < 0 || id >= vocab_size) {
+      return Bad("logit_bias",
+                 StrCat("token id ", id, " is outside the vocabulary of ", vocab_size));
+    }
+    if (i > 0 && logit_bias[i - 1].first >= id) {
+      return Bad("logit_bias", "token ids must be sorted and unique");
+    }
+    if (!std::isfinite(bias) || std::fabs(bias) > 100) {
+      return Bad("logit_bias", StrCat("the bias of token ", id, " must be in [-100, 100]"));
+    }
+  }
   if (stop_token_ids.size() > kMaxStopTokenIds) {
     return Bad("stop_token_ids", StrCat("at most ", kMaxStopTokenIds, " ids"));
   }

@@ -30,10 +30,14 @@ struct SamplingParams {
   // A grammar the output must follow (GBNF, root rule `root`; the router compiles JSON
   // Schema, regular expressions and choices to it). Empty: unconstrained.
   std::string grammar;
+  // Added to a token's logit before the penalties (OpenAI's logit_bias), sorted by id,
+  // ids unique; biases in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr int32_t kMaxStopTokenIds = 64;
   static constexpr size_t kMaxGrammarBytes = 1 << 20;
+  static constexpr size_t kMaxLogitBias = 1024;
 
   // `vocab_size` bounds top_k and stop ids; `max_context` bounds max_tokens.
   absl::Status Validate(int32_t vocab_size, int64_t max_context) const;

@@ -1,5 +1,7 @@
 #include "common/rpc/engine_convert.h"
 
+#include <algorithm>
+
 #include "common/util/strings.h"
 
 namespace tandem::rpc {
@@ -19,6 +21,9 @@ engine::SamplingParams FromProto(const v1::EngineSamplingParams& p) {
   s.logprobs = p.logprobs();
   s.ignore_eos = p.ignore_eos();
   s.grammar = p.grammar();
+  const int n = std::min(p.logit_bias_ids_size(), p.logit_bias_values_size());
+  for (int i = 0; i < n; ++i)
+    s.logit_bias.emplace_back(p.logit_bias_ids(i), p.logit_bias_values(i));
   return s;
 }
 

@@ -18,6 +18,9 @@ What it checks (issue #7's acceptance):
     JSON that the `jsonschema` package validates (streaming and not), and vLLM's
     guided_regex / guided_choice / guided_grammar constrain the text; bad sources get 400
     naming the field;
+  * tool calling (issue #20): tool_choice "required" and a named function return
+    well-formed tool_calls (streaming and not) whose arguments validate against the
+    tools' schemas; a conversation with the calls and a `tool` message continues;
   * nothing leaks: after the tests every worker holds no sequence and no KV block.
 
 Run through run.sh (it provides the venv with `openai`):
@@ -461,6 +464,152 @@ class OpenAiApiTest(unittest.TestCase):
             got, raw = post(self.cluster.http + "/v1/completions", body)
             self.assertEqual(got, 400, raw)
             self.assertEqual(json.loads(raw)["error"]["param"], param, raw)
+
+    def test_12_tool_calls(self):
+        """tools with tool_choice required and a named function give well-formed tool_calls
+        whose arguments the `jsonschema` package validates (streaming and not); a
+        conversation carrying the calls and a tool result continues."""
+        weather = {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 40},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"]}
+        tools = [{"type": "function", "function": {
+                     "name": "get_weather", "description": "Current weather in a city.",
+                     "parameters": weather}},
+                 {"type": "function", "function": {
+                     "name": "add", "description": "Add two integers.",
+                     "parameters": {"type": "object", "properties": {
+                         "a": {"type": "integer"}, "b": {"type": "integer"}},
+                         "required": ["a", "b"]}}}]
+        schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        question = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+        def check(calls, only=None):
+            self.assertGreater(len(calls), 0)
+            for c in calls:
+                self.assertEqual(c.type, "function")
+                self.assertRegex(c.id, r"^call_[A-Za-z0-9]{24}$")
+                self.assertIn(c.function.name, schemas if only is None else [only])
+                jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+
+        for seed in range(4):  # required, whole
+            r = self.client.chat.completions.create(
+                model=self.model, messages=question, tools=tools, tool_choice="required",
+                max_tokens=200, temperature=0.8, seed=seed)
+            self.assertEqual(r.choices[0].finish_reason, "tool_calls", r)
+            check(r.choices[0].message.tool_calls)
+        first = r.choices[0].message
+
+        # A named function, streamed: calls arrive as delta.tool_calls chunks.
+        for parallel in (True, False):
+            calls, finish = {}, None
+            for chunk in self.client.chat.completions.create(
+                    model=self.model, messages=question, tools=tools, stream=True,
+                    tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                    parallel_tool_calls=parallel, max_tokens=200, temperature=0.8, seed=11):
+                if not chunk.choices:
+                    continue
+                delta = chunk.choices[0].delta
+                for d in delta.tool_calls or []:
+                    c = calls.setdefault(d.index, {"id": None, "name": "", "arguments": ""})
+                    c["id"] = d.id or c["id"]
+                    c["name"] += d.function.name or ""
+                    c["arguments"] += d.function.arguments or ""
+                finish = chunk.choices[0].finish_reason or finish
+            self.assertEqual(finish, "tool_calls")
+            self.assertEqual(sorted(calls), list(range(len(calls))))
+            if not parallel:
+                self.assertEqual(len(calls), 1)
+            check([openai.types.chat.ChatCompletionMessageToolCall(
+                id=c["id"], type="function",
+                function={"name": c["name"], "arguments": c["arguments"]})
+                for c in calls.values()], only="get_weather")
+
+        # The conversation goes on with the calls and a result.
+        history = question + [
+            {"role": "assistant", "content": None,
+             "tool_calls": [c.model_dump() for c in first.tool_calls]}]
+        history += [{"role": "tool", "tool_call_id": c.id, "content": "18 C, sunny"}
+                    for c in first.tool_calls]
+        r = self.client.chat.completions.create(model=self.model, messages=history, tools=tools,
+                                                max_tokens=40, temperature=0)
+        self.assertIn(r.choices[0].finish_reason, ["stop", "length", "tool_calls"])
+        if r.choices[0].finish_reason != "tool_calls":
+            self.assertTrue(r.choices[0].message.content)
+        r = self.client.chat.completions.create(model=self.model, messages=history, tools=tools,
+                                                tool_choice="none", max_tokens=20, temperature=0)
+        self.assertIsNone(r.choices[0].message.tool_calls)
+        self.assertTrue(r.choices[0].message.content)
+
+        for body, param in [
+                ({"tool_choice": {"type": "function", "function": {"name": "nope"}}},
+                 "tool_choice"),
+                ({"tool_choice": "required", "tools": [{"type": "function", "function": {
+                    "name": "f", "parameters": {"type": "object", "not": {}}}}]},
+                 "tools[0].function.parameters"),
+                ({"tools": [{"type": "function", "function": {"name": "a b"}}]},
+                 "chat.tools[0].name"),
+                ({"tool_choice": "required", "tools": None}, "tool_choice")]:
+            req = {"messages": question, "tools": tools, **body}
+            got, raw = post(self.cluster.http + "/v1/chat/completions", req)
+            self.assertEqual(got, 400, raw)
+            self.assertEqual(json.loads(raw)["error"]["param"], param, raw)
+
+    def test_13_logit_bias_echo_best_of(self):
+        url = self.cluster.http
+        tok = json.loads(post(url + "/tokenize", {"prompt": " hello"})[1])["tokens"]
+        self.assertEqual(len(tok), 1, tok)
+        # A +100 bias makes the token all there is, at any temperature.
+        r = self.client.completions.create(model=self.model, prompt="Once upon a time",
+                                           max_tokens=6, temperature=0.9, seed=1,
+                                           logit_bias={str(tok[0]): 100})
+        self.assertEqual(r.choices[0].text, " hello" * 6)
+        # -100 on the greedy answer's first token moves greedy elsewhere.
+        plain = self.client.completions.create(model=self.model, prompt="The capital of France is",
+                                               max_tokens=4, temperature=0, logprobs=0)
+        first = json.loads(post(url + "/tokenize", {"prompt": plain.choices[0].logprobs.tokens[0]})[1])
+        banned = self.client.completions.create(
+            model=self.model, prompt="The capital of France is", max_tokens=4, temperature=0,
+            logprobs=0, logit_bias={str(first["tokens"][0]): -100})
+        self.assertNotEqual(banned.choices[0].logprobs.tokens[0], plain.choices[0].logprobs.tokens[0])
+        got, raw = post(url + "/v1/completions", {"prompt": "x", "logit_bias": {"abc": 1}})
+        self.assertEqual((got, json.loads(raw)["error"]["param"]), (400, "logit_bias"), raw)
+        got, raw = post(url + "/v1/completions", {"prompt": "x", "logit_bias": {"99999999": 1}})
+        self.assertEqual((got, json.loads(raw)["error"]["param"]), (400, "logit_bias"), raw)
+
+        # echo: the prompt, then exactly what the same request gives without it.
+        prompt = "The capital of France is"
+        base = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=5,
+                                              temperature=0)
+        echoed = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=5,
+                                                temperature=0, echo=True)
+        self.assertEqual(echoed.choices[0].text, prompt + base.choices[0].text)
+        streamed = "".join(c.choices[0].text for c in self.client.completions.create(
+            model=self.model, prompt=prompt, max_tokens=5, temperature=0, echo=True, stream=True)
+            if c.choices)
+        self.assertEqual(streamed, prompt + base.choices[0].text)
+        ids = json.loads(post(url + "/tokenize", {"prompt": prompt})[1])["tokens"]
+        by_ids = self.client.completions.create(model=self.model, prompt=ids, max_tokens=5,
+                                                temperature=0, echo=True)
+        self.assertTrue(by_ids.choices[0].text.startswith(prompt), by_ids.choices[0].text)
+
+        # best_of: the n of the best_of candidates with the highest total log-probability.
+        # The candidates are run here separately (choice i samples with seed + i), and
+        # their totals summed from the logprobs the server reports.
+        kwargs = dict(model=self.model, prompt="Name a colour:", max_tokens=8, temperature=1.0,
+                      seed=21)
+        every = self.client.completions.create(n=5, logprobs=0, **kwargs)
+        totals = [(sum(c.logprobs.token_logprobs), c.index, c.text) for c in every.choices]
+        ranked = [t for _, _, t in sorted(totals, key=lambda x: (-x[0], x[1]))]
+        best = self.client.completions.create(n=2, best_of=5, **kwargs)
+        self.assertEqual([c.text for c in best.choices], ranked[:2])
+        self.assertEqual([c.index for c in best.choices], [0, 1])
+        self.assertIsNone(best.choices[0].logprobs)
+        self.assertEqual(best.usage.completion_tokens, every.usage.completion_tokens)
+        for body in [{"prompt": "x", "best_of": 2, "n": 3}, {"prompt": "x", "best_of": 3, "stream": True},
+                     {"prompt": "x", "echo": True, "logprobs": 1}]:
+            got, raw = post(url + "/v1/completions", body)
+            self.assertEqual(got, 400, raw)
 
     def decode_metrics(self):
         text = get(self.cluster.metrics_url("decode-0"))[1].decode()
