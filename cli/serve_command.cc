@@ -127,6 +127,10 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--routing-policy", o->routing_policy,
                   "Prefill worker choice: round_robin, least_loaded, cache_aware")
       ->capture_default_str();
+  cmd->add_option("--tool-call-parser", o->tool_call_parser,
+                  "How the model writes tool calls: hermes, llama3_json, mistral, or auto (from "
+                  "its chat template)")
+      ->capture_default_str();
   cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk,
                   "Prompt tokens one sequence computes per step (chunked prefill; 0: whole prompt)")
       ->capture_default_str();
@@ -311,6 +315,8 @@ int RunServe(const ServeOptions& o) {
                  std::to_string(o.max_queued_requests),
                  "--routing-policy",
                  o.routing_policy,
+                 "--tool-call-parser",
+                 o.tool_call_parser,
                  "--http-port",
                  std::to_string(o.http_port),
                  "--http-threads",

@@ -48,6 +48,7 @@ struct ServeOptions {
   int max_queued_requests = 256;
   bool prefix_caching = true;                  // on every worker
   std::string routing_policy = "cache_aware";  // router
+  std::string tool_call_parser = "auto";       // router
   int32_t max_prefill_chunk = 512;             // prefill workers
   std::string device = "cpu";                  // every worker's --device
   int gpu = 0;                                 // every worker's --gpu
