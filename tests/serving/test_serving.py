@@ -15,7 +15,8 @@ What it checks (issue #7's acceptance):
     UNAUTHENTICATED (gRPC), a TLS gRPC client streams, a client without a certificate is
     refused, and probes and /metrics need no key;
   * structured output (issue #20): response_format with 50 varied JSON Schemas returns
-    JSON that the `jsonschema` package validates (streaming and not), and vLLM's
+    JSON that the `jsonschema` package validates (streaming and not), so do 24 random
+    schemas and 24 random regular expressions sampled at temperature 1; vLLM's
     guided_regex / guided_choice / guided_grammar constrain the text; bad sources get 400
     naming the field;
   * tool calling (issue #20): tool_choice "required" and a named function return
@@ -610,6 +611,57 @@ class OpenAiApiTest(unittest.TestCase):
                      {"prompt": "x", "echo": True, "logprobs": 1}]:
             got, raw = post(url + "/v1/completions", body)
             self.assertEqual(got, 400, raw)
+
+    def test_14_random_constraints_at_temperature_one(self):
+        """Random schemas (tests/reference/make_schema_golden.py's generator) and random
+        regular expressions, sampled at temperature 1 with several seeds: every answer that
+        ends with "stop" validates (jsonschema, under tandem's documented reading) or
+        matches in full (Python's re); answers cut by max_tokens are counted, not judged."""
+        sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+        import make_schema_golden as gen
+        import random
+        rng = random.Random(7)
+        judged = cut = 0
+        for i in range(24):
+            schema = gen.gen_schema(rng, 1)
+            for seed in (i, 100 + i):
+                r = self.client.chat.completions.create(
+                    model=self.model, messages=[{"role": "user", "content": "JSON, please."}],
+                    max_tokens=200, temperature=1.0, seed=seed,
+                    response_format={"type": "json_schema",
+                                     "json_schema": {"name": "s", "schema": schema}})
+                if r.choices[0].finish_reason == "length":
+                    cut += 1
+                    continue
+                self.assertEqual(r.choices[0].finish_reason, "stop")
+                with self.subTest(schema=json.dumps(schema), seed=seed):
+                    jsonschema.validate(json.loads(r.choices[0].message.content),
+                                        gen.strict(schema))
+                judged += 1
+
+        def regex(depth=0):
+            atoms = ["a", "b", "[a-c]", "[0-9]", "\\d", "x", "[^a-z\\n]", "é", "\\.", "-"]
+            if depth < 2:
+                atoms += ["(" + regex(depth + 1) + "|" + regex(depth + 1) + ")"] * 2
+            out = ""
+            for _ in range(rng.randint(1, 4)):
+                out += rng.choice(atoms) + rng.choice(["", "", "?", "{1,3}", "{2}", "*", "+"])
+            return out
+        for i in range(24):
+            pattern = regex()
+            for seed in (i, 100 + i):
+                r = self.client.completions.create(model=self.model, prompt="Text:", max_tokens=60,
+                                                   temperature=1.0, seed=seed,
+                                                   extra_body={"guided_regex": pattern})
+                if r.choices[0].finish_reason == "length":
+                    cut += 1
+                    continue
+                self.assertIsNotNone(re.fullmatch(pattern, r.choices[0].text),
+                                     (pattern, r.choices[0].text))
+                judged += 1
+        print(f"random constraints: {judged} answers judged, {cut} cut by max_tokens",
+              file=sys.stderr)
+        self.assertGreater(judged, 3 * cut, (judged, cut))
 
     def decode_metrics(self):
         text = get(self.cluster.metrics_url("decode-0"))[1].decode()
