@@ -95,10 +95,14 @@ absl::StatusOr<std::shared_ptr<grammar::Constraint>> Engine::MakeConstraint(
     }
     if (grammars_.size() >= kMaxCachedGrammars) grammars_.clear();
     it =
-        grammars_.emplace(p.grammar, std::make_shared<const grammar::Grammar>(*std::move(compiled)))
+        grammars_
+            .emplace(p.grammar,
+                     CompiledGrammar{std::make_shared<const grammar::Grammar>(*std::move(compiled)),
+                                     std::make_shared<grammar::MaskCache>()})
             .first;
   }
-  auto c = std::make_shared<grammar::Constraint>(it->second, token_masker_);
+  auto c =
+      std::make_shared<grammar::Constraint>(it->second.grammar, token_masker_, it->second.masks);
   for (int32_t token : output) {
     if (absl::Status st = c->Accept(token); !st.ok()) {
       return absl::InvalidArgumentError(StrCat("first_token_id: ", st.message()));

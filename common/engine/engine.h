@@ -233,7 +233,12 @@ class Engine {
   std::shared_ptr<const grammar::TokenMasker> token_masker_;
   // Compiled grammars by source, reused by requests that send the same one (bounded:
   // cleared when full).
-  absl::flat_hash_map<std::string, std::shared_ptr<const grammar::Grammar>> grammars_;
+  // Compiled grammars by source, each with the token masks its sequences share.
+  struct CompiledGrammar {
+    std::shared_ptr<const grammar::Grammar> grammar;
+    std::shared_ptr<grammar::MaskCache> masks;
+  };
+  absl::flat_hash_map<std::string, CompiledGrammar> grammars_;
   static constexpr size_t kMaxCachedGrammars = 64;
 };
 

@@ -8,18 +8,30 @@
 namespace tandem::grammar {
 
 Constraint::Constraint(std::shared_ptr<const Grammar> grammar,
-                       std::shared_ptr<const TokenMasker> masker)
-    : masker_(std::move(masker)), matcher_(std::move(grammar)) {}
+                       std::shared_ptr<const TokenMasker> masker, std::shared_ptr<MaskCache> shared)
+    : masker_(std::move(masker)), shared_(std::move(shared)), matcher_(std::move(grammar)) {}
 
 const TokenMask& Constraint::Allowed() {
   ++stats_.masks;
   if (auto it = cache_.find(matcher_.state()); it != cache_.end()) {
     ++stats_.cache_hits;
-    return it->second;
+    return *it->second;
   }
-  masker_->Fill(matcher_, matcher_.state(), &scratch_);
+  std::shared_ptr<const TokenMask> mask;
+  if (shared_ != nullptr) {
+    matcher_.StateKey(matcher_.state(), &key_);
+    mask = shared_->Find(key_);
+    if (mask != nullptr) ++stats_.shared_hits;
+  }
+  if (mask == nullptr) {
+    auto fresh = std::make_shared<TokenMask>();
+    masker_->Fill(matcher_, matcher_.state(), fresh.get());
+    mask = std::move(fresh);
+    // A walk cut short by the matcher's bounds is this sequence's problem alone.
+    if (shared_ != nullptr && !matcher_.exhausted()) shared_->Insert(key_, mask);
+  }
   if (cache_.size() >= kMaxCachedMasks) cache_.clear();
-  return cache_.emplace(matcher_.state(), scratch_).first->second;
+  return *cache_.emplace(matcher_.state(), std::move(mask)).first->second;
 }
 
 absl::Status Constraint::Accept(int32_t id) {

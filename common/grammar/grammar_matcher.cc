@@ -32,6 +32,22 @@ int32_t GrammarMatcher::Intern(int32_t parent, int32_t pos) {
   return it->second;
 }
 
+void GrammarMatcher::StateKey(const State& s, std::vector<int32_t>* key) const {
+  std::vector<std::vector<int32_t>> stacks;
+  stacks.reserve(s.heads.size());
+  for (int32_t id : s.heads) {
+    std::vector<int32_t>& stack = stacks.emplace_back();
+    for (int32_t n = id; n >= 0; n = nodes_[n].parent) stack.push_back(nodes_[n].pos);
+  }
+  std::sort(stacks.begin(), stacks.end());
+  key->clear();
+  for (const auto& stack : stacks) {
+    key->insert(key->end(), stack.begin(), stack.end());
+    key->push_back(-1);
+  }
+  key->push_back(s.can_end ? 1 : 0);
+}
+
 void GrammarMatcher::Close(int32_t id, State* to) {
   const auto& el = grammar_->elements();
   work_.push_back(id);

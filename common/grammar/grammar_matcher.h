@@ -70,6 +70,11 @@ class GrammarMatcher {
 
   const Grammar& grammar() const { return *grammar_; }
 
+  // `s` by content rather than node ids: each stack as its element positions from the
+  // top down (−1 after each), stacks in sorted order, then can_end. Two matchers of one
+  // grammar give equal keys exactly for states that accept the same continuations.
+  void StateKey(const State& s, std::vector<int32_t>* key) const;
+
  private:
   struct Node {
     int32_t parent;  // -1: the bottom of the stack

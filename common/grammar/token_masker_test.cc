@@ -6,6 +6,7 @@
 
 #include "common/grammar/constraint.h"
 #include "common/grammar/grammar_test_util.h"
+#include "common/grammar/mask_cache.h"
 #include "gtest/gtest.h"
 
 namespace tandem::grammar {
@@ -131,6 +132,72 @@ TEST(Constraint, CachedMasksEqualFreshOnes) {
     masks += c.stats().masks;
   }
   EXPECT_GT(hits, masks / 4);
+}
+
+// Sequences of one grammar share masks through a MaskCache keyed by state content: what
+// one has walked the others find, and every mask still equals a fresh walk of its own.
+TEST(Constraint, SequencesShareMasksByStateContent) {
+  auto g = MustCompile(kJsonish);
+  ASSERT_NE(g, nullptr);
+  std::vector<std::string> vocab = Vocabulary(2000, 6);
+  const int32_t eos = static_cast<int32_t>(vocab.size()) - 1;
+  vocab[eos] = "";
+  auto masker = std::make_shared<const TokenMasker>(vocab, std::vector<int32_t>{eos});
+  auto shared = std::make_shared<MaskCache>();
+  std::mt19937 rng(9);
+  int64_t shared_hits = 0;
+  for (int run = 0; run < 6; ++run) {
+    Constraint c(g, masker, shared);
+    GrammarMatcher fresh(g);
+    TokenMask want;
+    for (int step = 0; step < 120; ++step) {
+      const TokenMask& got = c.Allowed();
+      masker->Fill(fresh, fresh.state(), &want);
+      ASSERT_EQ(got, want) << "run " << run << " step " << step;
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < masker->vocab_size(); ++id) {
+        if (Allowed(got, id)) allowed.push_back(id);
+      }
+      ASSERT_FALSE(allowed.empty());
+      // Runs walk the same first steps (shared states), then go their own ways.
+      const int32_t pick =
+          step < 6 ? allowed[step % allowed.size()] : allowed[rng() % allowed.size()];
+      ASSERT_TRUE(c.Accept(pick).ok());
+      if (pick == eos) break;
+      ASSERT_TRUE(fresh.Accept(vocab[pick]));
+    }
+    if (run == 0) EXPECT_EQ(c.stats().shared_hits, 0);
+    shared_hits += c.stats().shared_hits;
+  }
+  EXPECT_GE(shared_hits, 5 * 6);  // at least the common opening, in every later run
+  EXPECT_GT(shared->size(), 0u);
+}
+
+// A state's key is its content: two matchers given the same bytes agree, whatever
+// other states either has interned on the way; different continuations differ.
+TEST(GrammarMatcher, StateKeysCompareContentAcrossMatchers) {
+  auto g = MustCompile(kJsonish);
+  ASSERT_NE(g, nullptr);
+  GrammarMatcher a(g), b(g);
+  GrammarMatcher::State walk = b.state(), next;  // b makes other nodes first
+  for (char ch : std::string_view("{\"zz\": {\"q\": {\"r\": 12}}, \"k\": true}")) {
+    b.Step(walk, static_cast<uint8_t>(ch), &next);
+    ASSERT_TRUE(next.Alive());
+    walk = next;
+  }
+  ASSERT_TRUE(b.Accept(std::string_view("{\"k\": ")));
+  GrammarMatcher c(g);
+  ASSERT_TRUE(a.Accept(std::string_view("{\"x\": ")));
+  ASSERT_TRUE(c.Accept(std::string_view("{\"other key\":  ")));
+  std::vector<int32_t> ka, kb, kc;
+  a.StateKey(a.state(), &ka);
+  b.StateKey(b.state(), &kb);
+  c.StateKey(c.state(), &kc);
+  EXPECT_EQ(ka, kb);
+  EXPECT_EQ(ka, kc);
+  ASSERT_TRUE(a.Accept(std::string_view("\"in a string")));
+  a.StateKey(a.state(), &ka);
+  EXPECT_NE(ka, kb);
 }
 
 TEST(Constraint, RefusedTokensLeaveTheStateAlone) {
