@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/engine/speculative.h"
 #include "common/model/token_rules.h"
 #include "common/util/check.h"
 #include "common/util/random_id.h"
@@ -71,6 +72,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   e->blocks_ = std::make_unique<kv::BlockManager>(e->kv_->num_blocks(), options.block_size,
                                                   options.prefix_caching);
   e->scheduler_ = std::make_unique<Scheduler>(options.scheduler, e->blocks_.get());
+  e->speculative_ = options.speculative;
   ASSIGN_OR_RETURN(e->executor_, ModelExecutor::Create(c, *e->device_weights_, e->backend_.get(),
                                                        e->kv_.get(), limits));
   e->seed_counter_ = RandomNonZero64();
@@ -336,6 +338,7 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
   }
   ended_.clear();
 
+  ProposeDrafts();
   ScheduledStep step = scheduler_->Schedule();
   if (step.empty()) return events;
   if (observer != nullptr) observer->OnScheduled(step.sequences, step.num_tokens);
@@ -351,8 +354,11 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
       stats_.prompt_tokens_computed += step.num_tokens[s];
     }
     if (end < seq->size()) ++stats_.prefill_chunks;  // a partial prefill
+    // Logits for the last output token's position and each draft token's.
+    const int32_t logit_count =
+        end >= seq->size() ? 1 + static_cast<int32_t>(end - seq->size()) : 0;
     batch_.AddSequence(new_tokens, static_cast<int32_t>(end), blocks_->BlockTable(seq->id),
-                       /*want_logits=*/end == seq->size());
+                       /*want_logits=*/logit_count > 0, logit_count);
   }
   ModelExecutor::LayerCallback on_layer;
   if (observer != nullptr) {
@@ -367,12 +373,24 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
   }
   ++stats_.steps;
 
+  // One row per logit row: a draft's position i is drawn with the draft tokens before
+  // it as context (they are the output if it holds), exactly as plain decoding would.
   std::vector<SampleRow> rows;
+  std::vector<std::vector<int32_t>> contexts;  // drafted outputs, kept for the rows' spans
+  size_t drafted = 0;
+  for (const Sequence* seq : step.sequences) drafted += seq->draft.size();
+  contexts.reserve(drafted);
   for (size_t s = 0; s < step.sequences.size(); ++s) {
     const Sequence* seq = step.sequences[s];
     if (seq->num_cached + step.num_tokens[s] < seq->size()) continue;  // a partial prefill
     rows.push_back({&seq->params, seq->seed, seq->size(), seq->prompt, seq->output});
     if (seq->constraint != nullptr) rows.back().allowed = seq->constraint->Allowed();
+    for (size_t i = 0; i < seq->draft.size(); ++i) {
+      std::vector<int32_t>& context = contexts.emplace_back(seq->output);
+      context.insert(context.end(), seq->draft.begin(), seq->draft.begin() + i + 1);
+      rows.push_back({&seq->params, seq->seed, seq->size() + static_cast<int64_t>(i) + 1,
+                      seq->prompt, context});
+    }
   }
   absl::StatusOr<std::vector<SampleResult>> sampled =
       Sampler::SampleRows(*backend_, *logits, executor_->IdsScratch(), rows);
@@ -382,48 +400,99 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
   }
 
   size_t logit_row = 0;
+  const int64_t bs = blocks_->block_size();
+  // Records the hashes of the blocks `seq`'s computed tokens filled this step (`kept`:
+  // draft tokens whose K/V are now part of the cache).
+  auto hash_blocks = [&](Sequence* seq, int64_t before, std::span<const int32_t> kept) {
+    if (seq->num_cached / bs <= before / bs) return;
+    std::vector<int32_t> tokens(seq->prompt);
+    tokens.insert(tokens.end(), seq->output.begin(), seq->output.end());
+    tokens.insert(tokens.end(), kept.begin(), kept.end());
+    tokens.resize(seq->num_cached);
+    blocks_->HashFullBlocks(seq->id, tokens);
+  };
   for (size_t s = 0; s < step.sequences.size(); ++s) {
     Sequence* seq = step.sequences[s];
-    const int64_t bs = blocks_->block_size();
+    const int64_t before = seq->num_cached;
     const int64_t end = seq->num_cached + step.num_tokens[s];
-    const bool filled_block = end / bs > seq->num_cached / bs;
-    seq->num_cached = end;
-    if (filled_block) {
-      std::vector<int32_t> tokens(seq->prompt);
-      tokens.insert(tokens.end(), seq->output.begin(), seq->output.end());
-      tokens.resize(end);
-      blocks_->HashFullBlocks(seq->id, tokens);
+    if (end < seq->size()) {  // more chunks to go: nothing to sample yet
+      seq->num_cached = end;
+      hash_blocks(seq, before, {});
+      continue;
     }
-    if (end < seq->size()) continue;  // more chunks to go: nothing to sample yet
-    SampleResult& r = (*sampled)[logit_row++];
-    if (seq->constraint != nullptr) {
-      absl::Status st =
-          r.token < 0
-              ? absl::FailedPreconditionError("the grammar allows no token of the vocabulary here")
-              : seq->constraint->Accept(r.token);
-      if (!st.ok()) {
-        EndWithError(seq, absl::InvalidArgumentError(StrCat("grammar: ", st.message())), &events);
-        continue;
+    // Tokens to emit: one, or with a draft its kept prefix and one more.
+    const std::span<SampleResult> drawn(sampled->data() + logit_row, 1 + seq->draft.size());
+    logit_row += drawn.size();
+    const size_t emit = seq->draft.empty() ? 1 : TokensToEmit(seq->draft, drawn);
+    if (!seq->draft.empty()) {
+      const size_t kept = emit - 1;
+      ++stats_.spec_drafts;
+      stats_.spec_draft_tokens += static_cast<int64_t>(seq->draft.size());
+      stats_.spec_accepted_tokens += static_cast<int64_t>(kept);
+      if (stats_.spec_accepted_per_position.size() < seq->draft.size()) {
+        stats_.spec_accepted_per_position.resize(seq->draft.size());
       }
+      for (size_t i = 0; i < kept; ++i) ++stats_.spec_accepted_per_position[i];
     }
-    seq->output.push_back(r.token);
-    ++stats_.generated_tokens;
-    events.push_back(
-        {seq->id, r.token, r.logprob, std::move(r.top), false, FinishReason::kNone, {}});
+    // The K/V computed is valid up to the last kept draft token: rejected positions
+    // are left behind the cache's end and overwritten later.
+    seq->num_cached = seq->size() + static_cast<int64_t>(emit) - 1;
+    hash_blocks(seq, before, std::span(seq->draft).first(emit - 1));
+    seq->draft.clear();
+    for (size_t t = 0; t < emit; ++t) {
+      SampleResult& r = drawn[t];
+      if (seq->constraint != nullptr) {
+        absl::Status st = r.token < 0 ? absl::FailedPreconditionError(
+                                            "the grammar allows no token of the vocabulary here")
+                                      : seq->constraint->Accept(r.token);
+        if (!st.ok()) {
+          EndWithError(seq, absl::InvalidArgumentError(StrCat("grammar: ", st.message())), &events);
+          break;
+        }
+      }
+      seq->output.push_back(r.token);
+      ++stats_.generated_tokens;
+      events.push_back(
+          {seq->id, r.token, r.logprob, std::move(r.top), false, FinishReason::kNone, {}});
 
-    const FinishReason reason = CheckFinish(*seq);
-    if (seq->prefill_only) {
-      scheduler_->Detach(seq);
-      seq->state = SequenceState::kHeld;
-      seq->finish = reason;
-      events.back().finished = true;
-      events.back().reason = reason;
-    } else if (reason != FinishReason::kNone) {
-      Finish(seq, reason, &events);
+      const FinishReason reason = CheckFinish(*seq);
+      if (seq->prefill_only) {
+        scheduler_->Detach(seq);
+        seq->state = SequenceState::kHeld;
+        seq->finish = reason;
+        events.back().finished = true;
+        events.back().reason = reason;
+        break;
+      }
+      if (reason != FinishReason::kNone) {
+        Finish(seq, reason, &events);
+        break;
+      }
     }
   }
   EraseFinished();
   return events;
+}
+
+void Engine::ProposeDrafts() {
+  const int32_t context = static_cast<int32_t>(weights_->config().context_length);
+  for (auto& [id, seq] : sequences_) {
+    seq->draft.clear();
+    if (!speculative_.ngram || seq->state != SequenceState::kRunning ||
+        seq->num_uncomputed() != 1 || seq->constraint != nullptr || seq->prefill_only) {
+      continue;
+    }
+    // Tokens after the one this step samples, within max_tokens and the context.
+    const int64_t left =
+        std::min<int64_t>({speculative_.num_tokens,
+                           seq->params.max_tokens - static_cast<int64_t>(seq->output.size()) - 1,
+                           context - seq->size() - 1});
+    if (left <= 0) continue;
+    std::vector<int32_t> tokens(seq->prompt);
+    tokens.insert(tokens.end(), seq->output.begin(), seq->output.end());
+    seq->draft = ProposeByPromptLookup(tokens, static_cast<int32_t>(left), speculative_.min_n,
+                                       speculative_.max_n);
+  }
 }
 
 EngineStats Engine::Stats() const {

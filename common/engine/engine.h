@@ -74,6 +74,14 @@ struct EngineOptions {
   // The vocabulary as a grammar sees it (MakeTokenMasker); without it requests with a
   // grammar are refused.
   std::shared_ptr<const grammar::TokenMasker> token_masker;
+  // Speculative decoding (speculative.h): each decoding sequence proposes up to
+  // `num_tokens` tokens by prompt lookup, and one pass checks them. Sequences with a
+  // grammar, prefill-only ones and those near max_tokens decode plainly.
+  struct Speculative {
+    bool ngram = false;
+    int32_t num_tokens = 4;
+    int32_t min_n = 1, max_n = 3;  // n-gram sizes matched, longest first
+  } speculative;
 };
 
 // One generated token (or the end of a request).
@@ -123,6 +131,12 @@ struct EngineStats {
   int64_t prefill_chunks = 0;          // partial prefills (a prompt split over steps)
   int64_t generated_tokens = 0;
   int64_t failed_steps = 0;  // forward passes that failed (their requests ended)
+  // Speculative decoding, as vLLM counts it: drafts checked, tokens proposed, tokens
+  // accepted, and accepted tokens by position in the draft.
+  int64_t spec_drafts = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;
 };
 
 class Engine {
@@ -214,6 +228,9 @@ class Engine {
                 std::vector<TokenEvent>* events);
   // Forgets every kFinished sequence.
   void EraseFinished();
+  // Sets each sequence's draft for the coming step (cleared where it may not speculate).
+  void ProposeDrafts();
+  EngineOptions::Speculative speculative_;
 
   const ModelWeights* weights_ = nullptr;
   std::unique_ptr<kernels::Backend> backend_;
@@ -231,9 +248,8 @@ class Engine {
   EngineStats stats_;
   ForwardBatch batch_;
   std::shared_ptr<const grammar::TokenMasker> token_masker_;
-  // Compiled grammars by source, reused by requests that send the same one (bounded:
-  // cleared when full).
-  // Compiled grammars by source, each with the token masks its sequences share.
+  // Compiled grammars by source, reused by requests that send the same one, each with
+  // the token masks its sequences share (bounded: cleared when full).
   struct CompiledGrammar {
     std::shared_ptr<const grammar::Grammar> grammar;
     std::shared_ptr<grammar::MaskCache> masks;

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
 
 #include "common/engine/engine_test_util.h"
@@ -561,6 +562,164 @@ TEST_F(EngineTest, PrefilledSequencesStartEvenBehindAStarvedOne) {
 // Grammar-constrained requests (a regex, a JSON schema, a choice): every output
 // follows its grammar and ends when the grammar does, batched or alone, greedy or
 // seeded; the prefill/decode split gives the same tokens.
+class SpeculativeTest : public EngineTest {
+ protected:
+  // An engine speculating up to `k` tokens by prompt lookup (k = 0: plain decoding).
+  static std::unique_ptr<Engine> MakeSpeculative(int32_t k, int64_t kv_bytes = int64_t{64} << 20,
+                                                 int32_t block_size = 16,
+                                                 bool prefix_caching = false) {
+    EngineOptions o;
+    o.token_masker = Masker();
+    o.kv_cache_bytes = kv_bytes;
+    o.block_size = block_size;
+    o.prefix_caching = prefix_caching;
+    o.num_threads = 2;
+    o.device = ::tandem::testing::TestDevice();
+    o.speculative.ngram = k > 0;
+    o.speculative.num_tokens = k;
+    auto e = Engine::Create(*weights_, o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return std::move(*e);
+  }
+
+  // Prompts prompt lookup finds drafts in (a text to repeat, code to edit), and plain ones.
+  static std::vector<std::vector<int32_t>> MixedPrompts() {
+    std::vector<std::vector<int32_t>> out = {
+        *tok_->Encode("<|im_start|>user\nRepeat exactly: the quick brown fox jumps over the lazy "
+                      "dog, then the quick brown fox jumps over the lazy dog again.<|im_end|>\n"
+                      "<|im_start|>assistant\nthe quick brown fox"),
+        *tok_->Encode("def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
+                      "def mul(a, b):\n    return"),
+        *tok_->Encode("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17,")};
+    for (auto& p : Prompts(4)) out.push_back(std::move(p));
+    return out;
+  }
+
+  // Every request at once on `e`; each one's tokens.
+  static std::vector<std::vector<int32_t>> RunAll(Engine& e,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  const std::vector<SamplingParams>& params) {
+    std::vector<kv::SeqId> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(*e.AddRequest(prompts[i], params[i]));
+    auto out = Drain(e);
+    std::vector<std::vector<int32_t>> tokens;
+    for (kv::SeqId id : ids) tokens.push_back(out[id]);
+    return tokens;
+  }
+};
+
+// Greedy and seeded sampling give exactly plain decoding's tokens with drafts checked
+// k at a time: the CPU engine's logits for a position do not depend on how many
+// positions a pass computes, and every position is drawn with its own Philox number.
+TEST_F(SpeculativeTest, TokensEqualPlainDecoding) {
+  const auto prompts = MixedPrompts();
+  struct Setting {
+    double temperature, top_p, min_p;
+  };
+  for (const Setting& st :
+       {Setting{0.0, 1.0, 0.0}, Setting{0.8, 0.9, 0.0}, Setting{1.5, 1.0, 0.05}}) {
+    SCOPED_TRACE(st.temperature);
+    std::vector<SamplingParams> params;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SamplingParams p = Params(st.temperature, 24 + static_cast<int>(i % 3) * 8, 500 + i);
+      p.top_p = st.top_p;
+      p.min_p = st.min_p;
+      p.ignore_eos = false;
+      params.push_back(p);
+    }
+    auto plain_engine = MakeSpeculative(0);
+    const auto plain = RunAll(*plain_engine, prompts, params);
+    const std::vector<int32_t> ks =
+        st.temperature == 0 ? std::vector<int32_t>{1, 4} : std::vector<int32_t>{4};
+    for (int32_t k : ks) {
+      SCOPED_TRACE(k);
+      auto e = MakeSpeculative(k);
+      EXPECT_EQ(RunAll(*e, prompts, params), plain);
+      const EngineStats s = e->Stats();
+      EXPECT_GT(s.spec_drafts, 0);
+      EXPECT_LE(s.spec_accepted_tokens, s.spec_draft_tokens);
+      if (st.temperature == 0) EXPECT_GT(s.spec_accepted_tokens, 0) << "no draft was ever right";
+      EXPECT_LE(s.steps, plain_engine->Stats().steps) << "speculation took more passes";
+      ExpectNoLeak(*e);
+    }
+  }
+}
+
+// Accepted, rejected, preempted and cancelled drafts, with a pool too small for all the
+// requests: after every step each sequence's blocks cover exactly what it has cached
+// (no block shared between two tables), and at the end every block is free; the tokens
+// of the requests that ran to the end are plain decoding's.
+TEST_F(SpeculativeTest, BlocksStayConsistentThroughRejectionPreemptionAndCancel) {
+  auto prompts = MixedPrompts();
+  for (auto& p : MixedPrompts()) prompts.push_back(std::move(p));  // each twice, other seeds
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    params.push_back(Params(i % 2 ? 0.0 : 0.9, 20 + static_cast<int>(i % 4) * 6, 70 + i));
+  }
+  std::vector<std::vector<int32_t>> plain;
+  for (size_t i = 0; i < prompts.size(); ++i) plain.push_back(Alone(prompts[i], params[i]));
+
+  const int32_t bs = 4;
+  auto e = MakeSpeculative(4, int64_t{48} * bs * 2 * 30 * 3 * 64 * 4, bs);  // 48 blocks of 4
+  std::vector<kv::SeqId> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(*e->AddRequest(prompts[i], params[i]));
+  std::map<kv::SeqId, std::vector<int32_t>> out;
+  std::set<kv::SeqId> cancelled;
+  int step = 0;
+  while (e->HasWork()) {
+    if (step == 7) {  // two requests give up mid-way
+      e->Cancel(ids[1]);
+      e->Cancel(ids[4]);
+      cancelled = {ids[1], ids[4]};
+    }
+    for (const auto& ev : StepOk(*e)) {
+      if (ev.token >= 0) out[ev.id].push_back(ev.token);
+    }
+    ++step;
+    std::set<int32_t> seen;
+    for (kv::SeqId id : ids) {
+      const Sequence* seq = e->Find(id);
+      if (seq == nullptr || seq->state != SequenceState::kRunning) continue;
+      const auto& table = e->BlockTable(id);
+      EXPECT_GE(static_cast<int64_t>(table.size()) * bs, seq->num_cached) << "step " << step;
+      EXPECT_EQ(seq->num_cached, seq->size() - 1) << "a decoding sequence caches all but its last";
+      for (int32_t b : table) EXPECT_TRUE(seen.insert(b).second) << "block " << b << " shared";
+    }
+    EXPECT_LE(static_cast<int32_t>(seen.size()), e->Stats().blocks.num_blocks);
+  }
+  EXPECT_GT(e->Stats().preemptions, 0) << "the test meant to force preemption";
+  EXPECT_GT(e->Stats().spec_accepted_tokens, 0);
+  EXPECT_GT(e->Stats().spec_draft_tokens, e->Stats().spec_accepted_tokens) << "no rejection";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (cancelled.count(ids[i]) == 0) EXPECT_EQ(out[ids[i]], plain[i]) << "request " << i;
+  }
+  ExpectNoLeak(*e);
+}
+
+// With the prefix cache on, only kept tokens are registered: a second run of the same
+// requests hits the cache and still gives plain decoding's tokens.
+TEST_F(SpeculativeTest, PrefixCacheHoldsOnlyKeptTokens) {
+  const auto prompts = MixedPrompts();
+  std::vector<SamplingParams> params;
+  for (size_t i = 0; i < prompts.size(); ++i) params.push_back(Params(0.0, 32, 9));
+  auto plain_engine = MakeSpeculative(0);
+  const auto plain = RunAll(*plain_engine, prompts, params);
+  auto e = MakeSpeculative(4, int64_t{64} << 20, 4, /*prefix_caching=*/true);
+  EXPECT_EQ(RunAll(*e, prompts, params), plain);
+  // Continue each output: its prompt is the first run's prompt and output, cached.
+  std::vector<std::vector<int32_t>> longer;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    longer.push_back(prompts[i]);
+    longer.back().insert(longer.back().end(), plain[i].begin(), plain[i].end());
+  }
+  const int64_t hits_before = e->Stats().blocks.prefix_hit_tokens;
+  const auto again = RunAll(*e, longer, params);
+  EXPECT_GT(e->Stats().blocks.prefix_hit_tokens, hits_before);
+  EXPECT_EQ(again, RunAll(*plain_engine, longer, params));
+  const auto s = e->Stats();
+  EXPECT_EQ(s.blocks.free_blocks + s.blocks.cached_blocks, s.blocks.num_blocks);
+}
+
 class ConstrainedTest : public EngineTest {
  protected:
   static std::string Text(const std::vector<int32_t>& ids) {

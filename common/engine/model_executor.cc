@@ -9,7 +9,8 @@
 namespace tandem::engine {
 
 void ForwardBatch::AddSequence(std::span<const int32_t> new_tokens, int32_t len,
-                               std::span<const int32_t> block_table, bool want_logits) {
+                               std::span<const int32_t> block_table, bool want_logits,
+                               int32_t logit_count) {
   const int32_t n = static_cast<int32_t>(new_tokens.size());
   for (int32_t i = 0; i < n; ++i) {
     tokens.push_back(new_tokens[i]);
@@ -19,7 +20,10 @@ void ForwardBatch::AddSequence(std::span<const int32_t> new_tokens, int32_t len,
   kv_len.push_back(len);
   block_ids.insert(block_ids.end(), block_table.begin(), block_table.end());
   block_indptr.push_back(static_cast<int32_t>(block_ids.size()));
-  if (want_logits && n > 0) logit_rows.push_back(static_cast<int32_t>(tokens.size()) - 1);
+  if (want_logits) {
+    const int32_t end = static_cast<int32_t>(tokens.size());
+    for (int32_t r = end - std::min(n, logit_count); r < end; ++r) logit_rows.push_back(r);
+  }
 }
 
 namespace {

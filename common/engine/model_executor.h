@@ -50,9 +50,10 @@ struct ForwardBatch {
   std::vector<int32_t> logit_rows;       // rows whose logits are returned, in this order
 
   // Appends a sequence whose cache will hold `kv_len` tokens, the last `new_tokens`
-  // of them computed now; `want_logits`: return the last row's logits.
+  // of them computed now; `want_logits`: return the last `logit_count` rows' logits
+  // (more than one: a speculative draft being checked).
   void AddSequence(std::span<const int32_t> new_tokens, int32_t kv_len,
-                   std::span<const int32_t> block_table, bool want_logits);
+                   std::span<const int32_t> block_table, bool want_logits, int32_t logit_count = 1);
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
 };
 

@@ -37,12 +37,19 @@ ScheduledStep Scheduler::Schedule() {
   size_t i = 0;
   while (i < running_.size()) {
     Sequence* seq = running_[i];
-    if (blocks_->CanAppend(seq->id, seq->size())) {
-      TANDEM_CHECK(blocks_->Append(seq->id, seq->size()).ok());
+    // A draft needs room for its K/V too; without that room it is dropped first.
+    if (!seq->draft.empty() &&
+        !blocks_->CanAppend(seq->id, seq->size() + static_cast<int64_t>(seq->draft.size()))) {
+      seq->draft.clear();
+    }
+    const int64_t need = seq->size() + static_cast<int64_t>(seq->draft.size());
+    if (blocks_->CanAppend(seq->id, need)) {
+      TANDEM_CHECK(blocks_->Append(seq->id, need).ok());
       ++i;
       continue;
     }
     Sequence* victim = running_.back();  // index ≥ i: not grown yet this step
+    victim->draft.clear();
     Preempt(victim);
     step.preempted.push_back(victim);
   }
@@ -57,10 +64,10 @@ ScheduledStep Scheduler::Schedule() {
     running_.push_back(seq);
     schedule(seq, n);
   };
-  // Stage 2: decoding sequences first (one token each), then the next chunk of every
-  // prompt being prefilled, then the queue.
+  // Stage 2: decoding sequences first (one token each, plus its draft), then the next
+  // chunk of every prompt being prefilled, then the queue.
   for (Sequence* seq : running_) {
-    if (seq->num_uncomputed() == 1) schedule(seq, 1);
+    if (seq->num_uncomputed() == 1) schedule(seq, 1 + static_cast<int64_t>(seq->draft.size()));
   }
   for (Sequence* seq : running_) {
     if (seq->num_uncomputed() <= 1) continue;

@@ -39,10 +39,15 @@ struct Sequence {
   // Where the output stands in params.grammar (null: unconstrained); it has accepted
   // every output token.
   std::shared_ptr<grammar::Constraint> constraint;
+  // Speculative decoding: tokens proposed to follow the output, checked by this step's
+  // pass (their K/V computed after the last output token's); empty: a plain step.
+  std::vector<int32_t> draft;
 
   int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t TokenAt(int64_t i) const {
-    return i < static_cast<int64_t>(prompt.size()) ? prompt[i] : output[i - prompt.size()];
+    if (i < static_cast<int64_t>(prompt.size())) return prompt[i];
+    if (i < size()) return output[i - prompt.size()];
+    return draft[i - size()];  // past the output: the draft being checked
   }
   // Tokens whose K/V the next forward pass must compute: [num_cached, size()).
   int64_t num_uncomputed() const { return size() - num_cached; }

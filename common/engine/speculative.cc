@@ -27,17 +27,23 @@ std::vector<SampleResult> VerifyDraft(std::span<const float> logits, int32_t voc
                                       uint64_t seed, int64_t first_position,
                                       std::span<const int32_t> prompt,
                                       std::span<const int32_t> output) {
+  // Every position drawn with the draft before it as context (what the engine does in
+  // one batch), then cut where the draft first went wrong.
   std::vector<SampleResult> out;
   std::vector<int32_t> context(output.begin(), output.end());
   for (size_t i = 0; i <= draft.size(); ++i) {
-    SampleResult r = Sampler::Sample(logits.subspan(i * vocab, vocab), p, seed,
-                                     first_position + static_cast<int64_t>(i), prompt, context);
-    const bool kept = i < draft.size() && r.token == draft[i];
-    context.push_back(r.token);
-    out.push_back(std::move(r));
-    if (!kept) break;
+    out.push_back(Sampler::Sample(logits.subspan(i * vocab, vocab), p, seed,
+                                  first_position + static_cast<int64_t>(i), prompt, context));
+    if (i < draft.size()) context.push_back(draft[i]);
   }
+  out.resize(TokensToEmit(draft, out));
   return out;
+}
+
+size_t TokensToEmit(std::span<const int32_t> draft, std::span<const SampleResult> samples) {
+  size_t n = 0;
+  while (n < draft.size() && n < samples.size() && samples[n].token == draft[n]) ++n;
+  return std::min(n + 1, samples.size());
 }
 
 std::vector<double> TargetProbabilities(std::span<const float> logits, const SamplingParams& p) {

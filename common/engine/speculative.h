@@ -49,6 +49,11 @@ std::vector<SampleResult> VerifyDraft(std::span<const float> logits, int32_t voc
                                       std::span<const int32_t> prompt,
                                       std::span<const int32_t> output);
 
+// How many of `samples` to emit: samples[i] is what position i drew (its context the
+// draft tokens before it); the draft's tokens hold while they equal the draws, and the
+// first draw that differs (or the one after the whole draft) is emitted too.
+size_t TokensToEmit(std::span<const int32_t> draft, std::span<const SampleResult> samples);
+
 // The target's distribution of a logits row under `p`, dense over the vocabulary (one-hot
 // at the arg-max when temperature is 0).
 std::vector<double> TargetProbabilities(std::span<const float> logits, const SamplingParams& p);
