@@ -127,6 +127,14 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--routing-policy", o->routing_policy,
                   "Prefill worker choice: round_robin, least_loaded, cache_aware")
       ->capture_default_str();
+  cmd->add_option("--speculative", o->speculative,
+                  "Speculative decoding on the decode workers: ngram (prompt lookup) or off")
+      ->check(CLI::IsMember({"ngram", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--num-speculative-tokens", o->num_speculative_tokens,
+                  "Most tokens one draft proposes (adapted per sequence)")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   cmd->add_option("--tool-call-parser", o->tool_call_parser,
                   "How the model writes tool calls: hermes, llama3_json, mistral, or auto (from "
                   "its chat template)")
@@ -255,6 +263,10 @@ int RunServe(const ServeOptions& o) {
       c.args.insert(c.args.end(), {"--served-model-name", o.served_model_name});
     }
     if (o.batch_invariant) c.args.push_back("--batch-invariant");
+    if (role == std::string_view("decode")) {
+      c.args.insert(c.args.end(), {"--speculative", o.speculative, "--num-speculative-tokens",
+                                   std::to_string(o.num_speculative_tokens)});
+    }
   };
   for (int i = 0; i < o.prefill_workers; ++i) add_worker("prefill", i, pools->prefill_bytes);
   for (int i = 0; i < o.decode_workers; ++i) add_worker("decode", i, pools->decode_bytes);

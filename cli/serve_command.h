@@ -49,12 +49,14 @@ struct ServeOptions {
   bool prefix_caching = true;                  // on every worker
   std::string routing_policy = "cache_aware";  // router
   std::string tool_call_parser = "auto";       // router
-  int32_t max_prefill_chunk = 512;             // prefill workers
-  std::string device = "cpu";                  // every worker's --device
-  int gpu = 0;                                 // every worker's --gpu
-  bool batch_invariant = false;                // every worker's --batch-invariant
-  kv::KvDtype kv_dtype = kv::KvDtype::kF32;    // every worker's --kv-dtype
-  std::string bin_dir;                         // default: the directory of this executable
+  std::string speculative = "off";             // decode workers
+  int32_t num_speculative_tokens = 4;
+  int32_t max_prefill_chunk = 512;           // prefill workers
+  std::string device = "cpu";                // every worker's --device
+  int gpu = 0;                               // every worker's --gpu
+  bool batch_invariant = false;              // every worker's --batch-invariant
+  kv::KvDtype kv_dtype = kv::KvDtype::kF32;  // every worker's --kv-dtype
+  std::string bin_dir;                       // default: the directory of this executable
 };
 
 void AddServeCommand(CLI::App& app, ServeOptions* options);

@@ -433,6 +433,10 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
         stats_.spec_accepted_per_position.resize(seq->draft.size());
       }
       for (size_t i = 0; i < kept; ++i) ++stats_.spec_accepted_per_position[i];
+      // Per token: a draft cut after `kept` tokens counts the rejected one too.
+      const double observed =
+          static_cast<double>(kept) / static_cast<double>(std::min(kept + 1, seq->draft.size()));
+      seq->draft_acceptance = 0.7 * seq->draft_acceptance + 0.3 * observed;
     }
     // The K/V computed is valid up to the last kept draft token: rejected positions
     // are left behind the cache's end and overwritten later.
@@ -482,16 +486,24 @@ void Engine::ProposeDrafts() {
         seq->num_uncomputed() != 1 || seq->constraint != nullptr || seq->prefill_only) {
       continue;
     }
+    // Adaptive k: the draft tokens worth a row at this sequence's acceptance rate.
+    int64_t k = 0;
+    for (double p = seq->draft_acceptance;
+         k < speculative_.num_tokens && p >= speculative_.min_token_acceptance;
+         p *= seq->draft_acceptance) {
+      ++k;
+    }
+    if (k == 0 && ++seq->steps_without_draft >= speculative_.probe_every) k = 1;  // look again
     // Tokens after the one this step samples, within max_tokens and the context.
     const int64_t left =
-        std::min<int64_t>({speculative_.num_tokens,
-                           seq->params.max_tokens - static_cast<int64_t>(seq->output.size()) - 1,
+        std::min<int64_t>({k, seq->params.max_tokens - static_cast<int64_t>(seq->output.size()) - 1,
                            context - seq->size() - 1});
     if (left <= 0) continue;
     std::vector<int32_t> tokens(seq->prompt);
     tokens.insert(tokens.end(), seq->output.begin(), seq->output.end());
     seq->draft = ProposeByPromptLookup(tokens, static_cast<int32_t>(left), speculative_.min_n,
                                        speculative_.max_n);
+    if (!seq->draft.empty()) seq->steps_without_draft = 0;
   }
 }
 

@@ -77,10 +77,16 @@ struct EngineOptions {
   // Speculative decoding (speculative.h): each decoding sequence proposes up to
   // `num_tokens` tokens by prompt lookup, and one pass checks them. Sequences with a
   // grammar, prefill-only ones and those near max_tokens decode plainly.
+  // k adapts per sequence: draft token i is proposed only while the sequence's recent
+  // acceptance rate a gives a^i ≥ min_token_acceptance (a row costs a pass's share of
+  // compute whether or not its token holds); below that the sequence decodes plainly
+  // and tries one token again after `probe_every` passes.
   struct Speculative {
     bool ngram = false;
     int32_t num_tokens = 4;
     int32_t min_n = 1, max_n = 3;  // n-gram sizes matched, longest first
+    double min_token_acceptance = 0.3;
+    int32_t probe_every = 8;
   } speculative;
 };
 

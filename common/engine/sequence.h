@@ -42,6 +42,10 @@ struct Sequence {
   // Speculative decoding: tokens proposed to follow the output, checked by this step's
   // pass (their K/V computed after the last output token's); empty: a plain step.
   std::vector<int32_t> draft;
+  // How often its drafts' tokens have held lately (a moving average, from 1), and the
+  // passes since it last drafted: adaptive k (Engine::ProposeDrafts).
+  double draft_acceptance = 1.0;
+  int32_t steps_without_draft = 0;
 
   int64_t size() const { return static_cast<int64_t>(prompt.size() + output.size()); }
   int32_t TokenAt(int64_t i) const {

@@ -161,6 +161,16 @@ Metrics::Metrics(const MetricsOptions& options)
                                                 ? "KV bytes pushed to decode workers."
                                                 : "KV bytes received from prefill workers.");
   kv_failures_ = AddCounter("kv_transfer_failures_total", "KV transfers that failed.");
+  if (options_.role == Role::kDecode) {
+    spec_drafts_ = AddCounter("spec_decode_num_drafts_total", "Speculative drafts checked.");
+    spec_draft_tokens_ =
+        AddCounter("spec_decode_num_draft_tokens_total", "Tokens proposed by speculative drafts.");
+    spec_accepted_tokens_ =
+        AddCounter("spec_decode_num_accepted_tokens_total", "Draft tokens the target model kept.");
+    spec_per_position_ =
+        &Register(prometheus::BuildCounter(), "spec_decode_num_accepted_tokens_per_pos_total",
+                  "Draft tokens kept, by position in the draft.");
+  }
   kv_rebuilds_ = AddCounter(
       "kv_transfer_comm_rebuilds_total",
       "Peer communicators (NCCL, CUDA IPC) built again after one broke (a stalled or failed "
@@ -252,6 +262,19 @@ void Metrics::SyncTotals(const WorkerTotals& t) {
   sync(kv_bytes_, t.kv_transfer_bytes, synced_.kv_transfer_bytes);
   sync(kv_failures_, t.kv_transfer_failures, synced_.kv_transfer_failures);
   sync(kv_rebuilds_, t.kv_comm_rebuilds, synced_.kv_comm_rebuilds);
+  if (spec_drafts_ == nullptr) return;
+  sync(spec_drafts_, t.spec_drafts, synced_.spec_drafts);
+  sync(spec_draft_tokens_, t.spec_draft_tokens, synced_.spec_draft_tokens);
+  sync(spec_accepted_tokens_, t.spec_accepted_tokens, synced_.spec_accepted_tokens);
+  for (size_t i = 0; i < t.spec_accepted_per_position.size(); ++i) {
+    if (i >= spec_per_position_counters_.size()) {
+      spec_per_position_counters_.push_back(
+          &spec_per_position_->Add({{"position", std::to_string(i)}}));
+      synced_.spec_accepted_per_position.push_back(0);
+    }
+    sync(spec_per_position_counters_[i], t.spec_accepted_per_position[i],
+         synced_.spec_accepted_per_position[i]);
+  }
 }
 
 void Metrics::KvTransferDone(std::string_view transport, double seconds, int64_t bytes) {

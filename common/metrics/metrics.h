@@ -29,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -38,6 +39,8 @@ class Counter;
 class Gauge;
 class Histogram;
 class Registry;
+template <typename T>
+class Family;
 }  // namespace prometheus
 
 namespace tandem::metrics {
@@ -70,6 +73,11 @@ struct WorkerTotals {
   int64_t kv_transfer_bytes = 0;
   int64_t kv_transfer_failures = 0;
   int64_t kv_comm_rebuilds = 0;  // peer communicators (NCCL, CUDA IPC) built again
+  // Speculative decoding (decode workers), as vLLM counts it.
+  int64_t spec_drafts = 0;
+  int64_t spec_draft_tokens = 0;
+  int64_t spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;  // [i]: draft tokens kept at position i
 };
 
 // A worker's instantaneous state; exported as gauges.
@@ -145,6 +153,11 @@ class Metrics {
   prometheus::Counter* preemptions_ = nullptr;
   prometheus::Counter* kv_bytes_ = nullptr;
   prometheus::Counter* kv_failures_ = nullptr;
+  prometheus::Counter* spec_drafts_ = nullptr;
+  prometheus::Counter* spec_draft_tokens_ = nullptr;
+  prometheus::Counter* spec_accepted_tokens_ = nullptr;
+  prometheus::Family<prometheus::Counter>* spec_per_position_ = nullptr;
+  std::vector<prometheus::Counter*> spec_per_position_counters_ ABSL_GUARDED_BY(totals_mu_);
   prometheus::Counter* kv_rebuilds_ = nullptr;
   struct TransportHistograms;
   std::unique_ptr<TransportHistograms> kv_latency_, kv_size_;  // prefill

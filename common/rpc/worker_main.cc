@@ -60,6 +60,20 @@ void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
   app.add_flag("--prefix-caching,!--no-prefix-caching", o->prefix_caching,
                "Reuse the K/V of cached prompt prefixes")
       ->capture_default_str();
+  app.add_option_function<std::string>(
+         "--speculative",
+         [o](const std::string& method) {
+           if (method != "ngram" && method != "off") {
+             throw CLI::ValidationError("--speculative: must be ngram or off, got " + method);
+           }
+           o->speculative.ngram = method == "ngram";
+         },
+         "Speculative decoding on decode workers: ngram (prompt lookup) or off")
+      ->default_str("off");
+  app.add_option("--num-speculative-tokens", o->speculative.num_tokens,
+                 "Most tokens one draft proposes (adapted per sequence to its acceptance)")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
 }
 
 void ExportEngineStats(const engine::EngineStats& s, int64_t kv_transfer_bytes,
@@ -79,6 +93,10 @@ void ExportEngineStats(const engine::EngineStats& s, int64_t kv_transfer_bytes,
   t.kv_transfer_bytes = kv_transfer_bytes;
   t.kv_transfer_failures = kv_transfer_failures;
   t.kv_comm_rebuilds = kv_comm_rebuilds;
+  t.spec_drafts = s.spec_drafts;
+  t.spec_draft_tokens = s.spec_draft_tokens;
+  t.spec_accepted_tokens = s.spec_accepted_tokens;
+  t.spec_accepted_per_position = s.spec_accepted_per_position;
   m->SyncTotals(t);
 }
 

@@ -394,8 +394,10 @@ class OpenAiApiTest(unittest.TestCase):
             ("/v1/completions", {"prompt": ""}, 400, "prompt"),
             ("/v1/completions", {"prompt": "x", "n": 99}, 400, "n"),
             ("/v1/completions", {"prompt": "x", "model": "no-such-model"}, 404, "model"),
-            ("/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, 400,
+            ("/v1/chat/completions", {"messages": [{"role": "function", "content": "x"}]}, 400,
              "messages[0].role"),
+            ("/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, 400,
+             "messages[0].tool_call_id"),
             ("/v1/chat/completions", {"messages": "hi"}, 400, "messages"),
             ("/v1/completions", b'{"prompt": "\xff\xfe"}', 400, None),
         ]
@@ -991,6 +993,47 @@ class DrainTest(unittest.TestCase):
             self.assertTrue(rest.rstrip().endswith("data: [DONE]"), rest[-300:])
             self.assertIn('"finish_reason":"length"', rest.replace(" ", ""))
             c.close()
+        finally:
+            cluster.stop()
+
+
+class SpeculativeClusterTest(unittest.TestCase):
+    """`tandem serve --speculative ngram`: greedy answers equal the single-process engine's
+    without speculation (issue #21), and the decode worker exports vLLM's spec_decode_*
+    counters, which promtool accepts."""
+
+    def test_greedy_answers_equal_plain_decoding(self):
+        cluster = Cluster(extra=["--speculative", "ngram", "--num-speculative-tokens", "4"])
+        try:
+            client = openai.OpenAI(base_url=cluster.http + "/v1", api_key="x", timeout=TIMEOUT)
+            model = client.models.list().data[0].id
+            for prompt in ["Copy this exactly: the red fox, the red fox, the red fox ran home.",
+                           "Write the numbers from 1 to 20, separated by commas."]:
+                ref = reference(prompt, 40, chat=True)
+                r = client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": prompt}], max_tokens=40,
+                    temperature=0)
+                self.assertEqual(r.choices[0].message.content, ref["text"])
+                streamed = "".join(c.choices[0].delta.content or "" for c in
+                                   client.chat.completions.create(
+                                       model=model, max_tokens=40, temperature=0, stream=True,
+                                       messages=[{"role": "user", "content": prompt}])
+                                   if c.choices)
+                self.assertEqual(streamed, ref["text"])
+            text = get(cluster.metrics_url("decode-0"))[1].decode()
+            code, out = promtool(text)
+            self.assertIn(code, (0, 3), out)  # only the `tandem:` prefix's lint (see test_07)
+            for line in filter(str.strip, out.splitlines()):
+                self.assertTrue(line.endswith("metric names should not contain ':'"), line)
+            m = parse_metrics(text)
+
+            def total(name):
+                return sum(v for (n, _), v in m.items() if n == "tandem:" + name)
+            self.assertGreater(total("spec_decode_num_drafts_total"), 0)
+            self.assertGreater(total("spec_decode_num_draft_tokens_total"), 0)
+            accepted = total("spec_decode_num_accepted_tokens_total")
+            self.assertGreater(accepted, 0)
+            self.assertEqual(total("spec_decode_num_accepted_tokens_per_pos_total"), accepted)
         finally:
             cluster.stop()
 
