@@ -4,12 +4,16 @@
 // drafts of up to --k tokens — at batch 1 and 16, on two kinds of prompt: repetitive
 // (copying a text back, editing code, quoting) where the output repeats the prompt, and
 // open-ended ones where it does not. Prints, per kind and batch: TPOT (decode time per
-// generated token, all of the batch's tokens counted), the speed-up, the acceptance rate
-// (accepted ÷ proposed tokens) and tokens per pass. Greedy by default (the outputs are
-// checked equal to plain decoding's), or --temperature T with a seed.
+// generated token of one sequence), the speed-up (medians of --repeat alternating
+// pairs), the acceptance rate (kept ÷ proposed tokens) and tokens kept per draft.
+// Greedy by default (the outputs are checked equal to plain decoding's), or
+// --temperature T with a seed. The engine's defaults apply (adaptive k, no drafts while
+// more than one sequence decodes) unless --disable-by-batch-size N says otherwise.
 //
 //   build/bin/speculative_bench --model models/smollm2-135m-instruct-q4_1.gguf
-//       [--k 4] [--tokens 128] [--temperature 0] [--threads 0]
+//       [--k 4] [--tokens 128] [--batches 1,16] [--repeat 3] [--temperature 0]
+//       [--disable-by-batch-size N] [--threads 0]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -22,6 +26,11 @@
 namespace {
 
 using namespace tandem;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
 
 double Ms(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
@@ -56,18 +65,19 @@ const std::vector<std::string> kOpenEnded = {
 struct Result {
   double tpot_ms = 0;
   double acceptance = 0;
-  double tokens_per_pass = 0;
+  double kept_per_draft = 0;
   std::vector<std::vector<int32_t>> outputs;
 };
 
 Result Decode(const engine::ModelWeights& weights, const tokenizer::Tokenizer& tok,
               const std::vector<std::string>& texts, int batch, int k, int tokens,
-              double temperature, int threads) {
+              double temperature, int threads, int disable_batch) {
   engine::EngineOptions o;
   o.num_threads = threads;
   o.kv_cache_bytes = int64_t{512} << 20;
   o.speculative.ngram = k > 0;
   o.speculative.num_tokens = k;
+  if (disable_batch > 0) o.speculative.disable_by_batch_size = disable_batch;
   auto eng = engine::Engine::Create(weights, o);
   if (!eng.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(eng.status().message()).c_str());
@@ -107,7 +117,9 @@ Result Decode(const engine::ModelWeights& weights, const tokenizer::Tokenizer& t
   r.acceptance = s.spec_draft_tokens > 0
                      ? static_cast<double>(s.spec_accepted_tokens) / s.spec_draft_tokens
                      : 0;
-  r.tokens_per_pass = steps_after > 0 ? static_cast<double>(after) / batch / steps_after : 0;
+  r.kept_per_draft =
+      s.spec_drafts > 0 ? static_cast<double>(s.spec_accepted_tokens) / s.spec_drafts : 0;
+  (void)steps_after;
   for (kv::SeqId id : ids) r.outputs.push_back(out[id]);
   return r;
 }
@@ -116,7 +128,8 @@ Result Decode(const engine::ModelWeights& weights, const tokenizer::Tokenizer& t
 
 int main(int argc, char** argv) {
   std::string model;
-  int k = 4, tokens = 128, threads = 0;
+  int k = 4, tokens = 128, threads = 0, disable_batch = 0, repeat = 3;
+  std::vector<int> batches = {1, 16};
   double temperature = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -131,9 +144,22 @@ int main(int argc, char** argv) {
       temperature = std::stod(next());
     } else if (a == "--threads") {
       threads = std::stoi(next());
+    } else if (a == "--batches") {
+      batches.clear();
+      std::string list = next();
+      for (size_t at = 0; at < list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        batches.push_back(std::stoi(list.substr(at, comma - at)));
+        at = comma + 1;
+      }
+    } else if (a == "--repeat") {
+      repeat = std::max(1, std::stoi(next()));
+    } else if (a == "--disable-by-batch-size") {
+      disable_batch = std::stoi(next());
     } else {
       std::fprintf(stderr,
-                   "usage: %s --model M [--k 4] [--tokens 128] [--temperature 0] [--threads 0]\n",
+                   "usage: %s --model M [--k 4] [--tokens 128] [--batches 1,16] [--repeat 3] "
+                   "[--temperature 0] [--disable-by-batch-size N] [--threads 0]\n",
                    argv[0]);
       return 2;
     }
@@ -148,17 +174,30 @@ int main(int argc, char** argv) {
     const std::vector<std::string>* texts;
   } kinds[] = {{"repetitive", &kRepetitive}, {"open-ended", &kOpenEnded}};
   for (const auto& kind : kinds) {
-    for (int batch : {1, 16}) {
-      const Result plain = Decode(*loaded->weights, *loaded->tokenizer, *kind.texts, batch, 0,
-                                  tokens, temperature, threads);
-      const Result spec = Decode(*loaded->weights, *loaded->tokenizer, *kind.texts, batch, k,
-                                 tokens, temperature, threads);
+    for (int batch : batches) {
+      // Plain and speculative runs alternate; the medians of `repeat` pairs are shown.
+      std::vector<double> plain_ms, spec_ms, ratios, acceptance, kept;
+      bool identical = true;
+      for (int r = 0; r < repeat; ++r) {
+        const Result plain = Decode(*loaded->weights, *loaded->tokenizer, *kind.texts, batch, 0,
+                                    tokens, temperature, threads, disable_batch);
+        const Result spec = Decode(*loaded->weights, *loaded->tokenizer, *kind.texts, batch, k,
+                                   tokens, temperature, threads, disable_batch);
+        plain_ms.push_back(plain.tpot_ms);
+        spec_ms.push_back(spec.tpot_ms);
+        ratios.push_back(plain.tpot_ms / spec.tpot_ms);
+        acceptance.push_back(spec.acceptance);
+        kept.push_back(spec.kept_per_draft);
+        identical = identical && plain.outputs == spec.outputs;
+      }
       std::printf(
-          "%-10s batch %2d: TPOT plain %.2f ms, speculative (k=%d) %.2f ms: %.2fx faster; "
-          "acceptance %.0f%%, %.2f tokens per pass; outputs %s\n",
-          kind.name, batch, plain.tpot_ms, k, spec.tpot_ms, plain.tpot_ms / spec.tpot_ms,
-          100 * spec.acceptance, spec.tokens_per_pass,
-          plain.outputs == spec.outputs ? "identical" : "DIFFERENT");
+          "%-10s batch %2d: TPOT plain %.2f ms, speculative (k<=%d) %.2f ms: %.2fx faster "
+          "(median of %d; %.2f-%.2fx); acceptance %.0f%%, %.2f tokens kept per draft; outputs "
+          "%s\n",
+          kind.name, batch, Median(plain_ms), k, Median(spec_ms), Median(ratios), repeat,
+          *std::min_element(ratios.begin(), ratios.end()),
+          *std::max_element(ratios.begin(), ratios.end()), 100 * Median(acceptance), Median(kept),
+          identical ? "identical" : "DIFFERENT");
     }
   }
   return 0;

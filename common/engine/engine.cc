@@ -480,10 +480,18 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
 
 void Engine::ProposeDrafts() {
   const int32_t context = static_cast<int32_t>(weights_->config().context_length);
+  bool off = !speculative_.ngram;
+  if (!off && speculative_.disable_by_batch_size > 0) {
+    int32_t decoding = 0;
+    for (const auto& [id, seq] : sequences_) {
+      decoding += seq->state == SequenceState::kRunning && seq->num_uncomputed() == 1;
+    }
+    off = decoding > speculative_.disable_by_batch_size;
+  }
   for (auto& [id, seq] : sequences_) {
     seq->draft.clear();
-    if (!speculative_.ngram || seq->state != SequenceState::kRunning ||
-        seq->num_uncomputed() != 1 || seq->constraint != nullptr || seq->prefill_only) {
+    if (off || seq->state != SequenceState::kRunning || seq->num_uncomputed() != 1 ||
+        seq->constraint != nullptr || seq->prefill_only) {
       continue;
     }
     // Adaptive k: the draft tokens worth a row at this sequence's acceptance rate.

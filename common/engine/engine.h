@@ -85,8 +85,13 @@ struct EngineOptions {
     bool ngram = false;
     int32_t num_tokens = 4;
     int32_t min_n = 1, max_n = 3;  // n-gram sizes matched, longest first
-    double min_token_acceptance = 0.3;
+    double min_token_acceptance = 0.4;
     int32_t probe_every = 8;
+    // No drafts while more sequences than this decode at once (vLLM's
+    // --speculative-disable-by-batch-size): on a CPU a batch of two is already
+    // compute-bound, where a draft row costs about what the token it may save is worth
+    // (bench/speculative_bench: docs/performance.md). 0: never off.
+    int32_t disable_by_batch_size = 1;
   } speculative;
 };
 

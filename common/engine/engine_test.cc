@@ -577,6 +577,7 @@ class SpeculativeTest : public EngineTest {
     o.device = ::tandem::testing::TestDevice();
     o.speculative.ngram = k > 0;
     o.speculative.num_tokens = k;
+    o.speculative.disable_by_batch_size = 0;  // these tests batch on purpose
     auto e = Engine::Create(*weights_, o);
     EXPECT_TRUE(e.ok()) << e.status();
     return std::move(*e);
@@ -694,6 +695,39 @@ TEST_F(SpeculativeTest, BlocksStayConsistentThroughRejectionPreemptionAndCancel)
     if (cancelled.count(ids[i]) == 0) EXPECT_EQ(out[ids[i]], plain[i]) << "request " << i;
   }
   ExpectNoLeak(*e);
+}
+
+// The defaults speculate only while one sequence decodes, and a sequence whose drafts
+// keep failing stops drafting (adaptive k) but for a probe now and then.
+TEST_F(SpeculativeTest, DraftsOnlyWhereTheyPay) {
+  const auto prompts = MixedPrompts();
+  auto drafts_with = [&](const std::vector<std::vector<int32_t>>& batch,
+                         double min_token_acceptance =
+                             EngineOptions::Speculative().min_token_acceptance) {
+    EngineOptions o;
+    o.num_threads = 2;
+    o.device = ::tandem::testing::TestDevice();
+    o.speculative.ngram = true;  // the other speculative options at their defaults
+    o.speculative.min_token_acceptance = min_token_acceptance;
+    auto e = Engine::Create(*weights_, o);
+    EXPECT_TRUE(e.ok());
+    std::vector<SamplingParams> params(batch.size(), Params(0.0, 48, 1));
+    RunAll(**e, batch, params);
+    ExpectNoLeak(**e);
+    return (*e)->Stats();
+  };
+  EXPECT_GT(drafts_with({prompts[0]}).spec_drafts, 0);
+  EXPECT_EQ(drafts_with({prompts[0], prompts[1], prompts[2]}).spec_drafts, 0);
+  // An open-ended answer: drafts mostly fail, and k shrinks (compared with always
+  // proposing the full k), so fewer rows are spent on tokens that do not hold.
+  const std::vector<int32_t> story = *tok_->Encode(
+      "<|im_start|>user\nWrite a short story about a lighthouse keeper.<|im_end|>\n"
+      "<|im_start|>assistant\n");
+  const EngineStats adaptive = drafts_with({story});
+  const EngineStats fixed = drafts_with({story}, 0.0);
+  ASSERT_GT(fixed.spec_draft_tokens, 0);
+  EXPECT_LT(2 * adaptive.spec_draft_tokens, fixed.spec_draft_tokens)
+      << "k did not adapt to a poor acceptance";
 }
 
 // With the prefix cache on, only kept tokens are registered: a second run of the same

@@ -74,6 +74,10 @@ void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
                  "Most tokens one draft proposes (adapted per sequence to its acceptance)")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
+  app.add_option("--speculative-disable-by-batch-size", o->speculative.disable_by_batch_size,
+                 "No drafts while more sequences than this decode at once (0: never off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 void ExportEngineStats(const engine::EngineStats& s, int64_t kv_transfer_bytes,
