@@ -159,8 +159,9 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChat(const v1::Chat
   }
   const v1::ToolChoice& choice = chat.tool_choice();
   if (tools.empty() &&
-      (choice.mode() != v1::ToolChoice::TOOL_CHOICE_AUTO || chat.has_parallel_tool_calls())) {
-    return Bad("chat.tool_choice", "needs tools");
+      (choice.mode() == v1::ToolChoice::TOOL_CHOICE_REQUIRED ||
+       choice.mode() == v1::ToolChoice::TOOL_CHOICE_FUNCTION || chat.has_parallel_tool_calls())) {
+    return Bad("chat.tool_choice", "needs tools");  // "none" and "auto" mean nothing then
   }
   if (choice.mode() != v1::ToolChoice::TOOL_CHOICE_FUNCTION && !choice.function().empty()) {
     return Bad("chat.tool_choice.function", "is only for mode TOOL_CHOICE_FUNCTION");
