@@ -4,8 +4,9 @@
 // Hugging Face's tokenizer_config.json). tandem renders it with its own sandboxed Jinja
 // interpreter (jinja/template.h), byte for byte as transformers' apply_chat_template
 // does with Python's jinja2; tests/reference/make_chat_golden.py records that rendering
-// for SmolLM2, Qwen2/2.5, Llama 3/3.1, Mistral and Gemma templates and
-// chat_template_test.cc checks it.
+// for SmolLM2, Qwen2/2.5, a Qwen3-style tool template, Llama 3/3.1, Mistral v0.2/v1/v3,
+// Gemma 2/3, Phi-3.5, Hermes 3 tool_use and Command-R tool-use templates, with and
+// without tools, and chat_template_test.cc checks it.
 //
 // The template sees `messages` (a list of {"role", "content"}, plus "tool_calls",
 // "tool_call_id" and "name" where a message has them), `add_generation_prompt`, `tools`
