@@ -7,6 +7,7 @@
 
 #include "common/grammar/grammar.h"
 #include "common/model/token_rules.h"
+#include "common/util/bounded_json.h"
 #include "common/util/field_error.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
@@ -62,14 +63,8 @@ namespace {
 
 // JSON text of an object (nesting bounded as the chat template bounds it).
 bool IsJsonObject(std::string_view text) {
-  int max_depth = 0;
-  const nlohmann::json::parser_callback_t deep = [&](int d, nlohmann::json::parse_event_t,
-                                                     nlohmann::json&) {
-    max_depth = std::max(max_depth, d);
-    return d <= 64;
-  };
-  const nlohmann::json j = nlohmann::json::parse(text, deep, false);
-  return max_depth <= 64 && !j.is_discarded() && j.is_object();
+  absl::StatusOr<nlohmann::ordered_json> j = ParseBoundedJson(text);
+  return j.ok() && j->is_object();
 }
 
 bool ValidToolName(std::string_view name) {

@@ -6,6 +6,7 @@
 
 #include "common/grammar/grammar.h"
 #include "common/grammar/json_schema_grammar.h"
+#include "common/util/bounded_json.h"
 #include "common/util/field_error.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
@@ -21,7 +22,6 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kMistralTag = "[TOOL_CALLS]";
-constexpr int kMaxJsonDepth = 64;
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -64,17 +64,8 @@ size_t JsonEnd(std::string_view s, size_t pos) {
 }
 
 std::optional<json> ParseJson(std::string_view text) {
-  const json::parser_callback_t bounded = [](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxJsonDepth) throw std::length_error("nesting");
-    return true;
-  };
-  try {
-    return json::parse(text, bounded);
-  } catch (const std::length_error&) {
-    return std::nullopt;
-  } catch (const json::exception&) {
-    return std::nullopt;
-  }
+  absl::StatusOr<json> j = ParseBoundedJson(text);
+  return j.ok() ? std::optional<json>(*std::move(j)) : std::nullopt;
 }
 
 json ToolJson(const tokenizer::ToolDefinition& t) {
@@ -84,6 +75,24 @@ json ToolJson(const tokenizer::ToolDefinition& t) {
     if (std::optional<json> p = ParseJson(t.parameters)) f["parameters"] = *p;
   }
   return {{"type", "function"}, {"function", std::move(f)}};
+}
+
+// How a format writes its calls, as the grammar forces them (the parser reads more).
+struct Writing {
+  std::string_view list_open, separator, list_close;      // around and between the calls
+  std::string_view call_open, arguments_key, call_close;  // around one call's JSON
+};
+
+Writing WritingOf(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kLlama3Json:
+      return {"", "; ", "", "", "parameters", ""};
+    case ToolCallFormat::kMistral:
+      return {"[TOOL_CALLS] [", ", ", "]", "", "arguments", ""};
+    case ToolCallFormat::kHermes:
+      break;
+  }
+  return {"", "\n", "", "<tool_call>\n", "arguments", "\n</tool_call>"};
 }
 
 }  // namespace
@@ -144,6 +153,7 @@ std::string HermesCallsText(const std::vector<tokenizer::ToolCall>& calls) {
 absl::StatusOr<std::string> ToolCallGbnf(ToolCallFormat format,
                                          const std::vector<tokenizer::ToolDefinition>& tools,
                                          std::string_view only, bool parallel) {
+  const Writing w = WritingOf(format);
   std::string rules;
   std::vector<std::string> alternatives;
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -160,46 +170,19 @@ absl::StatusOr<std::string> ToolCallGbnf(ToolCallFormat format,
       }
       rules += *r;
     }
-    const std::string name = json(t.name).dump();
-    std::string call;
-    switch (format) {
-      case ToolCallFormat::kHermes:
-        call = StrCat(
-            grammar::GbnfLiteral(StrCat(kHermesOpen, "\n{\"name\": ", name, ", \"arguments\": ")),
-            " ", args, " ", grammar::GbnfLiteral(StrCat("}\n", kHermesClose)));
-        break;
-      case ToolCallFormat::kLlama3Json:
-        call = StrCat(grammar::GbnfLiteral(StrCat("{\"name\": ", name, ", \"parameters\": ")), " ",
-                      args, " \"}\"");
-        break;
-      case ToolCallFormat::kMistral:
-        call = StrCat(grammar::GbnfLiteral(StrCat("{\"name\": ", name, ", \"arguments\": ")), " ",
-                      args, " \"}\"");
-        break;
-    }
+    const std::string call =
+        StrCat(grammar::GbnfLiteral(StrCat(w.call_open, "{\"name\": ", json(t.name).dump(), ", \"",
+                                           w.arguments_key, "\": ")),
+               " ", args, " ", grammar::GbnfLiteral(StrCat("}", w.call_close)));
     rules += StrCat("tool-", i, "-call ::= ", call, "\n");
     alternatives.push_back(StrCat("tool-", i, "-call"));
   }
   if (alternatives.empty()) {
     return FieldError("tool_choice", StrCat("no tool is named '", only, "'"));
   }
-  std::string sep, open, close;
-  switch (format) {
-    case ToolCallFormat::kHermes:
-      sep = "\"\\n\"";
-      break;
-    case ToolCallFormat::kLlama3Json:
-      sep = "\"; \"";
-      break;
-    case ToolCallFormat::kMistral:
-      sep = "\", \"";
-      open = grammar::GbnfLiteral(StrCat(kMistralTag, " [")) + " ";
-      close = " \"]\"";
-      break;
-  }
-  std::string root = StrCat("root ::= ", open, "call");
-  if (parallel) root += StrCat(" (", sep, " call)*");
-  root += StrCat(close, "\n");
+  std::string root = StrCat("root ::= ", grammar::GbnfLiteral(w.list_open), " call");
+  if (parallel) root += StrCat(" (", grammar::GbnfLiteral(w.separator), " call)*");
+  root += StrCat(" ", grammar::GbnfLiteral(w.list_close), "\n");
   std::string call = "call ::= ";
   for (size_t i = 0; i < alternatives.size(); ++i) {
     call += StrCat(i > 0 ? " | " : "", alternatives[i]);

@@ -376,20 +376,21 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
   // One row per logit row: a draft's position i is drawn with the draft tokens before
   // it as context (they are the output if it holds), exactly as plain decoding would.
   std::vector<SampleRow> rows;
-  std::vector<std::vector<int32_t>> contexts;  // drafted outputs, kept for the rows' spans
-  size_t drafted = 0;
-  for (const Sequence* seq : step.sequences) drafted += seq->draft.size();
-  contexts.reserve(drafted);
+  // A drafting sequence's output followed by its draft; row i reads the first
+  // output.size() + i tokens of it. Reserved so the rows' spans stay valid.
+  std::vector<std::vector<int32_t>> drafted_outputs;
+  drafted_outputs.reserve(step.sequences.size());
   for (size_t s = 0; s < step.sequences.size(); ++s) {
     const Sequence* seq = step.sequences[s];
     if (seq->num_cached + step.num_tokens[s] < seq->size()) continue;  // a partial prefill
     rows.push_back({&seq->params, seq->seed, seq->size(), seq->prompt, seq->output});
     if (seq->constraint != nullptr) rows.back().allowed = seq->constraint->Allowed();
-    for (size_t i = 0; i < seq->draft.size(); ++i) {
-      std::vector<int32_t>& context = contexts.emplace_back(seq->output);
-      context.insert(context.end(), seq->draft.begin(), seq->draft.begin() + i + 1);
-      rows.push_back({&seq->params, seq->seed, seq->size() + static_cast<int64_t>(i) + 1,
-                      seq->prompt, context});
+    if (seq->draft.empty()) continue;
+    std::vector<int32_t>& context = drafted_outputs.emplace_back(seq->output);
+    context.insert(context.end(), seq->draft.begin(), seq->draft.end());
+    for (size_t i = 1; i <= seq->draft.size(); ++i) {
+      rows.push_back({&seq->params, seq->seed, seq->size() + static_cast<int64_t>(i), seq->prompt,
+                      std::span(context).first(seq->output.size() + i)});
     }
   }
   absl::StatusOr<std::vector<SampleResult>> sampled =

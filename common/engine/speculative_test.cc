@@ -115,6 +115,13 @@ int32_t Draw(const std::vector<double>& q, double u) {
 
 struct Setting {
   double temperature, top_p, min_p;
+  SamplingParams Params() const {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    return p;
+  }
 };
 constexpr Setting kSettings[] = {{0.8, 0.9, 0.0}, {1.5, 1.0, 0.05}};
 
@@ -130,10 +137,7 @@ TEST(RejectionSample, NextTokenIsDistributedAsPlainSampling) {
   const std::vector<float> drafter = RandomLogits(rng, 1, vocab, 0.6f);
   const std::vector<double> q = Softmax(drafter);
   for (const Setting& s : kSettings) {
-    SamplingParams p;
-    p.temperature = s.temperature;
-    p.top_p = s.top_p;
-    p.min_p = s.min_p;
+    const SamplingParams p = s.Params();
     const std::vector<double> want = TargetProbabilities(target, p);
     const int64_t draws = 40000;
     std::vector<int64_t> counts(vocab, 0);
@@ -165,10 +169,7 @@ TEST(RejectionSample, TwoTokenJointIsDistributedAsPlainSampling) {
   const std::vector<float> draft1 = RandomLogits(rng, 1, vocab, 0.6f);
   const std::vector<float> draft2 = RandomLogits(rng, vocab, vocab, 0.6f);
   for (const Setting& s : kSettings) {
-    SamplingParams p;
-    p.temperature = s.temperature;
-    p.top_p = s.top_p;
-    p.min_p = s.min_p;
+    const SamplingParams p = s.Params();
     const std::vector<double> p1 = TargetProbabilities(target1, p);
     std::vector<std::vector<double>> p2, q2;
     for (int a = 0; a < vocab; ++a) {
@@ -206,10 +207,7 @@ TEST(VerifyDraft, FirstTokenIsDistributedAsPlainSampling) {
   const int vocab = 10;
   const std::vector<float> logits = RandomLogits(rng, 2, vocab, 0.6f);
   for (const Setting& s : kSettings) {
-    SamplingParams p;
-    p.temperature = s.temperature;
-    p.top_p = s.top_p;
-    p.min_p = s.min_p;
+    const SamplingParams p = s.Params();
     const std::vector<double> want = TargetProbabilities(std::span(logits).first(vocab), p);
     const int64_t draws = 20000;
     std::vector<int64_t> counts(vocab, 0);

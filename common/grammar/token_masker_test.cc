@@ -1,5 +1,6 @@
 #include "common/grammar/token_masker.h"
 
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -99,6 +100,30 @@ TEST(TokenMasker, EndTokensOnlyWhereTheGrammarEnds) {
   EXPECT_TRUE(Allowed(mask, 3));
 }
 
+// Walks `c` for up to `steps` tokens chosen by `pick(step, allowed)`, checking every
+// mask against a fresh walk of a trie-free matcher fed the same bytes.
+void WalkCheckingMasks(const std::shared_ptr<const Grammar>& g,
+                       const std::vector<std::string>& vocab, int32_t eos,
+                       const TokenMasker& masker, int steps, Constraint* c,
+                       const std::function<int32_t(int, const std::vector<int32_t>&)>& pick) {
+  GrammarMatcher fresh(g);
+  TokenMask want;
+  for (int step = 0; step < steps; ++step) {
+    const TokenMask& got = c->Allowed();
+    masker.Fill(fresh, fresh.state(), &want);
+    ASSERT_EQ(got, want) << "step " << step;
+    std::vector<int32_t> allowed;
+    for (int32_t id = 0; id < masker.vocab_size(); ++id) {
+      if (Allowed(got, id)) allowed.push_back(id);
+    }
+    ASSERT_FALSE(allowed.empty());
+    const int32_t id = pick(step, allowed);
+    ASSERT_TRUE(c->Accept(id).ok());
+    if (id == eos) return;
+    ASSERT_TRUE(fresh.Accept(vocab[id]));
+  }
+}
+
 // The state cache never changes an answer: along random paths, every cached mask
 // equals a fresh walk, and the cache does answer the states a loop returns to.
 TEST(Constraint, CachedMasksEqualFreshOnes) {
@@ -112,22 +137,9 @@ TEST(Constraint, CachedMasksEqualFreshOnes) {
   int64_t hits = 0, masks = 0;
   for (int run = 0; run < 5; ++run) {
     Constraint c(g, masker);
-    GrammarMatcher fresh(g);
-    TokenMask want;
-    for (int step = 0; step < 150; ++step) {
-      const TokenMask& got = c.Allowed();
-      masker->Fill(fresh, fresh.state(), &want);
-      ASSERT_EQ(got, want) << "step " << step;
-      std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < masker->vocab_size(); ++id) {
-        if (Allowed(got, id)) allowed.push_back(id);
-      }
-      ASSERT_FALSE(allowed.empty());
-      const int32_t pick = allowed[rng() % allowed.size()];
-      ASSERT_TRUE(c.Accept(pick).ok());
-      if (pick == eos) break;
-      ASSERT_TRUE(fresh.Accept(vocab[pick]));
-    }
+    ASSERT_NO_FATAL_FAILURE(WalkCheckingMasks(
+        g, vocab, eos, *masker, 150, &c,
+        [&](int, const std::vector<int32_t>& allowed) { return allowed[rng() % allowed.size()]; }));
     hits += c.stats().cache_hits;
     masks += c.stats().masks;
   }
@@ -148,24 +160,11 @@ TEST(Constraint, SequencesShareMasksByStateContent) {
   int64_t shared_hits = 0;
   for (int run = 0; run < 6; ++run) {
     Constraint c(g, masker, shared);
-    GrammarMatcher fresh(g);
-    TokenMask want;
-    for (int step = 0; step < 120; ++step) {
-      const TokenMask& got = c.Allowed();
-      masker->Fill(fresh, fresh.state(), &want);
-      ASSERT_EQ(got, want) << "run " << run << " step " << step;
-      std::vector<int32_t> allowed;
-      for (int32_t id = 0; id < masker->vocab_size(); ++id) {
-        if (Allowed(got, id)) allowed.push_back(id);
-      }
-      ASSERT_FALSE(allowed.empty());
-      // Runs walk the same first steps (shared states), then go their own ways.
-      const int32_t pick =
-          step < 6 ? allowed[step % allowed.size()] : allowed[rng() % allowed.size()];
-      ASSERT_TRUE(c.Accept(pick).ok());
-      if (pick == eos) break;
-      ASSERT_TRUE(fresh.Accept(vocab[pick]));
-    }
+    // Runs walk the same first steps (shared states), then go their own ways.
+    ASSERT_NO_FATAL_FAILURE(WalkCheckingMasks(
+        g, vocab, eos, *masker, 120, &c, [&](int step, const std::vector<int32_t>& allowed) {
+          return step < 6 ? allowed[step % allowed.size()] : allowed[rng() % allowed.size()];
+        }));
     if (run == 0) EXPECT_EQ(c.stats().shared_hits, 0);
     shared_hits += c.stats().shared_hits;
   }

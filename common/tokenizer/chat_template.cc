@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "common/util/bounded_json.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "nlohmann/json.hpp"
@@ -16,8 +17,6 @@ using json = nlohmann::ordered_json;
 absl::Status Prefixed(const absl::Status& s) {
   return absl::Status(s.code(), StrCat("chat template: ", s.message()));
 }
-
-constexpr int kMaxJsonDepth = 64;
 
 // A JSON value as Python's json.loads gives it to a template (key order kept).
 jinja::Value FromJson(const json& j) {
@@ -54,20 +53,10 @@ jinja::Value FromJson(const json& j) {
 
 // `text` (named `what` in errors) as the dict a JSON object parses to.
 absl::StatusOr<jinja::Value> JsonObject(std::string_view what, std::string_view text) {
-  const json::parser_callback_t bounded = [](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxJsonDepth) throw std::length_error("nesting");
-    return true;
-  };
-  json j;
-  try {
-    j = json::parse(text, bounded);
-  } catch (const std::length_error&) {
-    return absl::InvalidArgumentError(StrCat(what, " nests deeper than ", kMaxJsonDepth));
-  } catch (const json::exception&) {
-    return absl::InvalidArgumentError(StrCat(what, " is not valid JSON"));
-  }
-  if (!j.is_object()) return absl::InvalidArgumentError(StrCat(what, " must be a JSON object"));
-  return FromJson(j);
+  absl::StatusOr<json> j = ParseBoundedJson(text);
+  if (!j.ok()) return absl::InvalidArgumentError(StrCat(what, " ", j.status().message()));
+  if (!j->is_object()) return absl::InvalidArgumentError(StrCat(what, " must be a JSON object"));
+  return FromJson(*j);
 }
 
 absl::StatusOr<jinja::Value> MessageValue(size_t index, const ChatMessage& m) {
