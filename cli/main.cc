@@ -14,6 +14,7 @@
 #include "cli/prefill_sweep_command.h"
 #include "cli/serve_bench_command.h"
 #include "cli/serve_command.h"
+#include "cli/speculative_bench_command.h"
 #include "cli/tokenize_command.h"
 
 int main(int argc, char** argv) {
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
   CLI::App* explain_app = tandem::cli::AddExplainCommand(bench_app, &explain);
   tandem::cli::AttentionBenchOptions attention_bench;
   CLI::App* attention_app = tandem::cli::AddAttentionBenchCommand(bench_app, &attention_bench);
+  tandem::cli::SpeculativeBenchOptions speculative_bench;
+  CLI::App* speculative_app =
+      tandem::cli::AddSpeculativeBenchCommand(bench_app, &speculative_bench);
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("serve")) return tandem::cli::RunServe(serve);
   if (app.got_subcommand("client")) return tandem::cli::RunClient(client);
@@ -53,6 +57,7 @@ int main(int argc, char** argv) {
   if (prefill_sweep_app->parsed()) return tandem::cli::RunPrefillSweep(prefill_sweep);
   if (batch_sweep_app->parsed()) return tandem::cli::RunBatchSweep(batch_sweep);
   if (explain_app->parsed()) return tandem::cli::RunExplain(explain);
+  if (speculative_app->parsed()) return tandem::cli::RunSpeculativeBench(speculative_bench);
   if (attention_app->parsed()) return tandem::cli::RunAttentionBench(attention_bench);
   if (prefix_app->parsed()) return tandem::cli::RunPrefixCacheBench(cache_bench);
   if (chunked_app->parsed()) return tandem::cli::RunChunkedPrefillBench(cache_bench);

@@ -128,9 +128,14 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
                   "Prefill worker choice: round_robin, least_loaded, cache_aware")
       ->capture_default_str();
   cmd->add_option("--speculative", o->speculative,
-                  "Speculative decoding on the decode workers: ngram (prompt lookup) or off")
-      ->check(CLI::IsMember({"ngram", "off"}))
-      ->capture_default_str();
+                  "Speculative decoding on the decode workers: ngram (prompt lookup), draft "
+                  "(--draft-model) or off")
+      ->check(CLI::IsMember({"ngram", "draft", "off"}))
+      ->default_str("draft with --draft-model, else off");
+  cmd->add_option("--draft-model", o->draft_model,
+                  "GGUF file of a smaller model with the same vocabulary that drafts tokens on "
+                  "the decode workers (implies --speculative draft)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--num-speculative-tokens", o->num_speculative_tokens,
                   "Most tokens one draft proposes (adapted per sequence)")
       ->check(CLI::Range(1, 16))
@@ -264,8 +269,10 @@ int RunServe(const ServeOptions& o) {
     }
     if (o.batch_invariant) c.args.push_back("--batch-invariant");
     if (role == std::string_view("decode")) {
-      c.args.insert(c.args.end(), {"--speculative", o.speculative, "--num-speculative-tokens",
-                                   std::to_string(o.num_speculative_tokens)});
+      c.args.insert(c.args.end(),
+                    {"--num-speculative-tokens", std::to_string(o.num_speculative_tokens)});
+      if (!o.speculative.empty()) c.args.insert(c.args.end(), {"--speculative", o.speculative});
+      if (!o.draft_model.empty()) c.args.insert(c.args.end(), {"--draft-model", o.draft_model});
     }
   };
   for (int i = 0; i < o.prefill_workers; ++i) add_worker("prefill", i, pools->prefill_bytes);

@@ -49,7 +49,8 @@ struct ServeOptions {
   bool prefix_caching = true;                  // on every worker
   std::string routing_policy = "cache_aware";  // router
   std::string tool_call_parser = "auto";       // router
-  std::string speculative = "off";             // decode workers
+  std::string speculative;  // decode workers (unset: draft with a draft_model, else off)
+  std::string draft_model;  // decode workers (--speculative draft)
   int32_t num_speculative_tokens = 4;
   int32_t max_prefill_chunk = 512;           // prefill workers
   std::string device = "cpu";                // every worker's --device

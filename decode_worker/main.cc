@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   options.engine.prefix_caching = true;
   rpc::AddServerFlags(app, &flags);
   rpc::AddEngineFlags(app, &options.engine);
+  rpc::SpeculativeFlags speculative;
+  rpc::AddSpeculativeFlags(app, &speculative, &options.engine.speculative);
   transport::TransportFlags transport_flags;
   transport::AddTransportFlags(app, &transport_flags);
   int32_t staging_buffers = 4;
@@ -55,6 +57,11 @@ int main(int argc, char** argv) {
   auto model = engine::LoadModel(flags.model);
   if (!model.ok()) return fail(model.status());
   options.engine.token_masker = engine::MakeTokenMasker(*model->tokenizer);
+  engine::LoadedModel draft;  // --draft-model (outlives the worker)
+  if (auto st =
+          rpc::ApplySpeculativeFlags(speculative, *model, &draft, &options.engine.speculative);
+      !st.ok())
+    return fail(st);
   auto worker = decode::DecodeWorker::Create(*model->weights, options);
   if (!worker.ok()) return fail(worker.status());
   decode::DecodeWorker* w = worker->get();

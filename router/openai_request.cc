@@ -146,6 +146,8 @@ absl::Status ReadSampling(const json& body, v1::SamplingParams* s, bool* max_tok
   }
   ASSIGN_OR_RETURN(has, ReadBool(body, "ignore_eos", &b));
   if (has) s->set_ignore_eos(b);
+  ASSIGN_OR_RETURN(has, ReadBool(body, "disable_speculation", &b));
+  if (has) s->set_disable_speculation(b);
 
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string()) {

@@ -68,6 +68,28 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   if (options.gpu_memory_utilization > 0) {
     ASSIGN_OR_RETURN(kv_bytes, KvBudget(*e->backend_, c, limits, options));
   }
+  const EngineOptions::Speculative& spec = options.speculative;
+  if (spec.method == EngineOptions::Speculative::Method::kDraftModel) {
+    if (spec.draft_weights == nullptr) {
+      return absl::InvalidArgumentError("speculative: the draft method needs a draft model");
+    }
+    // Both pools hold the same number of blocks and together take the budget.
+    const int64_t target_block = layout.BlockBytes();
+    const int64_t draft_block =
+        DraftModel::BlockBytes(spec.draft_weights->config(), options.block_size, options.kv_dtype);
+    const int64_t draft_bytes = kv_bytes / (target_block + draft_block) * draft_block;
+    ASSIGN_OR_RETURN(e->draft_model_,
+                     DraftModel::Create(*spec.draft_weights, c.vocab_size, e->backend_.get(),
+                                        {.kv_bytes = draft_bytes,
+                                         .block_size = options.block_size,
+                                         .kv_dtype = options.kv_dtype,
+                                         .limits = limits}));
+    if (options.gpu_memory_utilization > 0) {  // what the draft left
+      ASSIGN_OR_RETURN(kv_bytes, KvBudget(*e->backend_, c, limits, options));
+    } else {
+      kv_bytes -= draft_bytes;
+    }
+  }
   ASSIGN_OR_RETURN(e->kv_, kernels::KvStorage::Create(e->backend_.get(), layout, kv_bytes));
   e->blocks_ = std::make_unique<kv::BlockManager>(e->kv_->num_blocks(), options.block_size,
                                                   options.prefix_caching);
@@ -476,12 +498,23 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
     }
   }
   EraseFinished();
+  ForgetEndedDrafts();
   return events;
 }
 
+void Engine::ForgetEndedDrafts() {
+  if (draft_model_ == nullptr) return;
+  draft_model_->Retain([this](kv::SeqId id) {
+    auto it = sequences_.find(id);
+    return it != sequences_.end() && it->second->state == SequenceState::kRunning;
+  });
+}
+
 void Engine::ProposeDrafts() {
+  using Method = EngineOptions::Speculative::Method;
+  ForgetEndedDrafts();
   const int32_t context = static_cast<int32_t>(weights_->config().context_length);
-  bool off = !speculative_.ngram;
+  bool off = speculative_.method == Method::kOff;
   if (!off && speculative_.disable_by_batch_size > 0) {
     int32_t decoding = 0;
     for (const auto& [id, seq] : sequences_) {
@@ -489,10 +522,11 @@ void Engine::ProposeDrafts() {
     }
     off = decoding > speculative_.disable_by_batch_size;
   }
+  std::vector<DraftModel::Request> requests;
   for (auto& [id, seq] : sequences_) {
     seq->draft.clear();
     if (off || seq->state != SequenceState::kRunning || seq->num_uncomputed() != 1 ||
-        seq->constraint != nullptr || seq->prefill_only) {
+        seq->constraint != nullptr || seq->prefill_only || seq->params.disable_speculation) {
       continue;
     }
     // Adaptive k: the draft tokens worth a row at this sequence's acceptance rate.
@@ -508,11 +542,21 @@ void Engine::ProposeDrafts() {
         std::min<int64_t>({k, seq->params.max_tokens - static_cast<int64_t>(seq->output.size()) - 1,
                            context - seq->size() - 1});
     if (left <= 0) continue;
+    if (speculative_.method == Method::kDraftModel) {
+      requests.push_back({id, seq->prompt, seq->output, static_cast<int32_t>(left), &seq->draft});
+      continue;
+    }
     std::vector<int32_t> tokens(seq->prompt);
     tokens.insert(tokens.end(), seq->output.begin(), seq->output.end());
     seq->draft = ProposeByPromptLookup(tokens, static_cast<int32_t>(left), speculative_.min_n,
                                        speculative_.max_n);
     if (!seq->draft.empty()) seq->steps_without_draft = 0;
+  }
+  if (requests.empty()) return;
+  // A failed draft pass costs only the drafts: the step goes on plainly.
+  if (!draft_model_->Propose(requests).ok()) ++stats_.spec_draft_failures;
+  for (const DraftModel::Request& r : requests) {
+    if (!r.draft->empty()) sequences_[r.id]->steps_without_draft = 0;
   }
 }
 
@@ -527,6 +571,7 @@ EngineStats Engine::Stats() const {
     if (seq->state == SequenceState::kWaiting) s.waiting_prompt_tokens += seq->num_uncomputed();
   }
   s.blocks = blocks_->Stats();
+  if (draft_model_ != nullptr) s.draft_blocks = draft_model_->block_stats();
   return s;
 }
 

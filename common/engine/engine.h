@@ -36,6 +36,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/engine/device_weights.h"
+#include "common/engine/draft_model.h"
 #include "common/engine/model_executor.h"
 #include "common/engine/model_weights.h"
 #include "common/engine/sampler.h"
@@ -75,22 +76,28 @@ struct EngineOptions {
   // grammar are refused.
   std::shared_ptr<const grammar::TokenMasker> token_masker;
   // Speculative decoding (speculative.h): each decoding sequence proposes up to
-  // `num_tokens` tokens by prompt lookup, and one pass checks them. Sequences with a
-  // grammar, prefill-only ones and those near max_tokens decode plainly.
+  // `num_tokens` tokens — by prompt lookup (kNgram) or from a draft model (kDraftModel,
+  // draft_model.h) — and one pass checks them. Sequences with a grammar or
+  // disable_speculation, prefill-only ones and those near max_tokens decode plainly.
   // k adapts per sequence: draft token i is proposed only while the sequence's recent
   // acceptance rate a gives a^i ≥ min_token_acceptance (a row costs a pass's share of
   // compute whether or not its token holds); below that the sequence decodes plainly
   // and tries one token again after `probe_every` passes.
   struct Speculative {
-    bool ngram = false;
+    enum class Method { kOff, kNgram, kDraftModel };
+    Method method = Method::kOff;
     int32_t num_tokens = 4;
-    int32_t min_n = 1, max_n = 3;  // n-gram sizes matched, longest first
+    int32_t min_n = 1, max_n = 3;  // kNgram: n-gram sizes matched, longest first
+    // kDraftModel: the draft's weights (borrowed; a model with the target's vocabulary:
+    // LoadDraftModel checks it). Its KV pool holds as many blocks as the target's and
+    // the two together take the KV budget.
+    const ModelWeights* draft_weights = nullptr;
     double min_token_acceptance = 0.4;
     int32_t probe_every = 8;
     // No drafts while more sequences than this decode at once (vLLM's
     // --speculative-disable-by-batch-size): on a CPU a batch of two is already
     // compute-bound, where a draft row costs about what the token it may save is worth
-    // (bench/speculative_bench: docs/performance.md). 0: never off.
+    // (tandem bench speculative: docs/performance.md). 0: never off.
     int32_t disable_by_batch_size = 1;
   } speculative;
 };
@@ -148,6 +155,8 @@ struct EngineStats {
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_position;
+  int64_t spec_draft_failures = 0;     // draft-model passes that failed (no draft that step)
+  kv::BlockManagerStats draft_blocks;  // the draft model's KV pool (kDraftModel)
 };
 
 class Engine {
@@ -241,6 +250,8 @@ class Engine {
   void EraseFinished();
   // Sets each sequence's draft for the coming step (cleared where it may not speculate).
   void ProposeDrafts();
+  // Drops the draft model's K/V of sequences that no longer run.
+  void ForgetEndedDrafts();
   EngineOptions::Speculative speculative_;
 
   const ModelWeights* weights_ = nullptr;
@@ -250,6 +261,7 @@ class Engine {
   std::unique_ptr<kv::BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelExecutor> executor_;
+  std::unique_ptr<DraftModel> draft_model_;  // kDraftModel
   absl::flat_hash_map<kv::SeqId, std::unique_ptr<Sequence>> sequences_;
   // Ended between steps (cancelled, or finished by an admitted first token); Step
   // reports them.

@@ -3,19 +3,24 @@
 // bad requests, and KV accounting back to baseline after every test.
 #include "common/engine/engine.h"
 
+#include <fstream>
 #include <map>
+#include <random>
 #include <regex>
 #include <set>
 #include <string>
 
 #include "common/engine/engine_test_util.h"
+#include "common/engine/loaded_model.h"
 #include "common/engine/model_file.h"
+#include "common/engine/synthetic_model.h"
 #include "common/grammar/json_schema_grammar.h"
 #include "common/grammar/regex_grammar.h"
 #include "common/model/gguf_file.h"
 #include "common/tokenizer/tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/backend_factory.h"
 #include "kernels/testing/faultable_backend.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_paths.h"
@@ -108,6 +113,8 @@ class EngineTest : public ::testing::Test {
     auto s = e.Stats();
     EXPECT_EQ(s.blocks.free_blocks, s.blocks.num_blocks) << "KV blocks leaked";
     EXPECT_EQ(s.blocks.num_sequences, 0);
+    EXPECT_EQ(s.draft_blocks.free_blocks, s.draft_blocks.num_blocks) << "draft blocks leaked";
+    EXPECT_EQ(s.draft_blocks.num_sequences, 0);
   }
 
   static SamplingParams Params(double temperature, int max_tokens, uint64_t seed) {
@@ -564,10 +571,13 @@ TEST_F(EngineTest, PrefilledSequencesStartEvenBehindAStarvedOne) {
 // seeded; the prefill/decode split gives the same tokens.
 class SpeculativeTest : public EngineTest {
  protected:
-  // An engine speculating up to `k` tokens by prompt lookup (k = 0: plain decoding).
+  using Method = EngineOptions::Speculative::Method;
+  // An engine speculating up to `k` tokens by prompt lookup (k = 0: plain decoding),
+  // or with `draft` as its draft model.
   static std::unique_ptr<Engine> MakeSpeculative(int32_t k, int64_t kv_bytes = int64_t{64} << 20,
                                                  int32_t block_size = 16,
-                                                 bool prefix_caching = false) {
+                                                 bool prefix_caching = false,
+                                                 const ModelWeights* draft = nullptr) {
     EngineOptions o;
     o.token_masker = Masker();
     o.kv_cache_bytes = kv_bytes;
@@ -575,12 +585,26 @@ class SpeculativeTest : public EngineTest {
     o.prefix_caching = prefix_caching;
     o.num_threads = 2;
     o.device = ::tandem::testing::TestDevice();
-    o.speculative.ngram = k > 0;
+    o.speculative.method =
+        k == 0 ? Method::kOff : (draft != nullptr ? Method::kDraftModel : Method::kNgram);
+    o.speculative.draft_weights = draft;
     o.speculative.num_tokens = k;
     o.speculative.disable_by_batch_size = 0;  // these tests batch on purpose
     auto e = Engine::Create(*weights_, o);
     EXPECT_TRUE(e.ok()) << e.status();
     return std::move(*e);
+  }
+
+  // A draft that knows nothing: the tiny synthetic shape with random weights and the
+  // target's vocabulary and context (its proposals are almost always wrong).
+  static const ModelWeights& RandomDraft() {
+    static const ModelWeights* w = [] {
+      model::ModelConfig c = *SyntheticConfig("tiny");
+      c.vocab_size = weights_->config().vocab_size;
+      c.context_length = weights_->config().context_length;
+      return ModelWeights::Random(c, model::GgmlType::kF32, 7)->release();
+    }();
+    return *w;
   }
 
   // Prompts prompt lookup finds drafts in (a text to repeat, code to edit), and plain ones.
@@ -707,7 +731,7 @@ TEST_F(SpeculativeTest, DraftsOnlyWhereTheyPay) {
     EngineOptions o;
     o.num_threads = 2;
     o.device = ::tandem::testing::TestDevice();
-    o.speculative.ngram = true;  // the other speculative options at their defaults
+    o.speculative.method = Method::kNgram;  // the other speculative options at their defaults
     o.speculative.min_token_acceptance = min_token_acceptance;
     auto e = Engine::Create(*weights_, o);
     EXPECT_TRUE(e.ok());
@@ -752,6 +776,186 @@ TEST_F(SpeculativeTest, PrefixCacheHoldsOnlyKeptTokens) {
   EXPECT_EQ(again, RunAll(*plain_engine, longer, params));
   const auto s = e->Stats();
   EXPECT_EQ(s.blocks.free_blocks + s.blocks.cached_blocks, s.blocks.num_blocks);
+}
+
+// A draft model's proposals are checked as prompt lookup's. With the target as its own
+// draft every greedy proposal holds — the CPU engine's arithmetic does not depend on
+// the batch, so the draft's arg-max is the target's, and a proposal computed from
+// stale or misplaced draft K/V would differ; with a random draft almost none does.
+// Either way the tokens are plain decoding's, greedy and seeded, and the draft's
+// blocks come back.
+TEST_F(SpeculativeTest, DraftModelTokensEqualPlainDecoding) {
+  const auto prompts = MixedPrompts();
+  struct Setting {
+    double temperature, top_p, min_p;
+  };
+  for (const Setting& st :
+       {Setting{0.0, 1.0, 0.0}, Setting{0.8, 0.9, 0.0}, Setting{1.5, 1.0, 0.05}}) {
+    SCOPED_TRACE(st.temperature);
+    std::vector<SamplingParams> params;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      SamplingParams p = Params(st.temperature, 24 + static_cast<int>(i % 3) * 8, 900 + i);
+      p.top_p = st.top_p;
+      p.min_p = st.min_p;
+      p.ignore_eos = false;
+      params.push_back(p);
+    }
+    auto plain_engine = MakeSpeculative(0);
+    const auto plain = RunAll(*plain_engine, prompts, params);
+    for (const ModelWeights* draft : {static_cast<const ModelWeights*>(weights_), &RandomDraft()}) {
+      const bool self = draft == weights_;
+      SCOPED_TRACE(self ? "the target as its draft" : "a random draft");
+      auto e = MakeSpeculative(4, int64_t{64} << 20, 16, false, draft);
+      EXPECT_EQ(RunAll(*e, prompts, params), plain);
+      const EngineStats s = e->Stats();
+      EXPECT_GT(s.spec_drafts, 0);
+      EXPECT_EQ(s.spec_draft_failures, 0);
+      if (self && st.temperature == 0) {
+        EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens) << "a greedy self-draft was wrong";
+      }
+      if (self) EXPECT_LT(s.steps, plain_engine->Stats().steps);
+      if (!self) EXPECT_LT(5 * s.spec_accepted_tokens, s.spec_draft_tokens);
+      ExpectNoLeak(*e);
+    }
+  }
+}
+
+// The engine golden prompts (tests/data/engine_golden.json), greedy, 48 tokens each, all
+// at once: the same tokens plain, with prompt lookup and with either draft — the
+// draft's prompt computed in chunks of a small pass budget (the 291-token prompt takes
+// several steps) — and, where `tandem generate` is checked against Hugging Face, its
+// continuation.
+TEST_F(SpeculativeTest, GoldenPromptsGiveTheSameGreedyTokens) {
+  std::ifstream in(::tandem::testing::TestDataPath("engine_golden.json"));
+  const auto golden = nlohmann::json::parse(in);
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& c : golden.at("cases")) prompts.push_back(c.at("prompt_ids"));
+  std::vector<SamplingParams> params(prompts.size(), Params(0.0, 48, 1));
+  auto plain_engine = MakeSpeculative(0);
+  const auto plain = RunAll(*plain_engine, prompts, params);
+  for (int i : {0, 1, 4}) {
+    EXPECT_EQ(plain[i],
+              golden.at("cases").at(i).at("continuation_ids").get<std::vector<int32_t>>());
+  }
+  for (const ModelWeights* draft : {static_cast<const ModelWeights*>(nullptr),
+                                    static_cast<const ModelWeights*>(weights_), &RandomDraft()}) {
+    EngineOptions o;
+    o.num_threads = 2;
+    o.device = ::tandem::testing::TestDevice();
+    o.scheduler.max_batched_tokens = 64;
+    o.scheduler.max_prefill_chunk = 64;
+    o.speculative.method = draft == nullptr ? Method::kNgram : Method::kDraftModel;
+    o.speculative.draft_weights = draft;
+    o.speculative.disable_by_batch_size = 0;
+    auto e = Engine::Create(*weights_, o);
+    ASSERT_TRUE(e.ok()) << e.status();
+    SCOPED_TRACE(draft == nullptr ? "ngram" : draft == weights_ ? "self-draft" : "random draft");
+    EXPECT_EQ(RunAll(**e, prompts, params), plain);
+    const EngineStats s = (*e)->Stats();
+    EXPECT_GT(s.spec_drafts, 0);
+    if (draft == weights_) EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+    if (draft == nullptr) EXPECT_GT(s.spec_accepted_tokens, 0);
+    ExpectNoLeak(**e);
+  }
+}
+
+// disable_speculation: that request never drafts on a speculating engine, and its
+// tokens are the same.
+TEST_F(SpeculativeTest, ARequestCanOptOut) {
+  const std::vector<std::vector<int32_t>> prompt = {MixedPrompts()[0]};
+  for (const ModelWeights* draft :
+       {static_cast<const ModelWeights*>(nullptr), static_cast<const ModelWeights*>(weights_)}) {
+    auto e = MakeSpeculative(4, int64_t{64} << 20, 16, false, draft);
+    SamplingParams p = Params(0.0, 24, 1);
+    p.disable_speculation = true;
+    const auto plain = RunAll(*e, prompt, {p});
+    EXPECT_EQ(e->Stats().spec_drafts, 0);
+    EXPECT_EQ(e->Stats().draft_blocks.used_blocks, 0);
+    p.disable_speculation = false;
+    EXPECT_EQ(RunAll(*e, prompt, {p}), plain);
+    EXPECT_GT(e->Stats().spec_drafts, 0);
+    ExpectNoLeak(*e);
+  }
+}
+
+// A draft must speak the target's vocabulary; the draft method needs a draft.
+TEST_F(SpeculativeTest, DraftModelMustShareTheVocabulary) {
+  EngineOptions o;
+  o.num_threads = 2;
+  o.speculative.method = Method::kDraftModel;
+  auto none = Engine::Create(*weights_, o);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  auto tiny = ModelWeights::Random(*SyntheticConfig("tiny"), model::GgmlType::kF32, 1);
+  ASSERT_TRUE(tiny.ok());
+  o.speculative.draft_weights = tiny->get();
+  auto other = Engine::Create(*weights_, o);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(other.status().message(), ::testing::HasSubstr("vocabulary"));
+
+  auto target = OpenModelFile(::tandem::testing::DefaultModelPath());
+  ASSERT_TRUE(target.ok());
+  EXPECT_TRUE(LoadDraftModel(::tandem::testing::DefaultModelPath(), *target).ok());
+  EXPECT_FALSE(LoadDraftModel("/nonexistent.gguf", *target).ok());
+  // Tokenizers of other families: refused on size; the same one passes.
+  auto file = model::GgufFile::Open(::tandem::testing::TestDataPath("bpe_llama3.gguf"));
+  ASSERT_TRUE(file.ok());
+  auto llama = tokenizer::Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(llama.ok());
+  const absl::Status st = CheckSameVocabulary(*tok_, **llama);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("vocabulary"));
+  EXPECT_TRUE(CheckSameVocabulary(*tok_, *target->tokenizer).ok());
+}
+
+// The draft model's cache against no cache: whatever happened before — drafts kept,
+// cut, replaced by another token, a sequence forgotten, a catch-up computed in
+// chunks of a small pass — its proposal equals that of a fresh draft model given the
+// same tokens (the CPU's logits do not depend on how a pass is batched, so they are
+// equal only if the cached K/V are exactly the tokens' K/V).
+TEST_F(SpeculativeTest, DraftProposalsEqualAFreshDraftsAfterAnyHistory) {
+  auto backend =
+      kernels::MakeBackend({.device = ::tandem::testing::TestDevice(), .num_threads = 2});
+  ASSERT_TRUE(backend.ok());
+  auto make = [&](int32_t pass_tokens) {
+    auto d = DraftModel::Create(*weights_, weights_->config().vocab_size, backend->get(),
+                                {.kv_bytes = int64_t{16} << 20,
+                                 .block_size = 4,
+                                 .limits = {.max_tokens = pass_tokens, .max_seqs = 4}});
+    EXPECT_TRUE(d.ok()) << d.status();
+    return std::move(*d);
+  };
+  auto cached = make(24);
+  const auto prompts = MixedPrompts();
+  std::vector<std::vector<int32_t>> tokens = {prompts[0], prompts[1], prompts[3]};
+  std::mt19937 rng(5);
+  const int32_t k = 3;
+  int compared = 0;
+  for (int round = 0; round < 14; ++round) {
+    if (round == 6) cached->Retain([](kv::SeqId id) { return id != 2; });  // forget one
+    std::vector<std::vector<int32_t>> drafts(tokens.size());
+    std::vector<DraftModel::Request> requests;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      requests.push_back({static_cast<kv::SeqId>(i + 1), tokens[i], {}, k, &drafts[i]});
+    }
+    ASSERT_TRUE(cached->Propose(requests).ok());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (drafts[i].empty()) continue;  // still catching up in chunks
+      std::vector<int32_t> fresh_draft;
+      auto fresh = make(512);
+      const DraftModel::Request alone{1, tokens[i], {}, k, &fresh_draft};
+      ASSERT_TRUE(fresh->Propose({&alone, 1}).ok());
+      EXPECT_EQ(drafts[i], fresh_draft) << "round " << round << ", sequence " << i;
+      ++compared;
+      // The target keeps j of the draft and then samples another token.
+      const size_t j = std::uniform_int_distribution<size_t>(0, drafts[i].size())(rng);
+      tokens[i].insert(tokens[i].end(), drafts[i].begin(), drafts[i].begin() + j);
+      const int32_t other = std::uniform_int_distribution<int32_t>(0, 999)(rng);
+      tokens[i].push_back(j < drafts[i].size() && other == drafts[i][j] ? other + 1 : other);
+    }
+  }
+  EXPECT_GT(compared, 25);
+  cached->Retain([](kv::SeqId) { return false; });
+  EXPECT_EQ(cached->block_stats().free_blocks, cached->block_stats().num_blocks);
 }
 
 class ConstrainedTest : public EngineTest {

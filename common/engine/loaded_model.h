@@ -24,6 +24,15 @@ struct LoadOptions {
 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const LoadOptions& options = {});
 
+// Whether a draft's token ids mean the target's tokens: the same number, each with the
+// same bytes (InvalidArgument naming draft_model and the first that differs).
+absl::Status CheckSameVocabulary(const tokenizer::Tokenizer& target,
+                                 const tokenizer::Tokenizer& draft);
+
+// A speculative decoding draft for `target`: loaded as LoadModel does (errors name
+// draft_model), refused unless CheckSameVocabulary passes — before its weights load.
+absl::StatusOr<LoadedModel> LoadDraftModel(const std::string& path, const ModelFile& target);
+
 }  // namespace tandem::engine
 
 #endif  // TANDEM_COMMON_ENGINE_LOADED_MODEL_H_

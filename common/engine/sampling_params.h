@@ -33,6 +33,9 @@ struct SamplingParams {
   // Added to a token's logit before the penalties (OpenAI's logit_bias), sorted by id,
   // ids unique; biases in [-100, 100].
   std::vector<std::pair<int32_t, float>> logit_bias;
+  // This request decodes plainly even where the engine speculates (the tokens are the
+  // same either way; it saves the draft's compute for requests that gain nothing).
+  bool disable_speculation = false;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr int32_t kMaxStopTokenIds = 64;

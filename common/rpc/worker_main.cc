@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/util/status_macros.h"
 #include "kernels/backend_factory.h"
 
 namespace tandem::rpc {
@@ -60,24 +61,49 @@ void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
   app.add_flag("--prefix-caching,!--no-prefix-caching", o->prefix_caching,
                "Reuse the K/V of cached prompt prefixes")
       ->capture_default_str();
-  app.add_option_function<std::string>(
-         "--speculative",
-         [o](const std::string& method) {
-           if (method != "ngram" && method != "off") {
-             throw CLI::ValidationError("--speculative: must be ngram or off, got " + method);
-           }
-           o->speculative.ngram = method == "ngram";
-         },
-         "Speculative decoding on decode workers: ngram (prompt lookup) or off")
-      ->default_str("off");
-  app.add_option("--num-speculative-tokens", o->speculative.num_tokens,
+}
+
+void AddSpeculativeFlags(CLI::App& app, SpeculativeFlags* flags,
+                         engine::EngineOptions::Speculative* o) {
+  app.add_option("--speculative", flags->method,
+                 "Speculative decoding: ngram (prompt lookup), draft (a draft model: "
+                 "--draft-model) or off")
+      ->check(CLI::IsMember({"ngram", "draft", "off"}))
+      ->default_str("draft with --draft-model, else " + flags->otherwise);
+  app.add_option("--draft-model", flags->draft_model,
+                 "GGUF file of a smaller model with the same vocabulary that drafts tokens "
+                 "(implies --speculative draft)");
+  app.add_option("--num-speculative-tokens", o->num_tokens,
                  "Most tokens one draft proposes (adapted per sequence to its acceptance)")
       ->check(CLI::Range(1, 16))
       ->capture_default_str();
-  app.add_option("--speculative-disable-by-batch-size", o->speculative.disable_by_batch_size,
+  app.add_option("--speculative-disable-by-batch-size", o->disable_by_batch_size,
                  "No drafts while more sequences than this decode at once (0: never off)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+}
+
+absl::Status ApplySpeculativeFlags(const SpeculativeFlags& flags, const engine::ModelFile& target,
+                                   engine::LoadedModel* draft,
+                                   engine::EngineOptions::Speculative* o) {
+  using Method = engine::EngineOptions::Speculative::Method;
+  const bool has_model = !flags.draft_model.empty();
+  const std::string method =
+      !flags.method.empty() ? flags.method : (has_model ? "draft" : flags.otherwise);
+  if (method == "draft") {
+    if (!has_model) {
+      return absl::InvalidArgumentError("--speculative draft: needs --draft-model FILE");
+    }
+    ASSIGN_OR_RETURN(*draft, engine::LoadDraftModel(flags.draft_model, target));
+    o->method = Method::kDraftModel;
+    o->draft_weights = draft->weights.get();
+    return absl::OkStatus();
+  }
+  if (has_model) {
+    return absl::InvalidArgumentError("--draft-model: given with --speculative " + method);
+  }
+  o->method = method == "ngram" ? Method::kNgram : Method::kOff;
+  return absl::OkStatus();
 }
 
 void ExportEngineStats(const engine::EngineStats& s, int64_t kv_transfer_bytes,

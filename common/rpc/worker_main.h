@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "common/engine/engine.h"
+#include "common/engine/loaded_model.h"
 #include "common/kv/kv_layout.h"
 #include "common/metrics/metrics.h"
 
@@ -22,6 +23,22 @@ void AddDeviceFlags(CLI::App& app, std::string* device, int* gpu, bool* batch_in
                     kv::KvDtype* kv_dtype);
 
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* options);
+
+// The decode worker's speculative decoding: --speculative ngram|draft|off,
+// --draft-model (a path; implies draft), --num-speculative-tokens,
+// --speculative-disable-by-batch-size.
+struct SpeculativeFlags {
+  std::string method;  // unset: draft with a --draft-model, else `otherwise`
+  std::string draft_model;
+  std::string otherwise = "off";
+};
+void AddSpeculativeFlags(CLI::App& app, SpeculativeFlags* flags,
+                         engine::EngineOptions::Speculative* options);
+// Loads the draft model the flags name (into *draft) and sets options->method and
+// draft_weights; InvalidArgument for draft without a model or a model with ngram/off.
+absl::Status ApplySpeculativeFlags(const SpeculativeFlags& flags, const engine::ModelFile& target,
+                                   engine::LoadedModel* draft,
+                                   engine::EngineOptions::Speculative* options);
 
 // A worker engine's state as metrics: gauges (running, waiting, KV usage) and totals
 // (prefix cache, preemptions, KV transfer bytes and failures, rebuilt peer

@@ -998,17 +998,36 @@ class DrainTest(unittest.TestCase):
 
 
 class SpeculativeClusterTest(unittest.TestCase):
-    """`tandem serve --speculative ngram`: greedy answers equal the single-process engine's
-    without speculation (issue #21), and the decode worker exports vLLM's spec_decode_*
-    counters, which promtool accepts."""
+    """`tandem serve --speculative ngram` and `--draft-model` (the model as its own draft):
+    greedy answers equal the single-process engine's without speculation (issue #21);
+    `disable_speculation` keeps a request from drafting and is validated; the decode
+    worker exports vLLM's spec_decode_* counters, which promtool accepts."""
 
-    def test_greedy_answers_equal_plain_decoding(self):
-        cluster = Cluster(extra=["--speculative", "ngram", "--num-speculative-tokens", "4"])
+    PROMPTS = ["Copy this exactly: the red fox, the red fox, the red fox ran home.",
+               "Write the numbers from 1 to 20, separated by commas."]
+
+    def check(self, extra, all_accepted):
+        cluster = Cluster(extra=extra + ["--num-speculative-tokens", "4"])
         try:
             client = openai.OpenAI(base_url=cluster.http + "/v1", api_key="x", timeout=TIMEOUT)
             model = client.models.list().data[0].id
-            for prompt in ["Copy this exactly: the red fox, the red fox, the red fox ran home.",
-                           "Write the numbers from 1 to 20, separated by commas."]:
+
+            def total(name):
+                m = parse_metrics(get(cluster.metrics_url("decode-0"))[1].decode())
+                return sum(v for (n, _), v in m.items() if n == "tandem:" + name)
+            # Opted out: the same answer, and no draft.
+            ref = reference(self.PROMPTS[0], 40, chat=True)
+            r = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": self.PROMPTS[0]}],
+                max_tokens=40, temperature=0, extra_body={"disable_speculation": True})
+            self.assertEqual(r.choices[0].message.content, ref["text"])
+            self.assertEqual(total("spec_decode_num_drafts_total"), 0)
+            with self.assertRaises(openai.BadRequestError) as bad:
+                client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                    extra_body={"disable_speculation": "yes"})
+            self.assertIn("disable_speculation", str(bad.exception))
+            for prompt in self.PROMPTS:
                 ref = reference(prompt, 40, chat=True)
                 r = client.chat.completions.create(
                     model=model, messages=[{"role": "user", "content": prompt}], max_tokens=40,
@@ -1025,17 +1044,22 @@ class SpeculativeClusterTest(unittest.TestCase):
             self.assertIn(code, (0, 3), out)  # only the `tandem:` prefix's lint (see test_07)
             for line in filter(str.strip, out.splitlines()):
                 self.assertTrue(line.endswith("metric names should not contain ':'"), line)
-            m = parse_metrics(text)
-
-            def total(name):
-                return sum(v for (n, _), v in m.items() if n == "tandem:" + name)
             self.assertGreater(total("spec_decode_num_drafts_total"), 0)
-            self.assertGreater(total("spec_decode_num_draft_tokens_total"), 0)
+            proposed = total("spec_decode_num_draft_tokens_total")
+            self.assertGreater(proposed, 0)
             accepted = total("spec_decode_num_accepted_tokens_total")
             self.assertGreater(accepted, 0)
+            if all_accepted:  # greedy drafts of the target itself: every one holds
+                self.assertEqual(accepted, proposed)
             self.assertEqual(total("spec_decode_num_accepted_tokens_per_pos_total"), accepted)
         finally:
             cluster.stop()
+
+    def test_ngram_greedy_answers_equal_plain_decoding(self):
+        self.check(["--speculative", "ngram"], all_accepted=False)
+
+    def test_draft_model_greedy_answers_equal_plain_decoding(self):
+        self.check(["--speculative", "draft", "--draft-model", ARGS.model], all_accepted=True)
 
 
 class SecurityTest(unittest.TestCase):
