@@ -254,7 +254,8 @@ int RunExplain(const ExplainOptions& o) {
       "  \"Speculative decoding changes the output\": a drafted token is kept only where plain"
       " sampling draws it; seeded draws at T = 1, top-p 0.95 with and without a random draft:"
       " %d of %d identical (%d drafts kept). Greedy and seeded outputs are the same with"
-      " `--speculative ngram`, which only changes the speed.\n",
+      " `--speculative ngram` or a draft model, which only change the speed"
+      " (`tandem bench speculative` checks it on every run).\n",
       spec_same, spec_draws, spec_kept);
   std::printf(
       "  \"Cache the answers\": tandem caches the K/V of prompt prefixes; a cached"

@@ -182,15 +182,18 @@ int RunSpeculativeBench(const SpeculativeBenchOptions& o) {
       }
     }
   }
-  nlohmann::json j = {{"model", o.model},
-                      {"speculative", o.speculative.method},
-                      {"draft_model", o.speculative.draft_model},
-                      {"num_speculative_tokens", spec.speculative.num_tokens},
-                      {"disable_by_batch_size", spec.speculative.disable_by_batch_size},
-                      {"tokens", o.tokens},
-                      {"temperature", o.temperature},
-                      {"repeat", o.repeat},
-                      {"rows", rows}};
+  nlohmann::json j = {
+      {"model", o.model},
+      {"speculative", spec.speculative.method == engine::EngineOptions::Speculative::Method::kNgram
+                          ? "ngram"
+                          : "draft"},
+      {"draft_model", o.speculative.draft_model},
+      {"num_speculative_tokens", spec.speculative.num_tokens},
+      {"disable_by_batch_size", spec.speculative.disable_by_batch_size},
+      {"tokens", o.tokens},
+      {"temperature", o.temperature},
+      {"repeat", o.repeat},
+      {"rows", rows}};
   if (!o.result_json.empty()) std::ofstream(o.result_json) << j.dump(1) << "\n";
   if (o.json) {
     std::printf("%s\n", j.dump(1).c_str());

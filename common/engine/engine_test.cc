@@ -620,6 +620,8 @@ class SpeculativeTest : public EngineTest {
     return out;
   }
 
+  void CheckBlocksThroughRejectionPreemptionAndCancel(const ModelWeights* draft);
+
   // Every request at once on `e`; each one's tokens.
   static std::vector<std::vector<int32_t>> RunAll(Engine& e,
                                                   const std::vector<std::vector<int32_t>>& prompts,
@@ -671,10 +673,20 @@ TEST_F(SpeculativeTest, TokensEqualPlainDecoding) {
 }
 
 // Accepted, rejected, preempted and cancelled drafts, with a pool too small for all the
-// requests: after every step each sequence's blocks cover exactly what it has cached
-// (no block shared between two tables), and at the end every block is free; the tokens
-// of the requests that ran to the end are plain decoding's.
+// requests, by prompt lookup and by a draft model (the target as its own draft): after
+// every step each sequence's blocks cover exactly what it has cached (no block shared
+// between two tables), the draft holds K/V only for running sequences, and at the end
+// every block of both pools is free; the tokens of the requests that ran to the end
+// are plain decoding's.
 TEST_F(SpeculativeTest, BlocksStayConsistentThroughRejectionPreemptionAndCancel) {
+  for (const ModelWeights* draft :
+       {static_cast<const ModelWeights*>(nullptr), static_cast<const ModelWeights*>(weights_)}) {
+    SCOPED_TRACE(draft == nullptr ? "ngram" : "draft model");
+    CheckBlocksThroughRejectionPreemptionAndCancel(draft);
+  }
+}
+
+void SpeculativeTest::CheckBlocksThroughRejectionPreemptionAndCancel(const ModelWeights* draft) {
   auto prompts = MixedPrompts();
   for (auto& p : MixedPrompts()) prompts.push_back(std::move(p));  // each twice, other seeds
   std::vector<SamplingParams> params;
@@ -685,7 +697,10 @@ TEST_F(SpeculativeTest, BlocksStayConsistentThroughRejectionPreemptionAndCancel)
   for (size_t i = 0; i < prompts.size(); ++i) plain.push_back(Alone(prompts[i], params[i]));
 
   const int32_t bs = 4;
-  auto e = MakeSpeculative(4, int64_t{48} * bs * 2 * 30 * 3 * 64 * 4, bs);  // 48 blocks of 4
+  // 48 target blocks of 4 (the self-draft's pool takes as much again).
+  auto e = MakeSpeculative(4, int64_t{draft == nullptr ? 48 : 96} * bs * 2 * 30 * 3 * 64 * 4, bs,
+                           false, draft);
+  ASSERT_EQ(e->Stats().blocks.num_blocks, 48);
   std::vector<kv::SeqId> ids;
   for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(*e->AddRequest(prompts[i], params[i]));
   std::map<kv::SeqId, std::vector<int32_t>> out;
@@ -711,6 +726,7 @@ TEST_F(SpeculativeTest, BlocksStayConsistentThroughRejectionPreemptionAndCancel)
       for (int32_t b : table) EXPECT_TRUE(seen.insert(b).second) << "block " << b << " shared";
     }
     EXPECT_LE(static_cast<int32_t>(seen.size()), e->Stats().blocks.num_blocks);
+    EXPECT_LE(e->Stats().draft_blocks.num_sequences, e->Stats().running);
   }
   EXPECT_GT(e->Stats().preemptions, 0) << "the test meant to force preemption";
   EXPECT_GT(e->Stats().spec_accepted_tokens, 0);

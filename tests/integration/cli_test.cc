@@ -264,6 +264,33 @@ TEST(CliErrors, BadInputsGiveClearMessagesAndExitCodeOne) {
 // The GPU benchmarks' commands run on any backend: bench engine on a synthetic model
 // with a prefill sweep, bench attention in both cases; `--device cuda` on a machine
 // without one is a clear error, not a crash.
+// `tandem bench speculative`: one row per prompt kind and batch, outputs identical to
+// plain decoding with either drafter (the model as its own draft keeps every greedy
+// proposal); a draft method without a draft, or a draft with ngram, is refused.
+TEST(CliBench, SpeculativeReportsEachDrafterAgainstPlainDecoding) {
+  for (const std::string& drafter :
+       std::vector<std::string>{"", " --draft-model " + DefaultModelPath()}) {
+    RunResult r = Tandem("bench speculative --model " + DefaultModelPath() + drafter +
+                         " -t 2 --tokens 12 --batches 1,2 --repeat 1 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    ASSERT_EQ(j["rows"].size(), 4u);
+    for (const auto& row : j["rows"]) EXPECT_TRUE(row["outputs_identical"].get<bool>());
+    EXPECT_EQ(j["speculative"], drafter.empty() ? "ngram" : "draft");
+    if (!drafter.empty()) {
+      EXPECT_EQ(j["rows"][0]["acceptance"].get<double>(), 1.0);
+    }
+  }
+  RunResult none =
+      Tandem("bench speculative --model " + DefaultModelPath() + " --speculative draft");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_THAT(none.out, ::testing::HasSubstr("--draft-model"));
+  RunResult both = Tandem("bench speculative --model " + DefaultModelPath() +
+                          " --speculative ngram --draft-model " + DefaultModelPath());
+  EXPECT_EQ(both.exit_code, 1);
+  EXPECT_THAT(both.out, ::testing::HasSubstr("--draft-model"));
+}
+
 TEST(CliBench, SyntheticModelsAndTheAttentionBenchRunOnTheCpu) {
   RunResult e = Tandem(
       "bench engine --synthetic tiny -t 2 -r 1 -p 16 -n 4 --batch 2 --batch-prompt 8 "
