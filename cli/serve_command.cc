@@ -112,6 +112,11 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
                   "On SIGINT/SIGTERM, how long running requests may take to finish")
       ->capture_default_str();
   cmd->add_option("--max-queued-requests", o->max_queued_requests)->capture_default_str();
+  cmd->add_option("--priority-max-wait-ms", o->priority_max_wait_ms,
+                  "A queued request that has waited this long goes before every request that "
+                  "has not, whatever their priority")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
+      ->capture_default_str();
   cmd->add_option("--http-threads", o->http_threads,
                   "Threads serving the router's HTTP connections (an open stream holds none)")
       ->capture_default_str();
@@ -332,6 +337,8 @@ int RunServe(const ServeOptions& o) {
                  std::to_string(o.drain_timeout_ms),
                  "--max-queued-requests",
                  std::to_string(o.max_queued_requests),
+                 "--priority-max-wait-ms",
+                 std::to_string(o.priority_max_wait_ms),
                  "--routing-policy",
                  o.routing_policy,
                  "--tool-call-parser",

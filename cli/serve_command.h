@@ -46,6 +46,7 @@ struct ServeOptions {
   int max_restarts = 5;          // quick deaths in a row of one child before serve gives up
   int restart_backoff_ms = 500;  // the pause before the first restart; doubles per quick death
   int max_queued_requests = 256;
+  int64_t priority_max_wait_ms = 10000;        // router
   bool prefix_caching = true;                  // on every worker
   std::string routing_policy = "cache_aware";  // router
   std::string tool_call_parser = "auto";       // router

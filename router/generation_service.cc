@@ -189,7 +189,7 @@ grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerC
       i->set_address(w.address);
       i->set_healthy(w.healthy);
       i->set_in_flight(w.in_flight);
-      i->set_free_blocks(w.free_blocks);
+      i->set_free_blocks(w.load.free_blocks);
     }
   };
   fill(pool_->Snapshot(WorkerRole::kPrefill), resp->mutable_prefill_workers());

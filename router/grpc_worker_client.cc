@@ -71,6 +71,7 @@ void ToProto(const engine::SamplingParams& p, v1::EngineSamplingParams* out) {
   out->set_logprobs(p.logprobs);
   out->set_ignore_eos(p.ignore_eos);
   out->set_disable_speculation(p.disable_speculation);
+  out->set_priority(p.priority);
   out->set_grammar(p.grammar);
   for (const auto& [id, bias] : p.logit_bias) {
     out->add_logit_bias_ids(id);

@@ -40,6 +40,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-queued-tokens", options.queue.max_tokens,
                  "Prompt tokens waiting before RESOURCE_EXHAUSTED")
       ->capture_default_str();
+  int64_t priority_max_wait_ms = options.queue.max_priority_wait.count();
+  app.add_option("--priority-max-wait-ms", priority_max_wait_ms,
+                 "A queued request that has waited this long goes before every request that "
+                 "has not, whatever their priority (bounds how long priority can hold it back)")
+      ->check(CLI::Range(int64_t{1}, int64_t{86400000}))
+      ->capture_default_str();
   app.add_option("--max-prefill-tokens-in-flight", options.max_prefill_tokens_in_flight,
                  "Prompt tokens sent to one prefill worker before the rest wait in the queue")
       ->capture_default_str();
@@ -64,6 +70,7 @@ int main(int argc, char** argv) {
                  "its chat template)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  options.queue.max_priority_wait = std::chrono::milliseconds(priority_max_wait_ms);
   options.lease = std::chrono::milliseconds(lease_ms);
   auto fail = [](const absl::Status& st) {
     std::fprintf(stderr, "tandem-router: %s\n", st.ToString().c_str());
@@ -107,9 +114,13 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "tandem-router: tool calls parsed as %s\n",
                std::string(router::ToolCallFormatName(validator.tool_format())).c_str());
   router::Router router(*model->tokenizer, config, &pool, options);
-  metrics.SetRefresh([&router](metrics::Metrics& m) {
+  metrics.SetRefresh([&router, &pool](metrics::Metrics& m) {
     const router::RouterStats s = router.Stats();
     m.SetRequests(s.running_requests, s.queued_requests);
+    // The gateway's signals for the pool behind this router (kv_cache_usage_perc).
+    const router::PoolKv kv = router::SummarizePoolKv(pool.Snapshot(router::WorkerRole::kDecode));
+    m.SetKvUsage(kv.usage);
+    if (kv.num_blocks > 0) m.SetCacheConfig(kv.block_size, kv.num_blocks);
   });
   const kv::KvLayout layout{static_cast<int32_t>(config.n_layers),
                             static_cast<int32_t>(config.n_kv_heads),

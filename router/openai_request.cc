@@ -148,6 +148,12 @@ absl::Status ReadSampling(const json& body, v1::SamplingParams* s, bool* max_tok
   if (has) s->set_ignore_eos(b);
   ASSIGN_OR_RETURN(has, ReadBool(body, "disable_speculation", &b));
   if (has) s->set_disable_speculation(b);
+  ASSIGN_OR_RETURN(has, ReadInt(body, "priority", &i));
+  if (has) {
+    RETURN_IF_ERROR(CheckIntRange("priority", i, std::numeric_limits<int32_t>::min(),
+                                  std::numeric_limits<int32_t>::max()));
+    s->set_priority(static_cast<int32_t>(i));
+  }
 
   if (auto it = body.find("stop"); it != body.end() && !it->is_null()) {
     if (it->is_string()) {

@@ -12,7 +12,7 @@
 // log-probability), tools / tool_choice / parallel_tool_calls and tool turns (chat),
 // response_format. Extensions vLLM accepts: top_k, min_p, repetition_penalty,
 // ignore_eos, stop_token_ids, cache_salt, request_id, structured_outputs, guided_*;
-// tandem's own: disable_speculation.
+// priority (lower runs first); tandem's own: disable_speculation.
 // Features tandem does not have (suffix, non-text content parts) are refused with 400
 // rather than silently ignored; unknown fields are ignored, as vLLM and OpenAI do.
 //

@@ -35,6 +35,7 @@ TEST(OpenAiRequest, ChatMessagesBecomeOneChatRequest) {
       {"role": "user", "content": "again"}],
     "max_completion_tokens": 7, "temperature": 0, "top_k": 5, "min_p": 0.1,
     "repetition_penalty": 1.1, "ignore_eos": true, "stop": "x", "seed": 3,
+    "priority": -3, "disable_speculation": true,
     "logprobs": true, "top_logprobs": 2, "user": "ignored", "unknown_field": 1})");
   EXPECT_EQ(r.model, "m");
   EXPECT_TRUE(r.stream);
@@ -54,6 +55,8 @@ TEST(OpenAiRequest, ChatMessagesBecomeOneChatRequest) {
   EXPECT_FLOAT_EQ(s.min_p(), 0.1f);
   EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.1f);
   EXPECT_TRUE(s.ignore_eos());
+  EXPECT_EQ(s.priority(), -3);
+  EXPECT_TRUE(s.disable_speculation());
   ASSERT_EQ(s.stop_size(), 1);
   EXPECT_EQ(s.stop(0), "x");
   EXPECT_EQ(s.seed(), 3u);
@@ -194,6 +197,10 @@ TEST(OpenAiRequest, BadValuesAreRefused) {
       {R"({"prompt": "a", "seed": "1"})", "seed:"},
       {R"({"prompt": "a", "top_k": -2})", "top_k:"},
       {R"({"prompt": "a", "model": 5})", "model:"},
+      {R"({"prompt": "a", "priority": "high"})", "priority:"},
+      {R"({"prompt": "a", "priority": 1.5})", "priority:"},
+      {R"({"prompt": "a", "priority": 3000000000})", "priority:"},
+      {R"({"prompt": "a", "disable_speculation": "yes"})", "disable_speculation:"},
   };
   for (const auto& [body, param] : cases) {
     EXPECT_THAT(Error(kText, body), StartsWith(param)) << body;

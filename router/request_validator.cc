@@ -266,6 +266,7 @@ absl::StatusOr<RequestSpec> RequestValidator::Validate(const v1::GenerateRequest
   }
   p.ignore_eos = s.ignore_eos();
   p.disable_speculation = s.disable_speculation();
+  p.priority = s.priority();
   p.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
   std::sort(p.logit_bias.begin(), p.logit_bias.end());
   ASSIGN_OR_RETURN(std::string constraint, StructuredOutputGbnf(s));

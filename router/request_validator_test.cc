@@ -32,8 +32,16 @@ TEST_F(RequestValidatorTest, DefaultsFollowVllmAndSeedIsAlwaysSet) {
   EXPECT_EQ(spec->params.top_p, 1.0);
   EXPECT_TRUE(spec->params.seed.has_value());
   EXPECT_EQ(spec->params.logprobs, -1);
+  EXPECT_EQ(spec->params.priority, 0);
+  EXPECT_FALSE(spec->params.disable_speculation);
   r.mutable_sampling_params()->set_seed(0);
-  EXPECT_EQ(*v.Validate(r, 0)->params.seed, 0u);
+  r.mutable_sampling_params()->set_priority(-7);
+  r.mutable_sampling_params()->set_disable_speculation(true);
+  auto again = v.Validate(r, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again->params.seed, 0u);
+  EXPECT_EQ(again->params.priority, -7);
+  EXPECT_TRUE(again->params.disable_speculation);
 }
 
 TEST_F(RequestValidatorTest, ChatIsRenderedWithTheModelTemplate) {

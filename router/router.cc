@@ -74,7 +74,9 @@ absl::StatusOr<std::shared_ptr<RouterRequest>> Router::Submit(
     std::lock_guard<std::mutex> lock(mu_);
     by_id_[r->id()] = r;
   }
-  if (auto st = queue_.Push(r, static_cast<int64_t>(r->spec().prompt.size())); !st.ok()) {
+  if (auto st =
+          queue_.Push(r, static_cast<int64_t>(r->spec().prompt.size()), r->spec().params.priority);
+      !st.ok()) {
     RecordRejected(st);
     std::lock_guard<std::mutex> lock(mu_);
     Forget(r.get());

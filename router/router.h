@@ -46,18 +46,24 @@
 
 namespace tandem::router {
 
-// AdmissionQueue: the router's bounded FIFO of requests waiting for decode memory.
+// AdmissionQueue: the router's bounded queue of requests waiting for decode memory,
+// in priority order.
 //
 // Bounded twice — requests and prompt tokens; Push past either limit fails at once
-// with ResourceExhausted (the client should back off), never blocks. Entries leave in
-// order (Front/PopFront) or, when cancelled or past their deadline, from anywhere
-// (RemoveIf). An entry put back with a not-before time (PushFront: a request waiting
-// out its retry pause) is skipped until then; the entries behind it go ahead.
+// with ResourceExhausted (the client should back off), never blocks. Order (Front):
+// the lowest `priority` first (vLLM's meaning), arrival order among equals — except
+// that an entry that has waited `max_priority_wait` goes before every entry that has
+// not (the oldest such first), so no priority holds another back longer than that.
+// Entries leave through Front/PopFront or, when cancelled or past their deadline, from
+// anywhere (RemoveIf). An entry put back (PushFront: a request started once and failed
+// by the cluster) goes first; with a not-before time (its retry pause) it is skipped
+// until then and the entries behind it go ahead.
 //
 // Thread-safe.
 struct QueueLimits {
   int32_t max_requests = 256;
   int64_t max_tokens = 1 << 20;
+  std::chrono::milliseconds max_priority_wait{10000};
 };
 
 template <class T>
@@ -67,7 +73,7 @@ class AdmissionQueue {
 
   explicit AdmissionQueue(QueueLimits limits) : limits_(limits) {}
 
-  absl::Status Push(std::shared_ptr<T> item, int64_t tokens) {
+  absl::Status Push(std::shared_ptr<T> item, int64_t tokens, int32_t priority = 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (static_cast<int32_t>(items_.size()) >= limits_.max_requests) {
@@ -80,7 +86,7 @@ class AdmissionQueue {
                                                    " prompt tokens waiting (limit ",
                                                    limits_.max_tokens, "); retry later"));
       }
-      items_.push_back({std::move(item), tokens, Clock::time_point{}});
+      items_.push_back({std::move(item), tokens, Clock::time_point{}, priority, Clock::now()});
       tokens_ += tokens;
     }
     cv_.notify_all();
@@ -93,26 +99,38 @@ class AdmissionQueue {
   void PushFront(std::shared_ptr<T> item, int64_t tokens, Clock::time_point not_before = {}) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      items_.push_front({std::move(item), tokens, not_before});
+      // Due at once: it was admitted before.
+      items_.push_front({std::move(item), tokens, not_before, 0, Clock::time_point::min()});
       tokens_ += tokens;
     }
     cv_.notify_all();
   }
 
-  // The oldest entry that may leave now, waiting up to `wait` for one (or a Wake);
-  // null if none.
+  // The first entry in the queue's order that may leave now, waiting up to `wait` for
+  // one (or a Wake); null if none.
   std::shared_ptr<T> Front(std::chrono::milliseconds wait) {
     std::unique_lock<std::mutex> lock(mu_);
     const Clock::time_point until = Clock::now() + wait;
     for (;;) {
       const Clock::time_point now = Clock::now();
       Clock::time_point next = until;  // the earliest not-before still ahead
+      const Entry* best = nullptr;
+      bool best_due = false;
       for (const Entry& e : items_) {
-        if (e.not_before <= now) {
-          woken_ = false;
-          return e.item;
+        if (e.not_before > now) {
+          next = std::min(next, e.not_before);
+          continue;
         }
-        next = std::min(next, e.not_before);
+        const bool due = e.queued_at <= now - limits_.max_priority_wait;
+        if (best == nullptr || (due && !best_due) ||
+            (due == best_due && !due && e.priority < best->priority)) {
+          best = &e;
+          best_due = due;
+        }
+      }
+      if (best != nullptr) {
+        woken_ = false;
+        return best->item;
       }
       if (woken_ || now >= until) break;
       cv_.wait_until(lock, next);
@@ -176,6 +194,8 @@ class AdmissionQueue {
     std::shared_ptr<T> item;
     int64_t tokens;
     Clock::time_point not_before;
+    int32_t priority;
+    Clock::time_point queued_at;  // min(): put back, due at once
   };
   const QueueLimits limits_;
   mutable std::mutex mu_;

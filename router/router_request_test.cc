@@ -263,6 +263,101 @@ TEST_F(RouterRequestTest, ARequestWaitingOutItsRetryPauseDoesNotHoldTheOnesBehin
   ExpectAtRest();
 }
 
+// Records when its first chunk arrived (the request had started).
+class Timed : public Collect {
+ public:
+  void OnChunk(OutputChunk chunk) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!first_) first_ = std::chrono::steady_clock::now();
+    }
+    Collect::OnChunk(std::move(chunk));
+  }
+  std::chrono::steady_clock::time_point first() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_.value_or(std::chrono::steady_clock::time_point::max());
+  }
+
+ private:
+  std::mutex mu_;
+  std::optional<std::chrono::steady_clock::time_point> first_;
+};
+
+// Priority (lower first): with one prefill at a time and the queue full of
+// low-priority requests, a high-priority one that arrives last starts first; the
+// low-priority ones then start in arrival order.
+TEST_F(RouterRequestTest, AHighPriorityRequestStartsBeforeQueuedLowPriorityOnes) {
+  RouterOptions o;
+  o.max_prefill_tokens_in_flight = 4;  // one 4-token prompt at a time
+  Make(1, 1, o,
+       [](FakeWorkers& f) { f.prefill("10.0.0.1:100")->Set({.delay = 30ms, .first_token = 7}); });
+  auto blocker = std::make_shared<Timed>();
+  Submit(Spec(2), blocker);
+  ASSERT_TRUE(Eventually([&] { return P(0)->calls() == 1; }));
+  std::vector<std::shared_ptr<Timed>> low;
+  for (int i = 0; i < 5; ++i) {
+    RequestSpec s = Spec(2);
+    s.params.priority = 10;
+    low.push_back(std::make_shared<Timed>());
+    Submit(std::move(s), low.back());
+  }
+  RequestSpec s = Spec(2);
+  s.params.priority = -5;
+  auto high = std::make_shared<Timed>();
+  Submit(std::move(s), high);
+  ASSERT_TRUE(high->Wait(10s));
+  for (auto& l : low) ASSERT_TRUE(l->Wait(10s));
+  std::vector<std::pair<std::chrono::steady_clock::time_point, int>> order;
+  order.emplace_back(high->first(), -1);
+  for (int i = 0; i < 5; ++i) order.emplace_back(low[i]->first(), i);
+  std::sort(order.begin(), order.end());
+  std::vector<int> started;
+  for (const auto& [t, who] : order) started.push_back(who);
+  EXPECT_EQ(started, (std::vector<int>{-1, 0, 1, 2, 3, 4}));
+  ExpectAtRest();
+}
+
+// The bound: a low-priority request behind a steady stream of high-priority ones starts
+// once it has waited max_priority_wait (plus the prefill in progress), ahead of high-
+// priority requests that arrived after it.
+TEST_F(RouterRequestTest, LowPriorityWaitsNoLongerThanTheBound) {
+  RouterOptions o;
+  o.max_prefill_tokens_in_flight = 4;
+  o.queue.max_priority_wait = 200ms;
+  Make(1, 1, o,
+       [](FakeWorkers& f) { f.prefill("10.0.0.1:100")->Set({.delay = 20ms, .first_token = 7}); });
+  auto first = std::make_shared<Timed>();
+  Submit(Spec(2), first);
+  ASSERT_TRUE(Eventually([&] { return P(0)->calls() == 1; }));
+  RequestSpec ls = Spec(2);
+  ls.params.priority = 100;
+  auto low = std::make_shared<Timed>();
+  const auto low_submitted = std::chrono::steady_clock::now();
+  Submit(std::move(ls), low);
+  // High-priority requests keep arriving faster than they are served, for 1 s.
+  std::vector<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<Timed>>> high;
+  while (std::chrono::steady_clock::now() - low_submitted < 1s) {
+    RequestSpec hs = Spec(2);
+    hs.params.priority = -1;
+    high.emplace_back(std::chrono::steady_clock::now(), std::make_shared<Timed>());
+    Submit(std::move(hs), high.back().second);
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(low->Wait(10s));
+  const auto waited = low->first() - low_submitted;
+  EXPECT_GE(waited, 150ms) << "priority did not hold it back at all";
+  EXPECT_LE(waited, o.queue.max_priority_wait + 500ms) << "past the bound";
+  int overtook = 0, overtaken = 0;  // high-priority requests that came before / after it
+  for (auto& [submitted, h] : high) {
+    ASSERT_TRUE(h->Wait(20s));
+    if (h->first() < low->first()) ++overtook;
+    if (submitted < low->first() && h->first() > low->first()) ++overtaken;
+  }
+  EXPECT_GT(overtook, 3);
+  EXPECT_GT(overtaken, 0) << "the bound did not put it ahead of waiting high-priority work";
+  ExpectAtRest();
+}
+
 // The decode worker lost the reservation under the prefill (it restarted): the request
 // starts again on the other decode worker, and the client never sees the failure.
 TEST_F(RouterRequestTest, AVanishedDecodeReservationStartsAgainOnAnotherDecodeWorker) {
@@ -700,6 +795,69 @@ TEST_F(RouterRequestTest, ThousandsOfConcurrentStreamsAddNoThread) {
   EXPECT_GT(most_live, kStreams / 2);  // they really were concurrent
   EXPECT_EQ(most, before);             // and took no thread each
   ExpectAtRest();
+}
+
+}  // namespace
+}  // namespace tandem::router
+
+namespace tandem::router {
+namespace {
+
+// The decode pool's KV as a gateway reads it: blocks held by sequences over the healthy
+// workers' blocks (cached blocks are free), workers that are down or have not reported
+// left out.
+// The queue's order: lowest priority value first, arrival order among equals; an entry
+// put back goes first; one that has waited max_priority_wait goes before all that have
+// not, whatever their priority.
+TEST(AdmissionQueue, PriorityOrderWithABoundOnWaiting) {
+  struct Item {
+    int id;
+  };
+  AdmissionQueue<Item> q({.max_requests = 16,
+                          .max_tokens = 1000,
+                          .max_priority_wait = std::chrono::milliseconds(300)});
+  auto item = [](int id) { return std::make_shared<Item>(Item{id}); };
+  std::vector<std::shared_ptr<Item>> items;
+  for (int id : {0, 1, 2, 3, 4}) items.push_back(item(id));
+  ASSERT_TRUE(q.Push(items[0], 1, 10).ok());
+  ASSERT_TRUE(q.Push(items[1], 1, 10).ok());
+  ASSERT_TRUE(q.Push(items[2], 1, -5).ok());
+  ASSERT_TRUE(q.Push(items[3], 1, 0).ok());
+  std::vector<int> order;
+  auto drain = [&] {
+    order.clear();
+    while (auto f = q.Front(std::chrono::milliseconds(0))) {
+      order.push_back(f->id);
+      q.PopFront(f);
+    }
+  };
+  drain();
+  EXPECT_EQ(order, (std::vector<int>{2, 3, 0, 1}));
+  ASSERT_TRUE(q.Push(items[0], 1, 10).ok());
+  ASSERT_TRUE(q.Push(items[1], 1, -5).ok());
+  q.PushFront(items[4], 1);  // put back: first
+  drain();
+  EXPECT_EQ(order, (std::vector<int>{4, 1, 0}));
+  // Waited past the bound: ahead of newer higher-priority entries.
+  ASSERT_TRUE(q.Push(items[0], 1, 10).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(350));
+  ASSERT_TRUE(q.Push(items[1], 1, -5).ok());
+  ASSERT_TRUE(q.Push(items[2], 1, -7).ok());
+  drain();
+  EXPECT_EQ(order, (std::vector<int>{0, 2, 1}));
+}
+
+TEST(PoolKv, SumsTheHealthyDecodeWorkers) {
+  std::vector<WorkerSnapshot> w = {
+      {"a", true, 1, {.num_blocks = 100, .block_size = 16, .free_blocks = 50, .cached_blocks = 10}},
+      {"b", true, 0, {.num_blocks = 300, .block_size = 16, .free_blocks = 300, .cached_blocks = 0}},
+      {"c", false, 0, {.num_blocks = 100, .block_size = 16, .free_blocks = 0, .cached_blocks = 0}},
+      {"d", true, 0, {}}};
+  const PoolKv kv = SummarizePoolKv(w);
+  EXPECT_EQ(kv.num_blocks, 400);
+  EXPECT_EQ(kv.block_size, 16);
+  EXPECT_DOUBLE_EQ(kv.usage, 40.0 / 400);
+  EXPECT_EQ(SummarizePoolKv({}).usage, 0);
 }
 
 }  // namespace

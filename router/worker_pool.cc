@@ -375,9 +375,22 @@ std::vector<WorkerSnapshot> WorkerPool::Snapshot(WorkerRole role) {
   std::vector<WorkerSnapshot> out;
   for (auto& w : workers_) {
     if (w->role != role || w->retired) continue;
-    out.push_back({w->address, w->healthy, w->in_flight, w->stats.free_blocks});
+    out.push_back({w->address, w->healthy, w->in_flight, w->stats});
   }
   return out;
+}
+
+PoolKv SummarizePoolKv(const std::vector<WorkerSnapshot>& workers) {
+  PoolKv kv;
+  int64_t used = 0;
+  for (const WorkerSnapshot& w : workers) {
+    if (!w.healthy || w.load.num_blocks <= 0) continue;
+    kv.num_blocks += w.load.num_blocks;
+    used += w.load.num_blocks - w.load.free_blocks - w.load.cached_blocks;
+    kv.block_size = w.load.block_size;
+  }
+  if (kv.num_blocks > 0) kv.usage = static_cast<double>(used) / static_cast<double>(kv.num_blocks);
+  return kv;
 }
 
 }  // namespace tandem::router

@@ -114,8 +114,18 @@ struct WorkerSnapshot {
   std::string address;
   bool healthy;
   int32_t in_flight;
-  int32_t free_blocks;
+  WorkerLoad load;  // as last polled
 };
+
+// The KV memory of a pool of decode workers, as a gateway schedules by it: over the
+// healthy workers that reported a pool, the fraction of blocks held by sequences
+// (cached free blocks count as free, as on each worker) and the total.
+struct PoolKv {
+  double usage = 0;  // 0..1
+  int32_t block_size = 0;
+  int64_t num_blocks = 0;
+};
+PoolKv SummarizePoolKv(const std::vector<WorkerSnapshot>& workers);
 
 struct WorkerPoolOptions {
   std::chrono::milliseconds poll_interval{500};

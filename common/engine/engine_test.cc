@@ -566,6 +566,42 @@ TEST_F(EngineTest, PrefilledSequencesStartEvenBehindAStarvedOne) {
   ExpectNoLeak(*e);
 }
 
+// Priority under memory pressure: the sequence with the higher priority value gives way
+// (is preempted) even though it is the older one — plain order would preempt the
+// younger — and both still get exactly the tokens they get alone.
+TEST_F(EngineTest, TheLowerPriorityGivesWayWhenMemoryRunsOut) {
+  for (const bool prioritized : {false, true}) {
+    SCOPED_TRACE(prioritized);
+    auto e = MakeEngine(int64_t{9} * 16 * 2 * 30 * 3 * 64 * 4, 16);  // 9 blocks of 16
+    const auto prompts = Prompts(2);
+    std::vector<int32_t> a_prompt(40, 0), b_prompt(40, 0);
+    for (int i = 0; i < 40; ++i) {
+      a_prompt[i] = prompts[1][i % prompts[1].size()];
+      b_prompt[i] = prompts[1][(i + 7) % prompts[1].size()];
+    }
+    SamplingParams a = Params(0, 40, 1), b = Params(0, 40, 2);
+    if (prioritized) a.priority = 5;  // the older one matters less
+    const kv::SeqId older = *e->AddRequest(a_prompt, a);
+    std::map<kv::SeqId, int32_t> preempted;
+    std::map<kv::SeqId, std::vector<int32_t>> out;
+    for (const auto& ev : StepOk(*e)) out[ev.id].push_back(ev.token);  // the older starts
+    const kv::SeqId younger = *e->AddRequest(b_prompt, b);
+    while (e->HasWork()) {
+      for (const auto& ev : StepOk(*e)) {
+        if (ev.token >= 0) out[ev.id].push_back(ev.token);
+      }
+      for (kv::SeqId id : {older, younger}) {
+        if (const Sequence* s = e->Find(id)) preempted[id] = s->preemptions;
+      }
+    }
+    EXPECT_GT(preempted[prioritized ? older : younger], 0);
+    EXPECT_EQ(preempted[prioritized ? younger : older], 0);
+    EXPECT_EQ(out[older], Alone(a_prompt, a));
+    EXPECT_EQ(out[younger], Alone(b_prompt, b));
+    ExpectNoLeak(*e);
+  }
+}
+
 // Grammar-constrained requests (a regex, a JSON schema, a choice): every output
 // follows its grammar and ends when the grammar does, batched or alone, greedy or
 // seeded; the prefill/decode split gives the same tokens.
@@ -829,8 +865,12 @@ TEST_F(SpeculativeTest, DraftModelTokensEqualPlainDecoding) {
       if (self && st.temperature == 0) {
         EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens) << "a greedy self-draft was wrong";
       }
-      if (self) EXPECT_LT(s.steps, plain_engine->Stats().steps);
-      if (!self) EXPECT_LT(5 * s.spec_accepted_tokens, s.spec_draft_tokens);
+      if (self) {
+        EXPECT_LT(s.steps, plain_engine->Stats().steps);
+      }
+      if (!self) {
+        EXPECT_LT(5 * s.spec_accepted_tokens, s.spec_draft_tokens);
+      }
       ExpectNoLeak(*e);
     }
   }
@@ -869,8 +909,12 @@ TEST_F(SpeculativeTest, GoldenPromptsGiveTheSameGreedyTokens) {
     EXPECT_EQ(RunAll(**e, prompts, params), plain);
     const EngineStats s = (*e)->Stats();
     EXPECT_GT(s.spec_drafts, 0);
-    if (draft == weights_) EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
-    if (draft == nullptr) EXPECT_GT(s.spec_accepted_tokens, 0);
+    if (draft == weights_) {
+      EXPECT_EQ(s.spec_accepted_tokens, s.spec_draft_tokens);
+    }
+    if (draft == nullptr) {
+      EXPECT_GT(s.spec_accepted_tokens, 0);
+    }
     ExpectNoLeak(**e);
   }
 }

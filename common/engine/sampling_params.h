@@ -36,6 +36,11 @@ struct SamplingParams {
   // This request decodes plainly even where the engine speculates (the tokens are the
   // same either way; it saves the draft's compute for requests that gain nothing).
   bool disable_speculation = false;
+  // Scheduling, carried with the parameters every hop already passes: lower runs first
+  // (vLLM's meaning) — the router's admission order (router.h AdmissionQueue) and, in
+  // an engine, which running sequences grow first and which give way (are preempted)
+  // when KV memory runs out. Any int32; 0 by default.
+  int32_t priority = 0;
 
   static constexpr int32_t kMaxLogprobs = 20;
   static constexpr int32_t kMaxStopTokenIds = 64;

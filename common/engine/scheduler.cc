@@ -33,7 +33,11 @@ void Scheduler::Preempt(Sequence* seq) {
 
 ScheduledStep Scheduler::Schedule() {
   ScheduledStep step;
-  // Stage 1: capacity. Oldest first; the youngest gives way until the rest fit.
+  // Stage 1: capacity. By priority (lower first), then oldest first; the last — the
+  // youngest of the lowest priority — gives way until the rest fit.
+  std::stable_sort(running_.begin(), running_.end(), [](const Sequence* a, const Sequence* b) {
+    return a->params.priority < b->params.priority;
+  });
   size_t i = 0;
   while (i < running_.size()) {
     Sequence* seq = running_[i];

@@ -98,6 +98,8 @@ struct Metrics::CacheConfigFamily {
   prometheus::Family<prometheus::Gauge>* family = nullptr;
   std::mutex mu;
   prometheus::Gauge* gauge = nullptr;
+  int32_t block_size = 0;  // the gauge's labels
+  int64_t num_blocks = 0;
 };
 
 // A family named prefix + `name` with the process's constant labels.
@@ -117,6 +119,18 @@ Metrics::Metrics(const MetricsOptions& options)
                              : "Sequences in the engine's running batch.");
   waiting_ = AddGauge("num_requests_waiting", router ? "Requests in the router's admission queue."
                                                      : "Sequences waiting for the engine.");
+  // The gateway's third signal and the pool's shape: a worker's own pool, or on the
+  // router the decode pool it fronts (the Gateway API Inference Extension reads these).
+  kv_usage_ = AddGauge("kv_cache_usage_perc",
+                       router ? "Fraction of the healthy decode workers' KV blocks held by "
+                                "sequences (0-1; cached free blocks excluded)."
+                              : "Fraction of KV blocks held by sequences (0-1; cached free "
+                                "blocks excluded).");
+  cache_config_ = std::make_unique<CacheConfigFamily>();
+  cache_config_->family = &Register(prometheus::BuildGauge(), "cache_config_info",
+                                    router ? "KV cache configuration of the decode pool: block "
+                                             "size and blocks over its healthy workers (value 1)."
+                                           : "KV cache configuration (value 1).");
   auto histogram = [&](const std::string& name, const std::string& help,
                        const prometheus::Histogram::BucketBoundaries& buckets) {
     return &Register(prometheus::BuildHistogram(), name, help).Add({}, buckets);
@@ -146,12 +160,6 @@ Metrics::Metrics(const MetricsOptions& options)
                         kRequestBuckets);
     return;
   }
-  kv_usage_ =
-      AddGauge("kv_cache_usage_perc",
-               "Fraction of KV blocks held by sequences (0-1; cached free blocks excluded).");
-  cache_config_ = std::make_unique<CacheConfigFamily>();
-  cache_config_->family =
-      &Register(prometheus::BuildGauge(), "cache_config_info", "KV cache configuration (value 1).");
   prefix_queries_ =
       AddCounter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.");
   prefix_hits_ = AddCounter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.");
@@ -234,9 +242,16 @@ void Metrics::TokensArrived(double seconds, int32_t tokens) {
   for (int32_t i = 0; i < tokens; ++i) itl_->Observe(each);
 }
 
-void Metrics::SetCacheConfig(int32_t block_size, int32_t num_blocks) {
-  if (cache_config_ == nullptr) return;
+void Metrics::SetKvUsage(double usage) { kv_usage_->Set(usage); }
+
+void Metrics::SetCacheConfig(int32_t block_size, int64_t num_blocks) {
   std::lock_guard<std::mutex> lock(cache_config_->mu);
+  if (cache_config_->gauge != nullptr && cache_config_->block_size == block_size &&
+      cache_config_->num_blocks == num_blocks) {
+    return;
+  }
+  cache_config_->block_size = block_size;
+  cache_config_->num_blocks = num_blocks;
   if (cache_config_->gauge != nullptr) cache_config_->family->Remove(cache_config_->gauge);
   cache_config_->gauge = &cache_config_->family->Add(
       {{"block_size", std::to_string(block_size)}, {"num_gpu_blocks", std::to_string(num_blocks)}});
@@ -246,7 +261,7 @@ void Metrics::SetCacheConfig(int32_t block_size, int32_t num_blocks) {
 void Metrics::SetWorkerGauges(const WorkerGauges& g) {
   running_->Set(g.running);
   waiting_->Set(g.waiting);
-  if (kv_usage_ != nullptr) kv_usage_->Set(g.kv_usage);
+  kv_usage_->Set(g.kv_usage);
 }
 
 void Metrics::SyncTotals(const WorkerTotals& t) {

@@ -107,8 +107,13 @@ class Metrics {
   // seconds / tokens.
   void TokensArrived(double seconds, int32_t tokens);
 
+  // --- router and workers ------------------------------------------------------
+  // A worker's KV pool, or (router) the decode pool it fronts: cache_config_info's
+  // labels (replaced when they change) and kv_cache_usage_perc (0..1).
+  void SetCacheConfig(int32_t block_size, int64_t num_blocks);
+  void SetKvUsage(double usage);
+
   // --- workers ----------------------------------------------------------------
-  void SetCacheConfig(int32_t block_size, int32_t num_blocks);
   void SetWorkerGauges(const WorkerGauges& g);
   void SyncTotals(const WorkerTotals& t);
   // Prefill: one KV transfer over `transport` ("host", "nccl", "cuda-ipc") ended.

@@ -80,8 +80,20 @@ TEST(Metrics, RouterExportsVllmNamesWithPrefixAndLabels) {
                         "request_decode_time_seconds"}) {
     EXPECT_EQ(s["tandem:" + std::string(h) + "_count{" + l + "}"], 2) << h;
   }
-  // Worker metrics are not the router's to export.
-  EXPECT_THAT(text, Not(HasSubstr("kv_cache_usage_perc")));
+  // Worker metrics are not the router's to export; the decode pool's KV is (a gateway's
+  // third signal), with its configuration, relabelled when the pool changes.
+  EXPECT_THAT(text, Not(HasSubstr("prefix_cache_hits_total")));
+  EXPECT_EQ(s["tandem:kv_cache_usage_perc{" + l + "}"], 0);
+  m.SetKvUsage(0.5);
+  m.SetCacheConfig(16, 200);
+  m.SetCacheConfig(16, 300);
+  const auto again = Samples(m.Scrape());
+  EXPECT_EQ(again["tandem:kv_cache_usage_perc{" + l + "}"], 0.5);
+  EXPECT_EQ(again.samples.count("tandem:cache_config_info{" + l +
+                                R"(,block_size="16",num_gpu_blocks="200"})"),
+            0u);
+  EXPECT_EQ(again["tandem:cache_config_info{" + l + R"(,block_size="16",num_gpu_blocks="300"})"],
+            1);
   EXPECT_THAT(text, HasSubstr("# TYPE tandem:time_to_first_token_seconds histogram"));
   EXPECT_THAT(text, HasSubstr("# TYPE tandem:prompt_tokens_total counter"));
 }

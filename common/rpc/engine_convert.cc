@@ -21,6 +21,7 @@ engine::SamplingParams FromProto(const v1::EngineSamplingParams& p) {
   s.logprobs = p.logprobs();
   s.ignore_eos = p.ignore_eos();
   s.disable_speculation = p.disable_speculation();
+  s.priority = p.priority();
   s.grammar = p.grammar();
   const int n = std::min(p.logit_bias_ids_size(), p.logit_bias_values_size());
   for (int i = 0; i < n; ++i)

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Checks the deployment surface under deploy/.
 
-1. Renders the Kubernetes overlays (cpu, gpu, router-tls) with `kubectl kustomize`.
+1. Renders the Kubernetes overlays (cpu, gpu, router-tls, inference-gateway) with
+   `kubectl kustomize`.
 2. Validates every rendered object: built-in kinds with kubernetes-validate against the
-   newest Kubernetes schema it ships (strict: unknown fields fail); PodMonitor and
-   ScaledObject (CRDs, no schema there) with structural checks below.
+   newest Kubernetes schema it ships (strict: unknown fields fail); PodMonitor,
+   ScaledObject, InferencePool and HTTPRoute (CRDs, no schema there) with structural
+   checks below.
 3. Asserts what tandem needs of them: gRPC probes on the `grpc` port with the named
    readiness service, ports named grpc/http, the process flags, resources, GPU requests
    only on GPU workers, a grace period above the drain timeout, a locked-down security
@@ -57,7 +59,9 @@ ROLES = {
 WORKER_SERVICES = {"tandem-prefill", "tandem-decode"}
 BINARIES = ["tandem", "tandem-router", "tandem-prefill-worker", "tandem-decode-worker"]
 MODEL_PATH = "/models/smollm2-135m-instruct-q4_1.gguf"
-CRD_KINDS = {("monitoring.coreos.com/v1", "PodMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
+CRD_KINDS = {("monitoring.coreos.com/v1", "PodMonitor"), ("keda.sh/v1alpha1", "ScaledObject"),
+             ("inference.networking.k8s.io/v1", "InferencePool"),
+             ("gateway.networking.k8s.io/v1", "HTTPRoute")}
 
 
 def exported_metrics() -> set[str]:
@@ -484,6 +488,121 @@ class CpuOverlayTest(OverlayChecks, unittest.TestCase):
 class GpuOverlayTest(OverlayChecks, unittest.TestCase):
     overlay = "gpu"
     gpu = True
+
+
+def validate_inferencepool(obj: dict):
+    """Structure of an inference.networking.k8s.io/v1 InferencePool (the extension's v1
+    API: one target port; a Service endpoint picker needs its port)."""
+    where = f"InferencePool {obj['metadata'].get('name')}"
+    check_keys(where, obj, {"apiVersion", "kind", "metadata", "spec"}, {"metadata", "spec"})
+    check_metadata(where, obj)
+    spec = obj["spec"]
+    check_keys(f"{where}.spec", spec, {"selector", "targetPorts", "appProtocol",
+                                       "endpointPickerRef"},
+               {"selector", "targetPorts", "endpointPickerRef"})
+    check_keys(f"{where}.spec.selector", spec["selector"], {"matchLabels"}, {"matchLabels"})
+    ports = spec["targetPorts"]
+    assert isinstance(ports, list) and len(ports) == 1, f"{where}: one targetPort"
+    check_keys(f"{where} targetPort", ports[0], {"number"}, {"number"})
+    assert 1 <= ports[0]["number"] <= 65535, ports
+    if "appProtocol" in spec:
+        assert spec["appProtocol"] in {"http", "kubernetes.io/h2c"}, spec["appProtocol"]
+    ref = spec["endpointPickerRef"]
+    check_keys(f"{where}.spec.endpointPickerRef", ref,
+               {"group", "kind", "name", "port", "failureMode"}, {"name"})
+    if ref.get("kind", "Service") == "Service":
+        assert "port" in ref, f"{where}: a Service endpoint picker needs its port"
+        check_keys(f"{where} endpointPickerRef.port", ref["port"], {"number"}, {"number"})
+    assert ref.get("failureMode", "FailClose") in {"FailOpen", "FailClose"}, ref
+
+
+def validate_httproute(obj: dict):
+    """Structure of a gateway.networking.k8s.io/v1 HTTPRoute (the fields used here)."""
+    where = f"HTTPRoute {obj['metadata'].get('name')}"
+    check_keys(where, obj, {"apiVersion", "kind", "metadata", "spec"}, {"metadata", "spec"})
+    check_metadata(where, obj)
+    spec = obj["spec"]
+    check_keys(f"{where}.spec", spec, {"parentRefs", "hostnames", "rules"}, {"parentRefs"})
+    for p in spec["parentRefs"]:
+        check_keys(f"{where} parentRef", p, {"group", "kind", "namespace", "name",
+                                             "sectionName", "port"}, {"name"})
+    for r in spec.get("rules") or []:
+        check_keys(f"{where} rule", r, {"name", "matches", "filters", "backendRefs",
+                                        "timeouts", "retry", "sessionPersistence"})
+        for b in r.get("backendRefs") or []:
+            check_keys(f"{where} backendRef", b, {"group", "kind", "name", "namespace", "port",
+                                                  "weight", "filters"}, {"name"})
+        for k, v in (r.get("timeouts") or {}).items():
+            assert k in {"request", "backendRequest"}, k
+            assert re.fullmatch(r"([0-9]{1,5}(h|m|s|ms)){1,4}", v), v
+
+
+class InferenceGatewayExampleTest(unittest.TestCase):
+    """The inference-gateway example overlay: an InferencePool over the routers' HTTP
+    port, an endpoint picker told the metric names the routers export, an HTTPRoute to
+    the pool (issue #22)."""
+
+    @classmethod
+    def setUpClass(cls):
+        need_kubectl()
+        cls.objs = Rendered.get("inference-gateway")
+
+    def test_validates(self):
+        version = kubernetes_validate.latest_version()
+        for o in self.objs:
+            with self.subTest(kind=o["kind"], name=o["metadata"]["name"]):
+                key = (o["apiVersion"], o["kind"])
+                if key == ("inference.networking.k8s.io/v1", "InferencePool"):
+                    validate_inferencepool(o)
+                elif key == ("gateway.networking.k8s.io/v1", "HTTPRoute"):
+                    validate_httproute(o)
+                elif key == ("monitoring.coreos.com/v1", "PodMonitor"):
+                    validate_podmonitor(o)
+                elif key == ("keda.sh/v1alpha1", "ScaledObject"):
+                    validate_scaledobject(o, version)
+                else:
+                    kubernetes_validate.validate(o, version, strict=True)
+
+    def test_the_pool_is_the_routers_and_the_picker_reads_their_metrics(self):
+        pools = by_kind(self.objs, "InferencePool")
+        self.assertEqual(len(pools), 1)
+        pool = next(iter(pools.values()))
+        deployments = by_kind(self.objs, "Deployment")
+        selected = {n for n, d in deployments.items()
+                    if labels_match(pool["spec"]["selector"],
+                                    d["spec"]["template"]["metadata"]["labels"])}
+        self.assertEqual(selected, {"tandem-router"})
+        router = deployments["tandem-router"]["spec"]["template"]["spec"]["containers"][0]
+        flags = parse_flags(router["args"])
+        self.assertEqual(pool["spec"]["targetPorts"][0]["number"], int(flags["--http-port"]))
+        # The endpoint picker: a Service on the port the pool names, selecting its pod,
+        # whose flags name this pool and metrics the routers export under their prefix.
+        ref = pool["spec"]["endpointPickerRef"]
+        svc = by_kind(self.objs, "Service")[ref["name"]]
+        self.assertIn(ref["port"]["number"], [p["port"] for p in svc["spec"]["ports"]])
+        epp = [d for d in deployments.values()
+               if labels_match({"matchLabels": svc["spec"]["selector"]},
+                               d["spec"]["template"]["metadata"]["labels"])]
+        self.assertEqual(len(epp), 1)
+        epp_pod = epp[0]["spec"]["template"]["spec"]
+        epp_flags = parse_flags(epp_pod["containers"][0]["args"])
+        self.assertEqual(epp_flags["--pool-name"], pool["metadata"]["name"])
+        self.assertEqual(epp_flags["--pool-namespace"], pool["metadata"]["namespace"])
+        prefix = flags["--metrics-prefix"]
+        exported = exported_metrics()
+        for flag, metric in [("--total-queued-requests-metric", "num_requests_waiting"),
+                             ("--total-running-requests-metric", "num_requests_running"),
+                             ("--kv-cache-usage-percentage-metric", "kv_cache_usage_perc")]:
+            self.assertEqual(epp_flags[flag], prefix + metric)
+            self.assertIn("tandem:" + metric, exported)
+        # It may read the pool and its pods, nothing more.
+        role = by_kind(self.objs, "Role")[epp_pod["serviceAccountName"]]
+        for rule in role["rules"]:
+            self.assertEqual(set(rule["verbs"]), {"get", "list", "watch"})
+        route = next(iter(by_kind(self.objs, "HTTPRoute").values()))
+        backends = [b for r in route["spec"]["rules"] for b in r["backendRefs"]]
+        self.assertEqual(backends, [{"group": "inference.networking.k8s.io",
+                                     "kind": "InferencePool", "name": pool["metadata"]["name"]}])
 
 
 class RouterTlsExampleTest(unittest.TestCase):

@@ -29,6 +29,7 @@ Run through run.sh (it provides the venv with `openai`):
 """
 
 import argparse
+import concurrent.futures
 import http.client
 import json
 import math
@@ -993,6 +994,63 @@ class DrainTest(unittest.TestCase):
             self.assertTrue(rest.rstrip().endswith("data: [DONE]"), rest[-300:])
             self.assertIn('"finish_reason":"length"', rest.replace(" ", ""))
             c.close()
+        finally:
+            cluster.stop()
+
+
+class GatewayMetricsTest(unittest.TestCase):
+    """The router's /metrics carries the Gateway API Inference Extension's three signals
+    for the pool it fronts — num_requests_waiting, num_requests_running and
+    kv_cache_usage_perc (decode pool, 0-1) — and cache_config_info; they rise while a
+    load runs and fall back to 0 when it ends (issue #22). The decode pool is small, so
+    part of the load waits in the router's queue."""
+
+    def test_gateway_gauges_follow_a_load(self):
+        cluster = Cluster(extra=["--kv-cache-bytes", str(24 << 20), "--max-model-len", "256"])
+        try:
+            def gauges():
+                m = parse_metrics(get(cluster.metrics_url("router"))[1].decode())
+                one = {n: v for (n, _), v in m.items()}
+                info = [dict(l) for (n, l), v in m.items() if n == "tandem:cache_config_info"]
+                return (one["tandem:num_requests_waiting"], one["tandem:num_requests_running"],
+                        one["tandem:kv_cache_usage_perc"], info)
+            deadline = time.time() + 10
+            while gauges()[3] == [] and time.time() < deadline:
+                time.sleep(0.2)  # the first poll of the workers
+            waiting, running, usage, info = gauges()
+            self.assertEqual((waiting, running, usage), (0, 0, 0))
+            decode = parse_metrics(get(cluster.metrics_url("decode-0"))[1].decode())
+            worker_info = [dict(l) for (n, l), v in decode.items()
+                           if n == "tandem:cache_config_info"]
+            self.assertEqual(len(info), 1)
+            self.assertEqual(info[0]["num_gpu_blocks"], worker_info[0]["num_gpu_blocks"])
+            self.assertEqual(info[0]["block_size"], worker_info[0]["block_size"])
+            code, out = promtool(get(cluster.metrics_url("router"))[1].decode())
+            self.assertIn(code, (0, 3), out)
+
+            def one_request(i):
+                body = {"prompt": f"Request {i}: count from one to a hundred.", "max_tokens": 160,
+                        "temperature": 0, "ignore_eos": True}
+                status, _ = post(cluster.http + "/v1/completions", body)
+                return status
+            seen = {"waiting": 0, "running": 0, "usage": 0.0}
+            with concurrent.futures.ThreadPoolExecutor(12) as ex:
+                futures = [ex.submit(one_request, i) for i in range(12)]
+                while not all(f.done() for f in futures):
+                    waiting, running, usage, _ = gauges()
+                    seen["waiting"] = max(seen["waiting"], waiting)
+                    seen["running"] = max(seen["running"], running)
+                    seen["usage"] = max(seen["usage"], usage)
+                    time.sleep(0.1)
+                self.assertEqual([f.result() for f in futures], [200] * 12)
+            self.assertGreater(seen["running"], 0, seen)
+            self.assertGreater(seen["waiting"], 0, seen)
+            self.assertGreater(seen["usage"], 0.5, seen)
+            self.assertLessEqual(seen["usage"], 1.0, seen)
+            deadline = time.time() + 10
+            while gauges()[:3] != (0, 0, 0) and time.time() < deadline:
+                time.sleep(0.2)  # the next poll of the decode worker
+            self.assertEqual(gauges()[:3], (0, 0, 0))
         finally:
             cluster.stop()
 

@@ -81,6 +81,8 @@ def build_generate_request(
     frequency_penalty: float | None = None,
     logprobs: int | None = None,
     ignore_eos: bool = False,
+    priority: int | None = None,
+    disable_speculation: bool = False,
     request_id: str | None = None,
     cache_salt: str | bytes | None = None,
     stream: bool = True,
@@ -105,7 +107,9 @@ def build_generate_request(
             + (f" (got {', '.join(given)})" if given else "")
         )
 
-    params = pb.SamplingParams(ignore_eos=bool(ignore_eos))
+    params = pb.SamplingParams(
+        ignore_eos=bool(ignore_eos), disable_speculation=bool(disable_speculation)
+    )
     # Optional scalars: set only what the caller gave, so that the rest stay unset.
     for name, value in (
         ("max_tokens", max_tokens),
@@ -118,6 +122,7 @@ def build_generate_request(
         ("presence_penalty", presence_penalty),
         ("frequency_penalty", frequency_penalty),
         ("logprobs", logprobs),
+        ("priority", priority),
     ):
         if value is not None:
             setattr(params, name, value)

@@ -326,6 +326,8 @@ class TandemClient:
         frequency_penalty: float | None = None,
         logprobs: int | None = None,
         ignore_eos: bool = False,
+        priority: int | None = None,
+        disable_speculation: bool = False,
         request_id: str | None = None,
         cache_salt: str | bytes | None = None,
         timeout: float | None = None,
@@ -352,6 +354,10 @@ class TandemClient:
             logprobs: Return the sampled token's log-probability plus the top n
                 (n in [0, 20]) for every generated token.
             ignore_eos: Keep generating past the end-of-sequence token.
+            priority: Lower runs first (vLLM's meaning; default 0): the router's
+                admission order, bounded by its ``--priority-max-wait-ms``.
+            disable_speculation: Decode plainly where the decode workers speculate
+                (same tokens; spares the draft's compute).
             request_id: Your id for the request (for :meth:`abort` and logs); the
                 router picks one when it is empty.
             cache_salt: Prefix-cache namespace: only requests with the same salt share
@@ -385,6 +391,8 @@ class TandemClient:
             frequency_penalty=frequency_penalty,
             logprobs=logprobs,
             ignore_eos=ignore_eos,
+            priority=priority,
+            disable_speculation=disable_speculation,
             request_id=request_id,
             cache_salt=cache_salt,
             stream=True,
@@ -410,6 +418,8 @@ class TandemClient:
         frequency_penalty: float | None = None,
         logprobs: int | None = None,
         ignore_eos: bool = False,
+        priority: int | None = None,
+        disable_speculation: bool = False,
         request_id: str | None = None,
         cache_salt: str | bytes | None = None,
         timeout: float | None = None,
@@ -444,6 +454,8 @@ class TandemClient:
             frequency_penalty=frequency_penalty,
             logprobs=logprobs,
             ignore_eos=ignore_eos,
+            priority=priority,
+            disable_speculation=disable_speculation,
             request_id=request_id,
             cache_salt=cache_salt,
             stream=False,

@@ -61,6 +61,8 @@ class GenerateRequestTest(unittest.TestCase):
                      "repetition_penalty", "presence_penalty", "frequency_penalty", "logprobs"):
             self.assertFalse(params.HasField(name), name)  # unset: the server's default
         self.assertFalse(params.ignore_eos)
+        self.assertEqual(params.priority, 0)
+        self.assertFalse(params.disable_speculation)
         self.assertEqual(list(params.stop), [])
         self.assertEqual(list(params.stop_token_ids), [])
 
@@ -70,6 +72,7 @@ class GenerateRequestTest(unittest.TestCase):
             max_tokens=7, temperature=0.0, top_p=0.5, top_k=3, min_p=0.25, seed=2**40,
             stop=["a", b"b"], stop_token_ids=[1, 2], repetition_penalty=1.5,
             presence_penalty=-1.0, frequency_penalty=0.5, logprobs=4, ignore_eos=True,
+            priority=-3, disable_speculation=True,
             request_id="r-1", cache_salt="tenant", stream=False,
         )
         p = req.sampling_params
@@ -87,6 +90,8 @@ class GenerateRequestTest(unittest.TestCase):
         self.assertAlmostEqual(p.frequency_penalty, 0.5)
         self.assertEqual(p.logprobs, 4)
         self.assertTrue(p.ignore_eos)
+        self.assertEqual(p.priority, -3)
+        self.assertTrue(p.disable_speculation)
         self.assertEqual(req.request_id, "r-1")
         self.assertEqual(req.cache_salt, b"tenant")
         self.assertFalse(req.stream)
