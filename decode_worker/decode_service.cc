@@ -138,6 +138,9 @@ grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*, const v1::GetWo
   resp->set_kv_transfer_bytes_total(s.kv_bytes_received);
   resp->set_kv_transfer_failures_total(s.kv_failures);
   resp->set_expired_leases_total(s.expired_leases);
+  for (transport::TransportKind k : transports_) {
+    resp->add_kv_transports(std::string(transport::TransportName(k)));
+  }
   return grpc::Status::OK;
 }
 

@@ -21,8 +21,11 @@ namespace tandem::decode {
 class DecodeService
     : public v1::DecodeWorker::WithCallbackMethod_Decode<v1::DecodeWorker::Service> {
  public:
-  void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint) {
+  // `transports`: the KV transports it accepts (reported by GetWorkerStats).
+  void SetWorker(DecodeWorker* worker, v1::KvLayoutFingerprint fingerprint,
+                 std::vector<transport::TransportKind> transports = {}) {
     fingerprint_ = std::move(fingerprint);
+    transports_ = std::move(transports);
     worker_.store(worker);
   }
 
@@ -37,7 +40,8 @@ class DecodeService
 
  private:
   std::atomic<DecodeWorker*> worker_{nullptr};
-  v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
+  v1::KvLayoutFingerprint fingerprint_;               // written before worker_ is published
+  std::vector<transport::TransportKind> transports_;  // the same
 };
 
 // What the KV service takes: the handshake picks the transport (transport_choice.h)

@@ -69,6 +69,7 @@ absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
     l.layer_received.assign(layout_.n_layers, 0);
     l.key = key;
     result = std::move(r);
+    stats_.engine = engine_->Stats();  // Stats() sees the reservation at once
   });
   return result;
 }
@@ -82,6 +83,7 @@ bool DecodeWorker::Release(uint64_t lease_id) {
     released = engine_->Release(it->second.seq);
     TANDEM_CHECK(released);
     leases_.erase(it);
+    stats_.engine = engine_->Stats();  // Stats() sees the freed blocks at once
   });
   return released;
 }
@@ -98,6 +100,7 @@ bool DecodeWorker::Abandon(uint64_t key) {
       released = engine_->Release(it->second.seq);
       TANDEM_CHECK(released);
       leases_.erase(it);
+      stats_.engine = engine_->Stats();
       return;
     }
     // Not made yet (or already gone): a Reserve under this key that runs later fails.

@@ -146,6 +146,8 @@ class DecodeWorker {
   // Ends a decoding sequence at the next step boundary (its sink gets kCancelled).
   void CancelDecode(uint64_t lease_id);
 
+  // As of the last step, reservation or release (a Reserve or Release that returned is
+  // in it).
   DecodeWorkerStats Stats() const;
   const kv::KvLayout& layout() const { return layout_; }
 

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
                                       .timeout = transports->timeout});
   }
   const v1::KvLayoutFingerprint fingerprint = rpc::MakeFingerprint(w->layout(), model->hash);
-  decode_service.SetWorker(w, fingerprint);
+  decode_service.SetWorker(w, fingerprint, transports->kinds);
   kv_service.SetWorker(
       w, fingerprint,
       {.device = transports->device, .accepted = transports->kinds, .peer = peer.get()});

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     const prefill::PrefillWorkerStats s = w->Stats();
     rpc::ExportEngineStats(s.engine, s.kv_bytes_sent, s.kv_failures, s.kv_comm_rebuilds, &m);
   });
-  service.SetWorker(w, rpc::MakeFingerprint(w->layout(), model->hash));
+  service.SetWorker(w, rpc::MakeFingerprint(w->layout(), model->hash), transports->kinds);
   (*server)->SetReady(true);
   if (*http != nullptr) (*http)->SetReady(true);
   rpc::AnnounceReady(flags);

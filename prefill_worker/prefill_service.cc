@@ -10,8 +10,10 @@ namespace {
 const grpc::Status kLoading(grpc::StatusCode::UNAVAILABLE, "prefill worker: model still loading");
 }  // namespace
 
-void PrefillService::SetWorker(PrefillWorker* worker, v1::KvLayoutFingerprint fingerprint) {
+void PrefillService::SetWorker(PrefillWorker* worker, v1::KvLayoutFingerprint fingerprint,
+                               std::vector<transport::TransportKind> transports) {
   fingerprint_ = std::move(fingerprint);
+  transports_ = std::move(transports);
   worker_.store(worker);
 }
 
@@ -56,6 +58,9 @@ grpc::Status PrefillService::GetWorkerStats(grpc::ServerContext*, const v1::GetW
   resp->set_queued_prompt_tokens(s.queued_prompt_tokens);
   resp->set_kv_transfer_bytes_total(s.kv_bytes_sent);
   resp->set_kv_transfer_failures_total(s.kv_failures);
+  for (transport::TransportKind k : transports_) {
+    resp->add_kv_transports(std::string(transport::TransportName(k)));
+  }
   return grpc::Status::OK;
 }
 

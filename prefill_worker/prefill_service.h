@@ -5,7 +5,9 @@
 #define TANDEM_PREFILL_WORKER_PREFILL_SERVICE_H_
 
 #include <atomic>
+#include <vector>
 
+#include "common/transport/transport_choice.h"
 #include "prefill_worker/prefill_worker.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -13,7 +15,9 @@ namespace tandem::prefill {
 
 class PrefillService : public v1::PrefillWorker::Service {
  public:
-  void SetWorker(PrefillWorker* worker, v1::KvLayoutFingerprint fingerprint);
+  // `transports`: the KV transports it offers (reported by GetWorkerStats).
+  void SetWorker(PrefillWorker* worker, v1::KvLayoutFingerprint fingerprint,
+                 std::vector<transport::TransportKind> transports = {});
 
   grpc::Status Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                        v1::PrefillResponse* resp) override;
@@ -22,7 +26,8 @@ class PrefillService : public v1::PrefillWorker::Service {
 
  private:
   std::atomic<PrefillWorker*> worker_{nullptr};
-  v1::KvLayoutFingerprint fingerprint_;  // written before worker_ is published
+  v1::KvLayoutFingerprint fingerprint_;               // written before worker_ is published
+  std::vector<transport::TransportKind> transports_;  // the same
 };
 
 }  // namespace tandem::prefill

@@ -100,7 +100,17 @@ TokenLogprobs FromProto(int32_t token, const v1::WorkerLogprob& lp) {
 }
 
 WorkerLoad FromProto(const v1::WorkerStats& s) {
-  return {s.num_blocks(), s.block_size(), s.free_blocks(), s.cached_blocks()};
+  return {.num_blocks = s.num_blocks(),
+          .block_size = s.block_size(),
+          .free_blocks = s.free_blocks(),
+          .cached_blocks = s.cached_blocks(),
+          .running = s.running(),
+          .waiting = s.waiting(),
+          .prefix_query_tokens = s.prefix_query_tokens_total(),
+          .prefix_hit_tokens = s.prefix_hit_tokens_total(),
+          .kv_transfer_bytes = s.kv_transfer_bytes_total(),
+          .generated_tokens = s.generated_tokens_total(),
+          .kv_transports = {s.kv_transports().begin(), s.kv_transports().end()}};
 }
 
 // SERVING on `service` and an answer to GetWorkerStats, both within `timeout`.

@@ -12,6 +12,7 @@
 #include "router/generation_service.h"
 #include "router/grpc_worker_client.h"
 #include "router/openai_front.h"
+#include "router/web_page.h"
 
 int main(int argc, char** argv) {
   using namespace tandem;
@@ -132,8 +133,10 @@ int main(int argc, char** argv) {
                                       {"tandem.v1.Generation"}, tls, flags.api_key);
   if (!server.ok()) return fail(server.status());
   router::OpenAiFront front(&router, &pool, &validator, *model->tokenizer, config, model_name);
-  auto http =
-      rpc::StartHttpServer(flags, &metrics, tls, [&front](http::HttpServer* s) { front.Mount(s); });
+  auto http = rpc::StartHttpServer(flags, &metrics, tls, [&](http::HttpServer* s) {
+    front.Mount(s);
+    router::MountWebPage(s, &router, &pool, model_name);
+  });
   if (!http.ok()) return fail(http.status());
   if (auto st = rpc::AnnounceListening("tandem-router", flags, (*server)->port(),
                                        *http != nullptr ? (*http)->port() : 0);

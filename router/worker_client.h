@@ -32,12 +32,20 @@ namespace tandem::router {
 
 using Deadline = std::chrono::system_clock::time_point;
 
-// What a worker last reported of its memory.
+// What a worker last reported of its memory and work (GetWorkerStats).
 struct WorkerLoad {
   int32_t num_blocks = 0;     // blocks in its KV pool
   int32_t block_size = 0;     // tokens per block
   int32_t free_blocks = 0;    // held by nothing
   int32_t cached_blocks = 0;  // held by the prefix cache, free to evict
+  int32_t running = 0;        // sequences computing
+  int32_t waiting = 0;        // sequences queued in the worker
+  // Totals since the worker started.
+  int64_t prefix_query_tokens = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t kv_transfer_bytes = 0;  // pushed (prefill) or received (decode)
+  int64_t generated_tokens = 0;
+  std::vector<std::string> kv_transports;  // offered (prefill) / accepted (decode)
 };
 
 // Decode memory reserved for one prompt.

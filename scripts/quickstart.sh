@@ -65,7 +65,8 @@ curl -fsS --max-time 300 "$HTTP_URL/v1/chat/completions" -H 'Content-Type: appli
 cat <<EOM
 
 The cluster serves gRPC (tandem.v1.Generation) on 127.0.0.1:$PORT and the OpenAI API on
-$HTTP_URL/v1 (Prometheus metrics: $HTTP_URL/metrics). Try:
+$HTTP_URL/v1 (Prometheus metrics: $HTTP_URL/metrics). Open $HTTP_URL/ in a browser for
+the cluster's live view and a chat playground. Try:
   curl -N $HTTP_URL/v1/chat/completions -H 'Content-Type: application/json' \\
     -d '{"messages": [{"role": "user", "content": "Tell me a joke"}], "stream": true}'
   build/bin/tandem client --endpoint 127.0.0.1:$PORT --chat --prompt 'Tell me a short story'

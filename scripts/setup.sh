@@ -16,6 +16,7 @@ PACKAGES=(
   clang libclang-rt-14-dev   # fuzzers and the ASan/UBSan/TSan suites (scripts/fuzz.sh, sanitize.sh)
   iproute2 nftables   # tests/chaos/netfault.py: namespaces, veth, a bridge, tc; packet loss
   clang-format
+  chromium   # tests/serving: the router's web page in a headless browser
 )
 
 # kubectl renders the Kubernetes manifests in tests (`kubectl kustomize`). Debian's is

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -152,6 +153,7 @@ class HttpServer::Impl {
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> open_{0}, rejecting_{0}, rejected_total_{0};
   std::map<std::string, std::vector<std::pair<std::string, Handler>>, std::less<>> routes_;
+  std::set<std::string, std::less<>> public_paths_;  // served without the API key
   std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
   std::mutex sessions_mu_;
   std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions_
@@ -174,7 +176,7 @@ class HttpServer::Impl {
   }
 
   bool Authorized(const Request& req) const {
-    if (options_.api_key.empty() || IsProbe(req)) return true;
+    if (options_.api_key.empty() || IsProbe(req) || public_paths_.contains(req.path)) return true;
     return BearerTokenMatches(req.Header("Authorization"), options_.api_key);
   }
 
@@ -757,6 +759,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpServerO
 void HttpServer::Handle(std::string_view method, std::string_view path, Handler handler) {
   auto& methods = impl_->routes_[std::string(path)];
   methods.emplace_back(std::string(method), std::move(handler));
+}
+
+void HttpServer::HandlePublic(std::string_view method, std::string_view path, Handler handler) {
+  impl_->public_paths_.emplace(path);
+  Handle(method, path, std::move(handler));
 }
 
 absl::Status HttpServer::Listen() {

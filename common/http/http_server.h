@@ -5,8 +5,10 @@
 // Every process serves `GET /health` (200 once ready, 503 before and while draining),
 // `GET /ping` and `GET /metrics` (Prometheus text format); the router adds the
 // OpenAI-compatible API on the same port (router/openai_front.h). With an API key set,
-// every path except /health, /metrics and /ping needs `Authorization: Bearer <key>`
-// (401 otherwise, in OpenAI's error shape) — the one place HTTP checks it. With a
+// every path except /health, /metrics, /ping and those routed with HandlePublic (the
+// router's web page, which holds no data and asks for the key itself) needs
+// `Authorization: Bearer <key>` (401 otherwise, in OpenAI's error shape) — the one
+// place HTTP checks it. With a
 // certificate and key it serves HTTPS; with a client CA as well it requires and
 // verifies client certificates (mTLS).
 //
@@ -79,6 +81,8 @@ class HttpServer {
 
   // Routes `method` `path` (exact, query string ignored) to `handler`.
   void Handle(std::string_view method, std::string_view path, Handler handler);
+  // The same for a path served without the API key (static content only).
+  void HandlePublic(std::string_view method, std::string_view path, Handler handler);
 
   // Binds and starts serving; the bound port is port().
   absl::Status Listen();

@@ -1055,6 +1055,104 @@ class GatewayMetricsTest(unittest.TestCase):
             cluster.stop()
 
 
+def test_output_dir():
+    """Where tests leave files for people to look at (screenshots): $TANDEM_TEST_OUTPUT,
+    else test-output/ beside the binaries' bin/."""
+    out = os.environ.get("TANDEM_TEST_OUTPUT") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(ARGS.tandem_bin))), "test-output")
+    os.makedirs(out, exist_ok=True)
+    return out
+
+
+class WebPageTest(unittest.TestCase):
+    """The router's page at / in headless Chromium (issue #22): every worker listed
+    healthy, a chat message sent through the playground, the streamed answer equal to
+    the engine's greedy one, TTFT and tokens/s shown, the request shown as curl, a
+    screenshot saved; the same behind --api-key (the page asks for the key, which never
+    reaches a URL)."""
+
+    PROMPT = "What is the capital of France?"
+
+    def drive(self, cluster, key, screenshot):
+        import browser  # tests/serving/browser.py (websocket-client from requirements.txt)
+        workers = [n for n in cluster.ports if n != "router"]
+        b = browser.Browser()
+        try:
+            b.navigate(cluster.http + "/")
+            if key:
+                b.wait_for("!document.getElementById('key-panel').hidden")
+                self.assertEqual(b.eval("document.querySelectorAll('#workers tbody tr').length"), 0)
+                b.eval(f"document.getElementById('api-key').value = {json.dumps(key)}")
+                b.eval("document.getElementById('api-key-save').click()")
+            b.wait_for("document.querySelectorAll('#workers tbody tr[data-healthy=true]').length"
+                       f" === {len(workers)}")
+            self.assertTrue(b.eval("document.getElementById('key-panel').hidden"))
+            roles = b.eval("[...document.querySelectorAll('#workers tbody tr')]"
+                           ".map(r => r.dataset.role).sort().join(',')")
+            self.assertEqual(roles, ",".join(sorted(n.split("-")[0] for n in workers)))
+            # Each worker's KV transports (a CPU cluster: the gRPC stream, "host").
+            self.assertEqual(b.eval("[...document.querySelectorAll('#workers tbody tr')]"
+                                    ".map(r => r.children[3].textContent)"), ["host"] * len(workers))
+            b.eval("document.getElementById('temperature').value = '0'")
+            b.eval("document.getElementById('max_tokens').value = '64'")
+            b.eval(f"document.getElementById('prompt').value = {json.dumps(self.PROMPT)}")
+            b.eval("document.getElementById('send').click()")
+            state = b.wait_for("['done', 'error'].includes(document.getElementById('status')"
+                               ".dataset.state) && document.getElementById('status').dataset.state")
+            answer = b.eval("[...document.querySelectorAll('.msg')].map(m => m.className + ': ' +"
+                            " m.textContent).join(' | ')")
+            self.assertEqual(state, "done", answer)
+            self.assertEqual(b.eval("document.querySelector('.msg.assistant').textContent"),
+                             reference(self.PROMPT, 64, chat=True)["text"])
+            ttft = float(b.eval("document.getElementById('ttft').textContent"))
+            self.assertGreater(ttft, 0)
+            self.assertLess(ttft, 60000)
+            self.assertGreater(float(b.eval("document.getElementById('tps').textContent")), 0)
+            curl = b.eval("document.getElementById('curl').textContent")
+            self.assertIn("/v1/chat/completions", curl)
+            self.assertIn(json.dumps(self.PROMPT)[1:-1], curl)
+            if key:
+                self.assertNotIn(key, curl)
+                self.assertIn("$TANDEM_API_KEY", curl)
+                self.assertNotIn(key, b.eval("location.href"))
+            time.sleep(1.2)  # a refresh with the request's counters
+            b.screenshot(os.path.join(test_output_dir(), screenshot))
+        finally:
+            b.close()
+
+    def test_page_lists_the_workers_and_streams_a_chat(self):
+        cluster = Cluster()
+        try:
+            status, body = get(cluster.http + "/")
+            self.assertEqual(status, 200)
+            self.assertIn(b"<title>tandem</title>", body)
+            status, body = get(cluster.http + "/v1/cluster")
+            self.assertEqual(status, 200)
+            c = json.loads(body)
+            self.assertEqual({w["role"] for w in c["workers"]}, {"prefill", "decode"})
+            for w in c["workers"]:
+                self.assertTrue(w["healthy"], w)
+                self.assertEqual(w["kv_transports"], ["host"], w)
+                self.assertGreater(w["num_blocks"], 0, w)
+            self.assertTrue(c["router"]["ready"])
+            self.drive(cluster, None, "web_page.png")
+        finally:
+            cluster.stop()
+
+    def test_page_asks_for_the_api_key(self):
+        key = "page-key-0123"
+        cluster = Cluster(env=dict(os.environ, TANDEM_API_KEY=key))
+        try:
+            self.assertEqual(get(cluster.http + "/")[0], 200)  # the page itself is public
+            self.assertEqual(get(cluster.http + "/v1/cluster")[0], 401)
+            status, _ = get(cluster.http + "/v1/cluster",
+                            headers={"Authorization": "Bearer " + key})
+            self.assertEqual(status, 200)
+            self.drive(cluster, key, "web_page_api_key.png")
+        finally:
+            cluster.stop()
+
+
 class SpeculativeClusterTest(unittest.TestCase):
     """`tandem serve --speculative ngram` and `--draft-model` (the model as its own draft):
     greedy answers equal the single-process engine's without speculation (issue #21);
