@@ -1002,8 +1002,9 @@ class GatewayMetricsTest(unittest.TestCase):
     """The router's /metrics carries the Gateway API Inference Extension's three signals
     for the pool it fronts — num_requests_waiting, num_requests_running and
     kv_cache_usage_perc (decode pool, 0-1) — and cache_config_info; they rise while a
-    load runs and fall back to 0 when it ends (issue #22). The decode pool is small, so
-    part of the load waits in the router's queue."""
+    load runs and fall back to 0 when it ends (issue #22). The decode pool is small and
+    the prompts long (the router reserves a prompt's blocks before it leaves the queue),
+    so part of the load waits in the router's queue."""
 
     def test_gateway_gauges_follow_a_load(self):
         cluster = Cluster(extra=["--kv-cache-bytes", str(24 << 20), "--max-model-len", "256"])
@@ -1028,8 +1029,11 @@ class GatewayMetricsTest(unittest.TestCase):
             code, out = promtool(get(cluster.metrics_url("router"))[1].decode())
             self.assertIn(code, (0, 3), out)
 
+            words = " ".join(["apple", "river", "stone", "cloud", "maple"] * 28)
+
             def one_request(i):
-                body = {"prompt": f"Request {i}: count from one to a hundred.", "max_tokens": 160,
+                # ~150 prompt tokens: 10 of the pool's ~34 blocks each.
+                body = {"prompt": f"Request {i}: {words}", "max_tokens": 60,
                         "temperature": 0, "ignore_eos": True}
                 status, _ = post(cluster.http + "/v1/completions", body)
                 return status
