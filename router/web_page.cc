@@ -43,7 +43,9 @@ std::string ClusterJson(std::string_view model_name, const RouterStats& stats, b
       {"decode_pool",
        {{"kv_usage", kv.usage}, {"num_blocks", kv.num_blocks}, {"block_size", kv.block_size}}},
       {"workers", workers}};
-  return j.dump();
+  // Addresses and the model name come from the command line: bad UTF-8 is replaced,
+  // not thrown on.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 void MountWebPage(http::HttpServer* server, Router* router, WorkerPool* pool,

@@ -34,8 +34,7 @@ int64_t DraftModel::BlockBytes(const model::ModelConfig& config, int32_t block_s
 
 absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Create(const ModelWeights& draft,
                                                                int64_t target_vocab_size,
-                                                               kernels::Backend* backend,
-                                                               const DraftModelOptions& options) {
+                                                               kernels::Backend* backend) {
   const model::ModelConfig& c = draft.config();
   if (c.vocab_size != target_vocab_size) {
     return absl::InvalidArgumentError(StrCat("draft_model: a vocabulary of ", c.vocab_size,
@@ -45,14 +44,20 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::Create(const ModelWeight
   d->weights_ = &draft;
   d->backend_ = backend;
   ASSIGN_OR_RETURN(d->device_weights_, DeviceWeights::Prepare(draft, backend));
-  ASSIGN_OR_RETURN(
-      d->kv_, kernels::KvStorage::Create(backend, Layout(c, options.block_size, options.kv_dtype),
-                                         options.kv_bytes));
-  d->blocks_ = std::make_unique<kv::BlockManager>(d->kv_->num_blocks(), options.block_size);
-  ASSIGN_OR_RETURN(d->executor_, ModelExecutor::Create(c, *d->device_weights_, backend,
-                                                       d->kv_.get(), options.limits));
-  d->max_pass_tokens_ = options.limits.max_tokens;
   return d;
+}
+
+absl::Status DraftModel::AllocateCache(const DraftModelOptions& options) {
+  if (executor_ != nullptr) return absl::FailedPreconditionError("draft cache allocated already");
+  const model::ModelConfig& c = weights_->config();
+  ASSIGN_OR_RETURN(
+      kv_, kernels::KvStorage::Create(backend_, Layout(c, options.block_size, options.kv_dtype),
+                                      options.kv_bytes));
+  blocks_ = std::make_unique<kv::BlockManager>(kv_->num_blocks(), options.block_size);
+  ASSIGN_OR_RETURN(executor_,
+                   ModelExecutor::Create(c, *device_weights_, backend_, kv_.get(), options.limits));
+  max_pass_tokens_ = options.limits.max_tokens;
+  return absl::OkStatus();
 }
 
 void DraftModel::Retain(const std::function<bool(kv::SeqId)>& keep) {
@@ -69,15 +74,44 @@ void DraftModel::ForgetAll() {
 }
 
 absl::Status DraftModel::Propose(std::span<const Request> requests) {
+  for (const Request& r : requests) r.draft->clear();
+  if (executor_ == nullptr) return absl::FailedPreconditionError("draft cache not allocated");
   const int64_t context = weights_->config().context_length;
-  std::vector<Work> work;
-  int64_t budget = max_pass_tokens_ - static_cast<int64_t>(requests.size());
+  auto token_at = [](const Request& r, int64_t i) {
+    return i < static_cast<int64_t>(r.prompt.size()) ? r.prompt[i] : r.output[i - r.prompt.size()];
+  };
+  // Each request's length and the first token its cached K/V does not hold: the cache
+  // is valid up to the first token that differs, and the last token is always computed
+  // (its logits give the first proposal).
+  struct Candidate {
+    const Request* request;
+    int64_t size, start;
+  };
+  std::vector<Candidate> candidates;
   for (const Request& r : requests) {
-    r.draft->clear();
     const int64_t size = static_cast<int64_t>(r.prompt.size() + r.output.size());
     if (r.k < 1 || size < 1 || size + r.k - 1 > context) continue;
+    int64_t start = 0;
+    if (auto it = held_.find(r.id); it != held_.end()) {
+      const std::vector<int32_t>& held = it->second;
+      const int64_t limit = std::min<int64_t>(static_cast<int64_t>(held.size()), size - 1);
+      while (start < limit && held[start] == token_at(r, start)) ++start;
+    }
+    candidates.push_back({&r, size, start});
+  }
+  // Short catch-ups (a token or two after a draft) first; a long one — a prompt new to
+  // the draft — takes what the pass has left, in chunks over several calls.
+  std::stable_sort(
+      candidates.begin(), candidates.end(),
+      [](const Candidate& a, const Candidate& b) { return a.size - a.start < b.size - b.start; });
+  std::vector<Work> work;
+  int64_t budget = max_pass_tokens_ - static_cast<int64_t>(requests.size());
+  for (const Candidate& c : candidates) {
+    const Request& r = *c.request;
+    const int64_t end = std::min(c.size, c.start + std::max<int64_t>(budget, 1));
+    if (end - c.start > budget && !work.empty()) continue;  // no room in this pass
     // Room for the tokens and every draft token but the last (its K/V is never needed).
-    const int64_t need = size + r.k - 1;
+    const int64_t need = c.size + r.k - 1;
     auto [it, fresh] = held_.try_emplace(r.id);
     const bool fits = fresh ? blocks_->CanAllocate(need) : blocks_->CanAppend(r.id, need);
     if (!fits) {
@@ -85,22 +119,11 @@ absl::Status DraftModel::Propose(std::span<const Request> requests) {
       continue;
     }
     TANDEM_CHECK((fresh ? blocks_->Allocate(r.id, need) : blocks_->Append(r.id, need)).ok());
-    // The cache is valid up to the first token that differs; the last token is always
-    // computed (its logits give the first proposal).
     std::vector<int32_t>& held = it->second;
-    int64_t start = 0;
-    const int64_t limit = std::min<int64_t>(static_cast<int64_t>(held.size()), size - 1);
-    auto token_at = [&](int64_t i) {
-      return i < static_cast<int64_t>(r.prompt.size()) ? r.prompt[i]
-                                                       : r.output[i - r.prompt.size()];
-    };
-    while (start < limit && held[start] == token_at(start)) ++start;
-    held.resize(start);
-    const int64_t end = std::min(size, start + std::max<int64_t>(budget, 1));
-    if (end - start > budget && !work.empty()) continue;  // no room in this pass
-    budget -= end - start;
-    for (int64_t i = start; i < end; ++i) held.push_back(token_at(i));
-    work.push_back({&r, &held, size, start, end});
+    held.resize(c.start);
+    budget -= end - c.start;
+    for (int64_t i = c.start; i < end; ++i) held.push_back(token_at(r, i));
+    work.push_back({&r, &held, c.size, c.start, end});
   }
   if (work.empty()) return absl::OkStatus();
 

@@ -49,13 +49,16 @@ struct DraftModelOptions {
 
 class DraftModel {
  public:
-  // InvalidArgument when `draft`'s vocabulary size differs from `target_vocab_size`
-  // (the ids must mean the same tokens; a worker checks the tokenizers too:
-  // CheckSameVocabulary in loaded_model.h). `backend` is borrowed.
+  // Prepares the draft's weights on `backend` (borrowed). InvalidArgument when its
+  // vocabulary size differs from `target_vocab_size` (the ids must mean the same
+  // tokens; a worker checks the tokenizers too: CheckSameVocabulary in
+  // loaded_model.h). Nothing is proposed before AllocateCache.
   static absl::StatusOr<std::unique_ptr<DraftModel>> Create(const ModelWeights& draft,
                                                             int64_t target_vocab_size,
-                                                            kernels::Backend* backend,
-                                                            const DraftModelOptions& options);
+                                                            kernels::Backend* backend);
+  // The KV pool and the executor's workspace (once; after the engine has sized what is
+  // left for the caches).
+  absl::Status AllocateCache(const DraftModelOptions& options);
 
   struct Request {
     kv::SeqId id;
@@ -63,14 +66,17 @@ class DraftModel {
     int32_t k;                                // most tokens to propose (≥ 1)
     std::vector<int32_t>* draft;              // out: the proposal (empty: none this time)
   };
-  // Proposes for each request (distinct ids). A backend failure comes back as its
-  // status: every draft is then empty and the K/V the draft held is forgotten.
+  // Proposes for each request (distinct ids). Catch-ups share one pass's token budget,
+  // shortest first. A backend failure comes back as its status: every draft is then
+  // empty and the K/V the draft held is forgotten.
   absl::Status Propose(std::span<const Request> requests);
 
   // Forgets the sequences for which `keep` is false (their blocks become free).
   void Retain(const std::function<bool(kv::SeqId)>& keep);
   int32_t num_sequences() const { return static_cast<int32_t>(held_.size()); }
-  kv::BlockManagerStats block_stats() const { return blocks_->Stats(); }
+  kv::BlockManagerStats block_stats() const {
+    return blocks_ != nullptr ? blocks_->Stats() : kv::BlockManagerStats{};
+  }
   // Bytes of one KV block of this model (the engine splits its KV budget by it).
   static int64_t BlockBytes(const model::ModelConfig& config, int32_t block_size,
                             kv::KvDtype dtype);

@@ -64,31 +64,40 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   const SchedulerOptions& so = options.scheduler;
   const ExecutorLimits limits{so.max_batched_tokens + so.max_running + options.block_size,
                               so.max_running, !options.enforce_eager};
-  int64_t kv_bytes = options.kv_cache_bytes;
-  if (options.gpu_memory_utilization > 0) {
-    ASSIGN_OR_RETURN(kv_bytes, KvBudget(*e->backend_, c, limits, options));
-  }
   const EngineOptions::Speculative& spec = options.speculative;
-  if (spec.method == EngineOptions::Speculative::Method::kDraftModel) {
+  const bool drafting = spec.method == EngineOptions::Speculative::Method::kDraftModel;
+  if (drafting) {
     if (spec.draft_weights == nullptr) {
       return absl::InvalidArgumentError("speculative: the draft method needs a draft model");
     }
-    // Both pools hold the same number of blocks and together take the budget.
+    // The draft's weights first, so that a device budget below counts them.
+    ASSIGN_OR_RETURN(e->draft_model_,
+                     DraftModel::Create(*spec.draft_weights, c.vocab_size, e->backend_.get()));
+  }
+  int64_t kv_bytes = options.kv_cache_bytes;
+  if (options.gpu_memory_utilization > 0) {
+    ASSIGN_OR_RETURN(kv_bytes, KvBudget(*e->backend_, c, limits, options));
+    if (drafting) {  // and the draft's workspace
+      kv_bytes -= ModelExecutor::DeviceBytes(spec.draft_weights->config(), limits,
+                                             options.block_size, *e->backend_);
+      if (kv_bytes <= 0) {
+        return absl::ResourceExhaustedError(
+            "gpu_memory_utilization: the draft model leaves no room for the KV caches");
+      }
+    }
+  }
+  if (drafting) {
+    // Both pools hold the same number of blocks (the target's may get one more) and
+    // together take the budget.
     const int64_t target_block = layout.BlockBytes();
     const int64_t draft_block =
         DraftModel::BlockBytes(spec.draft_weights->config(), options.block_size, options.kv_dtype);
     const int64_t draft_bytes = kv_bytes / (target_block + draft_block) * draft_block;
-    ASSIGN_OR_RETURN(e->draft_model_,
-                     DraftModel::Create(*spec.draft_weights, c.vocab_size, e->backend_.get(),
-                                        {.kv_bytes = draft_bytes,
-                                         .block_size = options.block_size,
-                                         .kv_dtype = options.kv_dtype,
-                                         .limits = limits}));
-    if (options.gpu_memory_utilization > 0) {  // what the draft left
-      ASSIGN_OR_RETURN(kv_bytes, KvBudget(*e->backend_, c, limits, options));
-    } else {
-      kv_bytes -= draft_bytes;
-    }
+    RETURN_IF_ERROR(e->draft_model_->AllocateCache({.kv_bytes = draft_bytes,
+                                                    .block_size = options.block_size,
+                                                    .kv_dtype = options.kv_dtype,
+                                                    .limits = limits}));
+    kv_bytes -= draft_bytes;
   }
   ASSIGN_OR_RETURN(e->kv_, kernels::KvStorage::Create(e->backend_.get(), layout, kv_bytes));
   e->blocks_ = std::make_unique<kv::BlockManager>(e->kv_->num_blocks(), options.block_size,
@@ -316,6 +325,7 @@ void Engine::FailStep(const ScheduledStep& step, const absl::Status& error,
   ++stats_.failed_steps;
   for (Sequence* seq : step.sequences) EndWithError(seq, error, events);
   EraseFinished();
+  ForgetEndedDrafts();
 }
 
 void Engine::EndWithError(Sequence* seq, const absl::Status& error,

@@ -938,6 +938,32 @@ TEST_F(SpeculativeTest, ARequestCanOptOut) {
   }
 }
 
+// A pass that fails ends its sequences, and their draft K/V goes with them at once (the
+// engine then has no work, so no later step would free it). The fault is injected into
+// a step without drafts (one token from max_tokens), so it hits the target's pass.
+TEST_F(SpeculativeTest, AFailedPassFreesTheDraftsBlocks) {
+  kernels::CpuBackend* backend = nullptr;
+  EngineOptions o;
+  o.num_threads = 2;
+  o.make_backend = kernels::testing::FaultableBackend(&backend, 2);
+  o.speculative.method = Method::kDraftModel;
+  o.speculative.draft_weights = weights_;
+  o.speculative.num_tokens = 4;
+  auto e = *Engine::Create(*weights_, o);
+  const kv::SeqId id = *e->AddRequest(MixedPrompts()[0], Params(0, 12, 1));
+  while (e->Find(id)->output.size() < 11) StepOk(*e);
+  EXPECT_GT(e->Stats().spec_drafts, 0);
+  EXPECT_GT(e->Stats().draft_blocks.used_blocks, 0);
+  backend->InjectFault(absl::InternalError("injected device fault"));
+  const auto events = e->Step();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].error.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(e->Stats().failed_steps, 1);
+  EXPECT_EQ(e->Stats().spec_draft_failures, 0);
+  EXPECT_FALSE(e->HasWork());
+  ExpectNoLeak(*e);
+}
+
 // A draft must speak the target's vocabulary; the draft method needs a draft.
 TEST_F(SpeculativeTest, DraftModelMustShareTheVocabulary) {
   EngineOptions o;
@@ -977,11 +1003,12 @@ TEST_F(SpeculativeTest, DraftProposalsEqualAFreshDraftsAfterAnyHistory) {
       kernels::MakeBackend({.device = ::tandem::testing::TestDevice(), .num_threads = 2});
   ASSERT_TRUE(backend.ok());
   auto make = [&](int32_t pass_tokens) {
-    auto d = DraftModel::Create(*weights_, weights_->config().vocab_size, backend->get(),
-                                {.kv_bytes = int64_t{16} << 20,
-                                 .block_size = 4,
-                                 .limits = {.max_tokens = pass_tokens, .max_seqs = 4}});
+    auto d = DraftModel::Create(*weights_, weights_->config().vocab_size, backend->get());
     EXPECT_TRUE(d.ok()) << d.status();
+    EXPECT_TRUE((*d)->AllocateCache({.kv_bytes = int64_t{16} << 20,
+                                     .block_size = 4,
+                                     .limits = {.max_tokens = pass_tokens, .max_seqs = 4}})
+                    .ok());
     return std::move(*d);
   };
   auto cached = make(24);

@@ -28,7 +28,12 @@ void Scheduler::Preempt(Sequence* seq) {
   seq->state = SequenceState::kWaiting;
   ++seq->preemptions;
   ++preemptions_;
-  waiting_.push_front(seq);
+  // Back to the front of the queue — behind waiting sequences of a lower priority value,
+  // which it must not hold up.
+  auto at = std::find_if(waiting_.begin(), waiting_.end(), [seq](const Sequence* w) {
+    return w->params.priority >= seq->params.priority;
+  });
+  waiting_.insert(at, seq);
 }
 
 ScheduledStep Scheduler::Schedule() {

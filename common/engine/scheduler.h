@@ -4,8 +4,8 @@
 //   1. capacity — every running sequence must fit one more token in KV memory, the
 //      lowest `priority` value first (SamplingParams::priority), then the oldest; when
 //      blocks run out, the youngest running sequence of the highest value is preempted
-//      (its blocks freed, it goes back to the front of the queue to be recomputed)
-//      until the rest fit;
+//      (its blocks freed, it goes back to the front of the queue — behind waiting
+//      sequences of a lower value — to be recomputed) until the rest fit;
 //   2. batch — every decoding sequence gets its next token; prompts being prefilled
 //      get their next chunk; then waiting sequences are admitted in arrival order
 //      while the running count stays under max_running, the step's token budget

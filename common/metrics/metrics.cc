@@ -244,6 +244,12 @@ void Metrics::TokensArrived(double seconds, int32_t tokens) {
 
 void Metrics::SetKvUsage(double usage) { kv_usage_->Set(usage); }
 
+void Metrics::ClearCacheConfig() {
+  std::lock_guard<std::mutex> lock(cache_config_->mu);
+  if (cache_config_->gauge != nullptr) cache_config_->family->Remove(cache_config_->gauge);
+  cache_config_->gauge = nullptr;
+}
+
 void Metrics::SetCacheConfig(int32_t block_size, int64_t num_blocks) {
   std::lock_guard<std::mutex> lock(cache_config_->mu);
   if (cache_config_->gauge != nullptr && cache_config_->block_size == block_size &&

@@ -111,6 +111,7 @@ class Metrics {
   // A worker's KV pool, or (router) the decode pool it fronts: cache_config_info's
   // labels (replaced when they change) and kv_cache_usage_perc (0..1).
   void SetCacheConfig(int32_t block_size, int64_t num_blocks);
+  void ClearCacheConfig();  // no series until the next SetCacheConfig
   void SetKvUsage(double usage);
 
   // --- workers ----------------------------------------------------------------

@@ -94,6 +94,8 @@ TEST(Metrics, RouterExportsVllmNamesWithPrefixAndLabels) {
             0u);
   EXPECT_EQ(again["tandem:cache_config_info{" + l + R"(,block_size="16",num_gpu_blocks="300"})"],
             1);
+  m.ClearCacheConfig();
+  EXPECT_THAT(m.Scrape(), Not(HasSubstr("cache_config_info{")));
   EXPECT_THAT(text, HasSubstr("# TYPE tandem:time_to_first_token_seconds histogram"));
   EXPECT_THAT(text, HasSubstr("# TYPE tandem:prompt_tokens_total counter"));
 }
