@@ -22,8 +22,12 @@ void Sampler::ApplyPenalties(std::span<float> logits, const SamplingParams& p,
     for (auto ids : {prompt, output})
       for (int32_t t : ids)
         if (t >= 0 && t < vocab) seen[t] = true;
+    // A tiny penalty divides a positive logit past float's range: it stays the largest
+    // finite value instead of becoming +inf (inf − inf would make every probability NaN).
+    constexpr float kMax = std::numeric_limits<float>::max();
     for (int32_t t = 0; t < vocab; ++t) {
-      if (seen[t]) logits[t] = logits[t] > 0 ? logits[t] / r : logits[t] * r;
+      if (!seen[t]) continue;
+      logits[t] = std::clamp(logits[t] > 0 ? logits[t] / r : logits[t] * r, -kMax, kMax);
     }
   }
   if (p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) {
@@ -114,6 +118,15 @@ SampleResult Sampler::Sample(std::span<const float> raw, const SamplingParams& p
         r.token = t;
         break;
       }
+    }
+    if (r.token < 0) {
+      // No token has a probability (the logits were not finite): the arg-max, NaN lowest.
+      r.token = static_cast<int32_t>(
+          std::max_element(logits.begin(), logits.end(),
+                           [](float a, float b) {
+                             return std::isnan(a) ? !std::isnan(b) : !std::isnan(b) && a < b;
+                           }) -
+          logits.begin());
     }
   }
   if (p.logprobs >= 0) {

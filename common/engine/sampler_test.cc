@@ -174,6 +174,28 @@ TEST(Sampler, LogitBiasComesBeforeThePenalties) {
     EXPECT_EQ(Sampler::Sample(kLogits, p, 7, pos, {}, {}).token, 9);
 }
 
+// A valid but tiny repetition penalty divides positive logits past float's range (found
+// by prefill_service_fuzzer): they stay finite, so sampling and logprobs still see a
+// distribution — the seen tokens hold it all — and never an index of −1. Logits that are
+// not finite at all (NaN from a broken model) fall back to the arg-max.
+TEST(Sampler, ExtremePenaltiesAndNonFiniteLogitsStillGiveAToken) {
+  SamplingParams p;
+  p.repetition_penalty = 1e-119;
+  p.logprobs = 2;
+  const std::vector<int32_t> prompt = {2, 5};  // logits 1.5 and 0.5: both > 0
+  for (int64_t pos = 0; pos < 20; ++pos) {
+    const SampleResult r = Sampler::Sample(kLogits, p, 3, pos, prompt, {});
+    EXPECT_TRUE(r.token == 2 || r.token == 5) << r.token;
+    EXPECT_TRUE(std::isfinite(r.logprob)) << r.logprob;
+  }
+  std::vector<float> bad(kLogits.begin(), kLogits.end());
+  for (float& l : bad) l = std::nanf("");
+  bad[4] = 1.0f;
+  p = {};
+  p.logprobs = 1;
+  EXPECT_EQ(Sampler::Sample(bad, p, 3, 0, {}, {}).token, 4);
+}
+
 TEST(Sampler, LogprobsAreLogSoftmaxAfterPenalties) {
   SamplingParams p;
   p.temperature = 0;
