@@ -115,6 +115,10 @@ def prefill_scripts():
     write("prefill_service", "full_request", reserve + full + op(STATS, 0, b""))
     write("prefill_service", "sampled", reserve + op(PREFILL | SLOT_CACHED, SLOT0 | 0x03,
                                                      prefill_request(prompt, sampled)))
+    # Found by the fuzzer: a valid repetition penalty (~1e-120) so small that a positive
+    # logit divided by it left float's range, and the sampler then indexed token -1.
+    write("prefill_service", "tiny_repetition_penalty", bytes.fromhex(
+        "400305102818882721834e122701677270632e6b656570616c6976255f7065131415161718191a1b1c1d1e1f20212223242526271a210804119a9999999199e93f21cdccccccccccec3f300741000000000000092758132200"))
     write("prefill_service", "again_after_release", reserve + full + release + reserve +
           op(PREFILL | SLOT_CACHED, SLOT0 | 0x13, prefill_request(prompt, greedy)))
     write("prefill_service", "race_one_lease", reserve + op(PREFILL_TWICE | SLOT_CACHED,
