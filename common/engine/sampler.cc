@@ -121,12 +121,13 @@ SampleResult Sampler::Sample(std::span<const float> raw, const SamplingParams& p
     }
     if (r.token < 0) {
       // No token has a probability (the logits were not finite): the arg-max, NaN lowest.
-      r.token = static_cast<int32_t>(
-          std::max_element(logits.begin(), logits.end(),
-                           [](float a, float b) {
-                             return std::isnan(a) ? !std::isnan(b) : !std::isnan(b) && a < b;
-                           }) -
-          logits.begin());
+      r.token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end(),
+                                                      [](float a, float b) {
+                                                        return std::isnan(a)
+                                                                   ? !std::isnan(b)
+                                                                   : !std::isnan(b) && a < b;
+                                                      }) -
+                                     logits.begin());
     }
   }
   if (p.logprobs >= 0) {
