@@ -41,7 +41,7 @@ absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
         StrCat("lease_ms: must be in [1, ", options_.max_lease.count(), "]"));
   }
   absl::StatusOr<Reservation> result;
-  thread_->Run([&] {
+  RunOnEngine([&] {
     if (key != 0) {
       std::lock_guard<std::mutex> lock(mu_);
       if (abandoned_.contains(key)) {
@@ -69,21 +69,19 @@ absl::StatusOr<Reservation> DecodeWorker::Reserve(int64_t num_tokens,
     l.layer_received.assign(layout_.n_layers, 0);
     l.key = key;
     result = std::move(r);
-    stats_.engine = engine_->Stats();  // Stats() sees the reservation at once
   });
   return result;
 }
 
 bool DecodeWorker::Release(uint64_t lease_id) {
   bool released = false;
-  thread_->Run([&] {
+  RunOnEngine([&] {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = leases_.find(lease_id);
     if (it == leases_.end()) return;
     released = engine_->Release(it->second.seq);
     TANDEM_CHECK(released);
     leases_.erase(it);
-    stats_.engine = engine_->Stats();  // Stats() sees the freed blocks at once
   });
   return released;
 }
@@ -91,7 +89,7 @@ bool DecodeWorker::Release(uint64_t lease_id) {
 bool DecodeWorker::Abandon(uint64_t key) {
   if (key == 0) return false;
   bool released = false;
-  thread_->Run([&] {
+  RunOnEngine([&] {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = leases_.begin(); it != leases_.end(); ++it) {
       if (it->second.key != key) continue;
@@ -100,7 +98,6 @@ bool DecodeWorker::Abandon(uint64_t key) {
       released = engine_->Release(it->second.seq);
       TANDEM_CHECK(released);
       leases_.erase(it);
-      stats_.engine = engine_->Stats();
       return;
     }
     // Not made yet (or already gone): a Reserve under this key that runs later fails.
@@ -357,7 +354,7 @@ absl::Status DecodeWorker::StartDecode(uint64_t lease_id, std::vector<int32_t> p
                                        int32_t first_token, const engine::SamplingParams& params,
                                        std::shared_ptr<TokenSink> sink) {
   absl::Status result;
-  thread_->Run([&] { result = Admit(lease_id, std::move(prompt), first_token, params, sink); });
+  RunOnEngine([&] { result = Admit(lease_id, std::move(prompt), first_token, params, sink); });
   return result;
 }
 
@@ -374,6 +371,14 @@ void DecodeWorker::BeginDecode(uint64_t lease_id, std::vector<int32_t> prompt, i
 void DecodeWorker::CancelDecode(uint64_t lease_id) {
   thread_->Post([this, lease_id] {
     if (auto it = decoding_.find(lease_id); it != decoding_.end()) engine_->Cancel(it->second);
+  });
+}
+
+void DecodeWorker::RunOnEngine(const std::function<void()>& fn) {
+  thread_->Run([&] {
+    fn();
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.engine = engine_->Stats();
   });
 }
 

@@ -39,6 +39,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -146,8 +147,8 @@ class DecodeWorker {
   // Ends a decoding sequence at the next step boundary (its sink gets kCancelled).
   void CancelDecode(uint64_t lease_id);
 
-  // As of the last step, reservation or release (a Reserve or Release that returned is
-  // in it).
+  // As of the last step or the last Reserve, Release, Abandon or StartDecode that
+  // returned (RunOnEngine).
   DecodeWorkerStats Stats() const;
   const kv::KvLayout& layout() const { return layout_; }
 
@@ -175,6 +176,9 @@ class DecodeWorker {
   DecodeWorker() = default;
   // One turn of the engine thread: expire leases, step, hand tokens to sinks.
   bool Iterate();
+  // Runs `fn` on the engine thread and then refreshes the stats snapshot, so that what
+  // a call that returned did to the engine is in Stats().
+  void RunOnEngine(const std::function<void()>& fn);
   void ExpireLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The lease KV may be written to; FailedPrecondition (counted) otherwise.
   absl::StatusOr<Lease*> WritableLease(uint64_t lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -117,17 +117,13 @@ int main(int argc, char** argv) {
   router::Router router(*model->tokenizer, config, &pool, options);
   metrics.SetRefresh([&router, &pool](metrics::Metrics& m) {
     const router::RouterStats s = router.Stats();
-    m.SetRequests(s.running_requests, s.queued_requests);
-    // The gateway's signals for the pool behind this router (kv_cache_usage_perc).
-    // With no healthy decode worker the pool is full (nothing can be admitted) and has no
-    // configuration to report.
     const router::PoolKv kv = router::SummarizePoolKv(pool.Snapshot(router::WorkerRole::kDecode));
+    m.SetLoadGauges(
+        {.running = s.running_requests, .waiting = s.queued_requests, .kv_usage = kv.usage});
     if (kv.num_blocks > 0) {
-      m.SetKvUsage(kv.usage);
       m.SetCacheConfig(kv.block_size, kv.num_blocks);
     } else {
-      m.SetKvUsage(1.0);
-      m.ClearCacheConfig();
+      m.ClearCacheConfig();  // no healthy decode worker: no configuration to report
     }
   });
   const kv::KvLayout layout{static_cast<int32_t>(config.n_layers),

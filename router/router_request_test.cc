@@ -858,7 +858,8 @@ TEST(PoolKv, SumsTheHealthyDecodeWorkers) {
   EXPECT_EQ(kv.num_blocks, 400);
   EXPECT_EQ(kv.block_size, 16);
   EXPECT_DOUBLE_EQ(kv.usage, 40.0 / 400);
-  EXPECT_EQ(SummarizePoolKv({}).usage, 0);
+  EXPECT_EQ(SummarizePoolKv({}).usage, 1);  // no healthy worker: full
+  EXPECT_EQ(SummarizePoolKv({}).num_blocks, 0);
 }
 
 }  // namespace

@@ -119,9 +119,10 @@ struct WorkerSnapshot {
 
 // The KV memory of a pool of decode workers, as a gateway schedules by it: over the
 // healthy workers that reported a pool, the fraction of blocks held by sequences
-// (cached free blocks count as free, as on each worker) and the total.
+// (cached free blocks count as free, as on each worker) and the total. A pool with no
+// blocks (no healthy decode worker) is full: nothing can be admitted to it.
 struct PoolKv {
-  double usage = 0;  // 0..1
+  double usage = 1;  // 0..1
   int32_t block_size = 0;
   int64_t num_blocks = 0;
 };

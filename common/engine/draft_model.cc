@@ -133,7 +133,6 @@ absl::Status DraftModel::Propose(std::span<const Request> requests) {
     return p;
   }();
   // Pass 0 computes each catch-up; pass i > 0 the proposal i of those still drafting.
-  std::vector<size_t> drafting;
   for (int32_t pass = 0;; ++pass) {
     ForwardBatch batch;
     std::vector<size_t> in_pass;

@@ -318,6 +318,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>*
 void Engine::EraseFinished() {
   absl::erase_if(sequences_,
                  [](const auto& entry) { return entry.second->state == SequenceState::kFinished; });
+  ForgetEndedDrafts();
 }
 
 void Engine::FailStep(const ScheduledStep& step, const absl::Status& error,
@@ -325,7 +326,6 @@ void Engine::FailStep(const ScheduledStep& step, const absl::Status& error,
   ++stats_.failed_steps;
   for (Sequence* seq : step.sequences) EndWithError(seq, error, events);
   EraseFinished();
-  ForgetEndedDrafts();
 }
 
 void Engine::EndWithError(Sequence* seq, const absl::Status& error,
@@ -508,7 +508,6 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
     }
   }
   EraseFinished();
-  ForgetEndedDrafts();
   return events;
 }
 

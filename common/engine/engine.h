@@ -246,7 +246,7 @@ class Engine {
   // The step's forward pass or sampling failed: end its sequences with `error`.
   void FailStep(const ScheduledStep& step, const absl::Status& error,
                 std::vector<TokenEvent>* events);
-  // Forgets every kFinished sequence.
+  // Forgets every kFinished sequence, and the draft K/V of every sequence not running.
   void EraseFinished();
   // Sets each sequence's draft for the coming step (cleared where it may not speculate).
   void ProposeDrafts();

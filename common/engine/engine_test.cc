@@ -658,6 +658,26 @@ class SpeculativeTest : public EngineTest {
 
   void CheckBlocksThroughRejectionPreemptionAndCancel(const ModelWeights* draft);
 
+  // The settings the output-equality tests run at: greedy, and seeded at T = 0.8 / top-p
+  // 0.9 and T = 1.5 / min-p 0.05.
+  struct Setting {
+    double temperature, top_p, min_p;
+  };
+  static constexpr Setting kSettings[] = {{0.0, 1.0, 0.0}, {0.8, 0.9, 0.0}, {1.5, 1.0, 0.05}};
+  // `n` requests at `st`: max_tokens 24, 32, 40 in turn, seeds from `seed`, stopping at
+  // the end token.
+  static std::vector<SamplingParams> ParamsAt(const Setting& st, size_t n, uint64_t seed) {
+    std::vector<SamplingParams> params;
+    for (size_t i = 0; i < n; ++i) {
+      SamplingParams p = Params(st.temperature, 24 + static_cast<int>(i % 3) * 8, seed + i);
+      p.top_p = st.top_p;
+      p.min_p = st.min_p;
+      p.ignore_eos = false;
+      params.push_back(p);
+    }
+    return params;
+  }
+
   // Every request at once on `e`; each one's tokens.
   static std::vector<std::vector<int32_t>> RunAll(Engine& e,
                                                   const std::vector<std::vector<int32_t>>& prompts,
@@ -676,20 +696,9 @@ class SpeculativeTest : public EngineTest {
 // positions a pass computes, and every position is drawn with its own Philox number.
 TEST_F(SpeculativeTest, TokensEqualPlainDecoding) {
   const auto prompts = MixedPrompts();
-  struct Setting {
-    double temperature, top_p, min_p;
-  };
-  for (const Setting& st :
-       {Setting{0.0, 1.0, 0.0}, Setting{0.8, 0.9, 0.0}, Setting{1.5, 1.0, 0.05}}) {
+  for (const Setting& st : kSettings) {
     SCOPED_TRACE(st.temperature);
-    std::vector<SamplingParams> params;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      SamplingParams p = Params(st.temperature, 24 + static_cast<int>(i % 3) * 8, 500 + i);
-      p.top_p = st.top_p;
-      p.min_p = st.min_p;
-      p.ignore_eos = false;
-      params.push_back(p);
-    }
+    const std::vector<SamplingParams> params = ParamsAt(st, prompts.size(), 500);
     auto plain_engine = MakeSpeculative(0);
     const auto plain = RunAll(*plain_engine, prompts, params);
     const std::vector<int32_t> ks =
@@ -838,20 +847,9 @@ TEST_F(SpeculativeTest, PrefixCacheHoldsOnlyKeptTokens) {
 // blocks come back.
 TEST_F(SpeculativeTest, DraftModelTokensEqualPlainDecoding) {
   const auto prompts = MixedPrompts();
-  struct Setting {
-    double temperature, top_p, min_p;
-  };
-  for (const Setting& st :
-       {Setting{0.0, 1.0, 0.0}, Setting{0.8, 0.9, 0.0}, Setting{1.5, 1.0, 0.05}}) {
+  for (const Setting& st : kSettings) {
     SCOPED_TRACE(st.temperature);
-    std::vector<SamplingParams> params;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      SamplingParams p = Params(st.temperature, 24 + static_cast<int>(i % 3) * 8, 900 + i);
-      p.top_p = st.top_p;
-      p.min_p = st.min_p;
-      p.ignore_eos = false;
-      params.push_back(p);
-    }
+    const std::vector<SamplingParams> params = ParamsAt(st, prompts.size(), 900);
     auto plain_engine = MakeSpeculative(0);
     const auto plain = RunAll(*plain_engine, prompts, params);
     for (const ModelWeights* draft : {static_cast<const ModelWeights*>(weights_), &RandomDraft()}) {

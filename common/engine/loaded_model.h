@@ -20,17 +20,19 @@ struct LoadedModel : ModelFile {
 struct LoadOptions {
   // Called per layer while weights load (may be empty).
   std::function<void(int done, int total)> progress;
+  // Checks the file (config, tokenizer) before its weights load; an error ends the load.
+  std::function<absl::Status(const ModelFile&)> check;
 };
 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const LoadOptions& options = {});
 
 // Whether a draft's token ids mean the target's tokens: the same number, each with the
-// same bytes (InvalidArgument naming draft_model and the first that differs).
+// same bytes (InvalidArgument naming the first that differs).
 absl::Status CheckSameVocabulary(const tokenizer::Tokenizer& target,
                                  const tokenizer::Tokenizer& draft);
 
-// A speculative decoding draft for `target`: loaded as LoadModel does (errors name
-// draft_model), refused unless CheckSameVocabulary passes — before its weights load.
+// A speculative decoding draft for `target`: LoadModel with CheckSameVocabulary as its
+// check (so a mismatch is refused before the weights load); errors name draft_model.
 absl::StatusOr<LoadedModel> LoadDraftModel(const std::string& path, const ModelFile& target);
 
 }  // namespace tandem::engine

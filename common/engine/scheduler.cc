@@ -38,11 +38,8 @@ void Scheduler::Preempt(Sequence* seq) {
 
 ScheduledStep Scheduler::Schedule() {
   ScheduledStep step;
-  // Stage 1: capacity. By priority (lower first), then oldest first; the last — the
-  // youngest of the lowest priority — gives way until the rest fit.
-  std::stable_sort(running_.begin(), running_.end(), [](const Sequence* a, const Sequence* b) {
-    return a->params.priority < b->params.priority;
-  });
+  // Stage 1: capacity. In running_'s order (priority, then age); the last — the
+  // youngest of the highest priority value — gives way until the rest fit.
   size_t i = 0;
   while (i < running_.size()) {
     Sequence* seq = running_[i];
@@ -70,7 +67,12 @@ ScheduledStep Scheduler::Schedule() {
   };
   auto start = [&](Sequence* seq, int64_t n) {
     seq->state = SequenceState::kRunning;
-    running_.push_back(seq);
+    // Behind every running sequence of the same or a lower priority value.
+    running_.insert(std::upper_bound(running_.begin(), running_.end(), seq,
+                                     [](const Sequence* a, const Sequence* b) {
+                                       return a->params.priority < b->params.priority;
+                                     }),
+                    seq);
     schedule(seq, n);
   };
   // Stage 2: decoding sequences first (one token each, plus its draft), then the next

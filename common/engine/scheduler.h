@@ -72,7 +72,7 @@ class Scheduler {
   SchedulerOptions options_;
   kv::BlockManager* blocks_;
   std::deque<Sequence*> waiting_;
-  std::vector<Sequence*> running_;  // oldest first
+  std::vector<Sequence*> running_;  // by priority (lowest value first), then oldest first
   int64_t preemptions_ = 0;
 };
 

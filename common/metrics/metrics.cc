@@ -215,11 +215,6 @@ void Metrics::SetRefresh(std::function<void(Metrics&)> refresh) {
   refresh_ = std::move(refresh);
 }
 
-void Metrics::SetRequests(int32_t running, int32_t waiting) {
-  running_->Set(running);
-  waiting_->Set(waiting);
-}
-
 void Metrics::RequestFinished(const RequestRecord& r) {
   if (ttft_ == nullptr) return;
   prompt_tokens_->Increment(static_cast<double>(r.prompt_tokens));
@@ -242,8 +237,6 @@ void Metrics::TokensArrived(double seconds, int32_t tokens) {
   for (int32_t i = 0; i < tokens; ++i) itl_->Observe(each);
 }
 
-void Metrics::SetKvUsage(double usage) { kv_usage_->Set(usage); }
-
 void Metrics::ClearCacheConfig() {
   std::lock_guard<std::mutex> lock(cache_config_->mu);
   if (cache_config_->gauge != nullptr) cache_config_->family->Remove(cache_config_->gauge);
@@ -264,7 +257,7 @@ void Metrics::SetCacheConfig(int32_t block_size, int64_t num_blocks) {
   cache_config_->gauge->Set(1);
 }
 
-void Metrics::SetWorkerGauges(const WorkerGauges& g) {
+void Metrics::SetLoadGauges(const LoadGauges& g) {
   running_->Set(g.running);
   waiting_->Set(g.waiting);
   kv_usage_->Set(g.kv_usage);

@@ -80,8 +80,10 @@ struct WorkerTotals {
   std::vector<int64_t> spec_accepted_per_position;  // [i]: draft tokens kept at position i
 };
 
-// A worker's instantaneous state; exported as gauges.
-struct WorkerGauges {
+// A process's instantaneous load; exported as gauges. A worker: its engine's running and
+// waiting sequences and its KV pool. The router: requests past and in its admission
+// queue, and the decode pool it fronts (the Gateway API Inference Extension's signals).
+struct LoadGauges {
   int32_t running = 0;
   int32_t waiting = 0;
   double kv_usage = 0;  // 0..1: blocks held by sequences / all blocks
@@ -99,23 +101,21 @@ class Metrics {
   // Called at the start of every Scrape, to set gauges and sync totals.
   void SetRefresh(std::function<void(Metrics&)> refresh);
 
+  // --- router and workers ------------------------------------------------------
+  void SetLoadGauges(const LoadGauges& g);
+  // A worker's KV pool, or (router) the decode pool it fronts: cache_config_info's
+  // labels (replaced when they change).
+  void SetCacheConfig(int32_t block_size, int64_t num_blocks);
+  void ClearCacheConfig();  // no series until the next SetCacheConfig
+
   // --- router ---------------------------------------------------------------
-  void SetRequests(int32_t running, int32_t waiting);
   void RequestFinished(const RequestRecord& r);
   void RequestFailed(std::string_view grpc_code_name);
   // `tokens` tokens arrived `seconds` after the previous ones: each is observed with
   // seconds / tokens.
   void TokensArrived(double seconds, int32_t tokens);
 
-  // --- router and workers ------------------------------------------------------
-  // A worker's KV pool, or (router) the decode pool it fronts: cache_config_info's
-  // labels (replaced when they change) and kv_cache_usage_perc (0..1).
-  void SetCacheConfig(int32_t block_size, int64_t num_blocks);
-  void ClearCacheConfig();  // no series until the next SetCacheConfig
-  void SetKvUsage(double usage);
-
   // --- workers ----------------------------------------------------------------
-  void SetWorkerGauges(const WorkerGauges& g);
   void SyncTotals(const WorkerTotals& t);
   // Prefill: one KV transfer over `transport` ("host", "nccl", "cuda-ipc") ended.
   void KvTransferDone(std::string_view transport, double seconds, int64_t bytes);

@@ -41,7 +41,7 @@ Scraped Samples(const std::string& text) {
 
 TEST(Metrics, RouterExportsVllmNamesWithPrefixAndLabels) {
   Metrics m({"tandem:", "smol", Role::kRouter});
-  m.SetRequests(3, 5);
+  m.SetLoadGauges({.running = 3, .waiting = 5});
   RequestRecord r;
   r.finished_reason = "length";
   r.prompt_tokens = 10;
@@ -84,7 +84,7 @@ TEST(Metrics, RouterExportsVllmNamesWithPrefixAndLabels) {
   // third signal), with its configuration, relabelled when the pool changes.
   EXPECT_THAT(text, Not(HasSubstr("prefix_cache_hits_total")));
   EXPECT_EQ(s["tandem:kv_cache_usage_perc{" + l + "}"], 0);
-  m.SetKvUsage(0.5);
+  m.SetLoadGauges({.running = 3, .waiting = 5, .kv_usage = 0.5});
   m.SetCacheConfig(16, 200);
   m.SetCacheConfig(16, 300);
   const auto again = Samples(m.Scrape());
@@ -106,7 +106,7 @@ TEST(Metrics, WorkerTotalsBecomeMonotonicCountersAndGaugesRefreshOnScrape) {
   int64_t queries = 0;
   m.SetRefresh([&](Metrics& self) {
     queries += 32;
-    self.SetWorkerGauges({.running = 2, .waiting = 1, .kv_usage = 0.25});
+    self.SetLoadGauges({.running = 2, .waiting = 1, .kv_usage = 0.25});
     self.SyncTotals({.prefix_queries = queries,
                      .prefix_hits = 16,
                      .preemptions = 1,

@@ -109,13 +109,13 @@ absl::Status ApplySpeculativeFlags(const SpeculativeFlags& flags, const engine::
 void ExportEngineStats(const engine::EngineStats& s, int64_t kv_transfer_bytes,
                        int64_t kv_transfer_failures, int64_t kv_comm_rebuilds,
                        metrics::Metrics* m) {
-  metrics::WorkerGauges g;
+  metrics::LoadGauges g;
   g.running = s.running;
   g.waiting = s.waiting;
   if (s.blocks.num_blocks > 0) {
     g.kv_usage = static_cast<double>(s.blocks.used_blocks) / s.blocks.num_blocks;
   }
-  m->SetWorkerGauges(g);
+  m->SetLoadGauges(g);
   metrics::WorkerTotals t;
   t.prefix_queries = s.blocks.prefix_query_tokens;
   t.prefix_hits = s.blocks.prefix_hit_tokens;
