@@ -70,8 +70,13 @@ int RunGenerate(const GenerateOptions& o) {
   std::string text = ReadPrompt(o.request);
   if (o.request.chat) {
     std::vector<tokenizer::ChatMessage> messages;
-    if (!o.request.system.empty()) messages.push_back({"system", o.request.system});
-    messages.push_back({"user", text});
+    auto add = [&messages](std::string role, std::string content) {
+      messages.emplace_back();
+      messages.back().role = std::move(role);
+      messages.back().content = std::move(content);
+    };
+    if (!o.request.system.empty()) add("system", o.request.system);
+    add("user", text);
     tokenizer::ChatTemplateOptions options;
     // BOS comes from Encode (as the vocab asks); EOS text for templates that close turns with it.
     if (config->eos_token_id >= 0) options.eos_token = tok->TokenBytes(config->eos_token_id);

@@ -25,7 +25,7 @@ namespace tandem::cli {
 
 struct SpeculativeBenchOptions {
   std::string model;
-  rpc::SpeculativeFlags speculative{.otherwise = "ngram"};
+  rpc::SpeculativeFlags speculative{.method = "", .draft_model = "", .otherwise = "ngram"};
   engine::EngineOptions engine;  // device, threads, KV and the speculative numbers
   std::vector<int> batches = {1, 16};
   int32_t tokens = 128;

@@ -138,7 +138,10 @@ class Event {
 // A device's memory, for sizing the KV pool (--gpu-memory-utilization).
 struct DeviceMemory {
   int64_t total_bytes = 0;
-  int64_t free_bytes = 0;
+  int64_t free_bytes = 0;  // free on the device now, whoever holds the rest
+  // Held by this backend: every live Allocate buffer, the scratch and its library
+  // workspaces — not the runtime's own context, nor other processes' memory.
+  int64_t own_bytes = 0;
 };
 
 // Scratch an op needs beyond the executor's workspace, for passes of up to `rows`
@@ -174,8 +177,12 @@ class Backend {
     return absl::UnimplementedError("backend: no device memory to report");
   }
   // Allocates the scratch of ScratchSize once (so no op allocates while serving);
-  // a pass over it fails with ResourceExhausted. Nothing to do on the CPU.
+  // a pass over it fails with ResourceExhausted. Nothing to do on the CPU. Grows only;
+  // several executors may share one backend (a draft model's and its target's).
   virtual absl::Status ReserveScratch(const ScratchSize&) { return absl::OkStatus(); }
+  // Changes each time ReserveScratch moves the scratch to new memory: a graph captured
+  // before reads freed memory, and must be captured again (ModelExecutor checks).
+  virtual int64_t ScratchEpoch() const { return 0; }
   // Bytes ReserveScratch(size) allocates (for sizing the KV pool beside it).
   virtual int64_t ScratchBytes(const ScratchSize&) const { return 0; }
 
@@ -204,7 +211,8 @@ class Backend {
 
   // --- graphs (optional) ---------------------------------------------------------------
   // Ops (not copies) from here to EndCapture are recorded instead of run; false where
-  // the backend cannot record (the CPU), and nothing changes.
+  // the backend cannot record (the CPU), and nothing changes. A graph is valid until the
+  // scratch moves (ScratchEpoch); Replay of an older one fails the pass.
   virtual bool BeginCapture() { return false; }
   // The recording as a Graph, or the error that spoiled it (the ops then never ran:
   // enqueue them again).

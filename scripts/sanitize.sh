@@ -21,10 +21,13 @@ cd "$(dirname "$0")/.."
 
 # ASan+UBSan: everything that runs in one process (the cluster tests spawn the
 # Release binaries of build/, so they are TSan's and the soak's business, not these).
+# The CUDA kernels on the CPU shim are among them: ASan then checks every host-memory
+# access the kernels make, as compute-sanitizer's memcheck would on a device.
 ASAN_TESTS=(util_test model_test hf_directory_test tokenizer_test jinja_test chat_template_test kv_test
             metrics_test http_server_test rpc_server_test router_test transport_choice_test
             kernels_cpu_test engine_test worker_fault_test peer_transport_test
-            stream_outbox_test peer_kv_receiver_test grammar_test)
+            stream_outbox_test peer_kv_receiver_test grammar_test
+            cuda_on_cpu_test kernels_on_cpu_test)
 # TSan: the tests whose code runs on several threads at once, outside gRPC (above).
 TSAN_TESTS=(engine_test router_test http_server_test worker_fault_test stream_outbox_test
             peer_kv_receiver_test)

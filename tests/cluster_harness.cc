@@ -52,6 +52,12 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string
                                      device};
     const auto& extra = role == "prefill" ? config.prefill_flags : config.decode_flags;
     args.insert(args.end(), extra.begin(), extra.end());
+    const auto& env = role == "prefill" ? config.prefill_env : config.decode_env;
+    if (!env.empty()) {  // through env(1), which execs the worker in its place
+      std::vector<std::string> with_env = {"/usr/bin/env"};
+      with_env.insert(with_env.end(), env.begin(), env.end());
+      args.insert(args.begin(), with_env.begin(), with_env.end());
+    }
     p->process.Start(args, StrCat(c->dir_, "/", role, i, ".log"));
     p->port = WaitForPortFile(port_file, &p->process, kStartTimeout);
     if (p->port == 0) *error = StrCat(role, " worker ", i, " did not start; log in ", c->dir_);

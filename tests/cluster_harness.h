@@ -29,6 +29,8 @@ struct ClusterConfig {
   std::vector<std::string> router_flags;   // extra flags for tandem-router
   std::vector<std::string> prefill_flags;  // ... for every prefill worker
   std::vector<std::string> decode_flags;   // ... for every decode worker
+  std::vector<std::string> prefill_env;    // NAME=VALUE added to every prefill worker's
+  std::vector<std::string> decode_env;     // ... every decode worker's environment
 };
 
 class Cluster {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/engine/kv_budget.h"
 #include "common/engine/speculative.h"
 #include "common/model/token_rules.h"
 #include "common/util/check.h"
@@ -14,30 +15,17 @@ namespace tandem::engine {
 
 namespace {
 
-// The KV pool's bytes under --gpu-memory-utilization: the fraction of the device's
-// total memory, less what is in use now (weights, other processes) and what the
-// executor will take (its workspace and the backend's scratch).
-absl::StatusOr<int64_t> KvBudget(const kernels::Backend& backend, const model::ModelConfig& c,
-                                 const ExecutorLimits& limits, const EngineOptions& o) {
-  if (o.gpu_memory_utilization > 1) {
-    return absl::InvalidArgumentError("gpu_memory_utilization: must be in (0, 1]");
-  }
+// The KV pool's bytes under --gpu-memory-utilization (KvBudgetBytes), the executors'
+// workspaces (`workspace_bytes`) set aside.
+absl::StatusOr<int64_t> KvBudget(const kernels::Backend& backend, const EngineOptions& o,
+                                 int64_t workspace_bytes) {
   absl::StatusOr<kernels::DeviceMemory> m = backend.Memory();
   if (!m.ok()) {
     return absl::InvalidArgumentError(
         StrCat("gpu_memory_utilization: the ", backend.name(),
                " backend has no device memory to size from; give --kv-cache-bytes"));
   }
-  const int64_t allowed = static_cast<int64_t>(o.gpu_memory_utilization * m->total_bytes);
-  const int64_t in_use = m->total_bytes - m->free_bytes;
-  const int64_t budget =
-      allowed - in_use - ModelExecutor::DeviceBytes(c, limits, o.block_size, backend);
-  if (budget <= 0) {
-    return absl::ResourceExhaustedError(
-        StrCat("gpu_memory_utilization: ", o.gpu_memory_utilization, " of ", m->total_bytes >> 20,
-               " MiB leaves no room for a KV cache (", in_use >> 20, " MiB already in use)"));
-  }
-  return budget;
+  return KvBudgetBytes(*m, o.gpu_memory_utilization, workspace_bytes);
 }
 
 }  // namespace
@@ -76,15 +64,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   }
   int64_t kv_bytes = options.kv_cache_bytes;
   if (options.gpu_memory_utilization > 0) {
-    ASSIGN_OR_RETURN(kv_bytes, KvBudget(*e->backend_, c, limits, options));
-    if (drafting) {  // and the draft's workspace
-      kv_bytes -= ModelExecutor::DeviceBytes(spec.draft_weights->config(), limits,
-                                             options.block_size, *e->backend_);
-      if (kv_bytes <= 0) {
-        return absl::ResourceExhaustedError(
-            "gpu_memory_utilization: the draft model leaves no room for the KV caches");
-      }
+    int64_t workspace = ModelExecutor::DeviceBytes(c, limits, options.block_size, *e->backend_);
+    if (drafting) {  // and the draft's (its weights are loaded: Memory counts them)
+      workspace += ModelExecutor::DeviceBytes(spec.draft_weights->config(), limits,
+                                              options.block_size, *e->backend_);
     }
+    ASSIGN_OR_RETURN(kv_bytes, KvBudget(*e->backend_, options, workspace));
   }
   if (drafting) {
     // Both pools hold the same number of blocks (the target's may get one more) and

@@ -710,7 +710,9 @@ TEST_F(SpeculativeTest, TokensEqualPlainDecoding) {
       const EngineStats s = e->Stats();
       EXPECT_GT(s.spec_drafts, 0);
       EXPECT_LE(s.spec_accepted_tokens, s.spec_draft_tokens);
-      if (st.temperature == 0) EXPECT_GT(s.spec_accepted_tokens, 0) << "no draft was ever right";
+      if (st.temperature == 0) {
+        EXPECT_GT(s.spec_accepted_tokens, 0) << "no draft was ever right";
+      }
       EXPECT_LE(s.steps, plain_engine->Stats().steps) << "speculation took more passes";
       ExpectNoLeak(*e);
     }
@@ -777,7 +779,9 @@ void SpeculativeTest::CheckBlocksThroughRejectionPreemptionAndCancel(const Model
   EXPECT_GT(e->Stats().spec_accepted_tokens, 0);
   EXPECT_GT(e->Stats().spec_draft_tokens, e->Stats().spec_accepted_tokens) << "no rejection";
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (cancelled.count(ids[i]) == 0) EXPECT_EQ(out[ids[i]], plain[i]) << "request " << i;
+    if (cancelled.count(ids[i]) == 0) {
+      EXPECT_EQ(out[ids[i]], plain[i]) << "request " << i;
+    }
   }
   ExpectNoLeak(*e);
 }

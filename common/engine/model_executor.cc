@@ -132,6 +132,7 @@ absl::Status ModelExecutor::Reserve(int64_t tokens, int64_t seqs, int64_t table_
   ASSIGN_OR_RETURN(workspace_, backend_->Allocate(kernels::MemoryKind::kActivations,
                                                   Regions(config_, T, S, B).end));
   RETURN_IF_ERROR(backend_->ReserveScratch(Scratch(config_, T)));
+  scratch_epoch_ = backend_->ScratchEpoch();
   cap_tokens_ = T;
   cap_seqs_ = S;
   cap_table_ = B;
@@ -196,6 +197,12 @@ absl::StatusOr<kernels::Tensor> ModelExecutor::Forward(const ForwardBatch& b,
                 R = static_cast<int64_t>(b.logit_rows.size()),
                 B = static_cast<int64_t>(b.block_ids.size());
   RETURN_IF_ERROR(Reserve(T, std::max(S, R), B));
+  // Another executor on this backend (a draft model's) may have moved the scratch the
+  // captured graphs point into.
+  if (backend_->ScratchEpoch() != scratch_epoch_) {
+    graphs_.clear();
+    scratch_epoch_ = backend_->ScratchEpoch();
+  }
   const Regions at(c, cap_tokens_, cap_seqs_, cap_table_);
   const kernels::Buffer* ws = workspace_.get();
   auto f32 = [&](int64_t offset, int64_t rows, int64_t cols) {

@@ -117,6 +117,7 @@ class ModelExecutor {
   bool use_graphs_ = true;
   absl::flat_hash_map<int64_t, std::unique_ptr<kernels::Graph>> graphs_;  // by batch size
   absl::flat_hash_set<int64_t> warm_;  // batch sizes that ran once eagerly
+  int64_t scratch_epoch_ = 0;          // the backend's when graphs_ were captured
 };
 
 }  // namespace tandem::engine

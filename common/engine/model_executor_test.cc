@@ -431,7 +431,7 @@ std::string QuantModelFile(model::GgmlType type, bool as_f32) {
     }
     const std::vector<uint64_t> dims = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
     if (!as_f32) {
-      b.AddTensor({name, static_cast<uint32_t>(type), dims, std::string(q.begin(), q.end())});
+      b.AddTensor({name, static_cast<uint32_t>(type), dims, std::string(q.begin(), q.end()), {}});
       return;
     }
     std::vector<float> f(static_cast<size_t>(rows * cols));

@@ -129,6 +129,59 @@ TEST(ExecutorGraphs, ReplayedDecodeStepsGiveTheEagerTokens) {
   }
 }
 
+// Two executors on one backend (a draft model's beside its target's): when the second
+// makes the backend's scratch grow, the graphs the first captured point at memory that
+// moved, so its next decode step is captured again instead of replayed; its logits equal
+// an eager executor's throughout.
+TEST(ExecutorGraphs, AScratchMovedByAnotherExecutorIsCapturedAgain) {
+  const model::ModelConfig c = *SyntheticConfig("tiny");
+  auto w = *ModelWeights::Random(c, model::GgmlType::kF32, 4);
+  kernels::testing::RecordingBackend rec(kernels::CpuBackendOptions{.num_threads = 2});
+  kernels::CpuBackend plain(kernels::CpuBackendOptions{.num_threads = 2});
+  auto rec_weights = *DeviceWeights::Prepare(*w, &rec);
+  auto plain_weights = *DeviceWeights::Prepare(*w, &plain);
+  const kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
+                            static_cast<int32_t>(c.head_dim), 16, kv::KvDtype::kF32};
+  auto rec_kv = *kernels::KvStorage::Create(&rec, layout, int64_t{8} << 20);
+  auto plain_kv = *kernels::KvStorage::Create(&plain, layout, int64_t{8} << 20);
+  auto graphed = *ModelExecutor::Create(c, *rec_weights, &rec, rec_kv.get(), {64, 4});
+  auto eager = *ModelExecutor::Create(c, *plain_weights, &plain, plain_kv.get(), {64, 4, false});
+  const std::vector<int32_t> table = {0};
+  // The logits of one pass of one sequence on `e`.
+  auto pass = [&](ModelExecutor& e, kernels::Backend& b, std::vector<int32_t> tokens,
+                  int32_t kv_len) {
+    ForwardBatch batch;
+    batch.AddSequence(tokens, kv_len, table, true);
+    absl::StatusOr<kernels::Tensor> logits = e.Forward(batch);
+    EXPECT_TRUE(logits.ok()) << logits.status();
+    std::vector<float> host(static_cast<size_t>(logits->elements()));
+    b.CopyToHost(*logits->buffer, logits->offset, logits->bytes(), host.data());
+    EXPECT_TRUE(b.Synchronize().ok());
+    return host;
+  };
+  int32_t len = 5;
+  EXPECT_EQ(pass(*graphed, rec, {1, 5, 900, 17, 3}, len),
+            pass(*eager, plain, {1, 5, 900, 17, 3}, len));
+  // Decode steps: eager once, captured at the second, replayed at the third.
+  for (int i = 0; i < 3; ++i) {
+    ++len;
+    EXPECT_EQ(pass(*graphed, rec, {7}, len), pass(*eager, plain, {7}, len)) << len;
+  }
+  ASSERT_EQ(rec.captures(), 1);
+  ASSERT_EQ(rec.replays(), 2);
+  // An executor for longer passes on the same backend grows its scratch.
+  const int64_t epoch = rec.ScratchEpoch();
+  auto longer = *ModelExecutor::Create(c, *rec_weights, &rec, rec_kv.get(), {512, 4});
+  ASSERT_GT(rec.ScratchEpoch(), epoch);
+  for (int i = 0; i < 2; ++i) {
+    ++len;
+    EXPECT_EQ(pass(*graphed, rec, {7}, len), pass(*eager, plain, {7}, len)) << len;
+  }
+  EXPECT_EQ(rec.captures(), 2);  // captured again over the new scratch, then replayed
+  EXPECT_EQ(rec.replays(), 4);
+  EXPECT_EQ(rec.stale_replays(), 0);
+}
+
 // --gpu-memory-utilization sizes from device memory, which the CPU backend has not got:
 // a clear error naming the flag to use instead.
 TEST(SyntheticModel, GpuMemoryUtilizationNeedsADevice) {

@@ -49,6 +49,9 @@ absl::StatusOr<TransportKind> ChooseTransport(const std::vector<TransportKind>& 
   };
   const bool both_gpu = sender.backend == "cuda" && receiver.backend == "cuda";
   const bool same_gpu = both_gpu && !sender.uuid.empty() && sender.uuid == receiver.uuid;
+  // NCCL tells ranks apart by host and device: two named hosts may share a GPU.
+  const bool distinct_nccl_hosts = !sender.nccl_host_id.empty() && !receiver.nccl_host_id.empty() &&
+                                   sender.nccl_host_id != receiver.nccl_host_id;
   std::vector<std::string> why;
   for (TransportKind k : offered) {
     if (std::find(accepted.begin(), accepted.end(), k) == accepted.end()) continue;
@@ -59,8 +62,9 @@ absl::StatusOr<TransportKind> ChooseTransport(const std::vector<TransportKind>& 
                              " there, ", receiver.backend, " ", receiver.uuid, " here)"));
         break;
       case TransportKind::kNccl:
-        if (both_gpu && !same_gpu) return k;
-        why.push_back(same_gpu ? std::string("nccl cannot pair two ranks on one GPU")
+        if (both_gpu && (!same_gpu || distinct_nccl_hosts)) return k;
+        why.push_back(same_gpu ? std::string("nccl cannot pair two ranks on one GPU (unless "
+                                             "each process names another NCCL_HOSTID)")
                                : StrCat("nccl needs both on GPUs (", sender.backend, " there, ",
                                         receiver.backend, " here)"));
         break;

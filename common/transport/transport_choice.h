@@ -1,7 +1,10 @@
 // Which KV transport a prefill/decode pair uses, decided by the decode worker at the
 // KV handshake from both sides' devices and what each allows (--kv-transport):
 //   cuda-ipc  both sides on the same GPU (same device UUID), both allow it;
-//   nccl      both sides on GPUs, both allow it (and the build has NCCL);
+//   nccl      both sides on different GPUs, both allow it (and the build has NCCL);
+//             on one GPU only when the two processes run under different NCCL_HOSTIDs
+//             (NCCL refuses two ranks on one device of one host; a test-only
+//             arrangement, tests/integration/cluster_gpu_test.cc);
 //   host      otherwise (the gRPC stream of host bytes), if both allow it.
 // A pair with nothing in common is refused with FailedPrecondition saying why, before
 // any block moves.
@@ -27,6 +30,7 @@ std::string_view TransportName(TransportKind kind);
 struct KvDevice {
   std::string backend = "cpu";  // "cpu" or "cuda"
   std::string uuid;             // the GPU's UUID (hex); empty on the host
+  std::string nccl_host_id;     // NCCL_HOSTID of the process; empty when unset
 };
 
 // The --kv-transport flag: "auto" or one transport's name.

@@ -12,10 +12,10 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using K = TransportKind;
 
-const KvDevice kCpu{"cpu", ""};
-const KvDevice kGpuA{"cuda", "aa"};
-const KvDevice kGpuA2{"cuda", "aa"};  // another process on the same GPU
-const KvDevice kGpuB{"cuda", "bb"};
+const KvDevice kCpu{"cpu", "", ""};
+const KvDevice kGpuA{"cuda", "aa", ""};
+const KvDevice kGpuA2{"cuda", "aa", ""};  // another process on the same GPU
+const KvDevice kGpuB{"cuda", "bb", ""};
 
 TransportPolicy Policy(std::string_view flag) { return *ParseTransportPolicy(flag); }
 
@@ -49,6 +49,21 @@ TEST(TransportChoice, OneGpuTakesCudaIpcTwoGpusNcclOtherwiseHost) {
   EXPECT_THAT(ipc_apart.status().message(), HasSubstr("cuda-ipc needs both on one GPU"));
   auto nccl_host = ChooseTransport({K::kNccl}, kGpuA, {K::kNccl, K::kHost}, kCpu);
   EXPECT_THAT(nccl_host.status().message(), HasSubstr("nccl needs both on GPUs"));
+}
+
+// Two processes on one GPU pair over NCCL only when each names another NCCL_HOSTID (the
+// test-only arrangement NCCL accepts); one name, or the same on both, is still refused.
+TEST(TransportChoice, NcclOnOneGpuNeedsTwoNcclHostIds) {
+  const KvDevice p{"cuda", "aa", "tandem-prefill"}, d{"cuda", "aa", "tandem-decode"};
+  EXPECT_EQ(*ChooseTransport({K::kNccl}, p, {K::kNccl}, d), K::kNccl);
+  // Left to choose, the pair still takes CUDA IPC.
+  const auto all = Offered(p, Policy("auto"), true);
+  EXPECT_EQ(*ChooseTransport(all, p, all, d), K::kCudaIpc);
+  for (const KvDevice& other : {KvDevice{"cuda", "aa", "tandem-prefill"}, kGpuA2}) {
+    auto refused = ChooseTransport({K::kNccl}, p, {K::kNccl}, other);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(refused.status().message(), HasSubstr("NCCL_HOSTID"));
+  }
 }
 
 }  // namespace

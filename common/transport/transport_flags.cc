@@ -1,5 +1,7 @@
 #include "common/transport/transport_flags.h"
 
+#include <cstdlib>
+
 #include "common/transport/gpu_transports.h"
 #include "common/util/strings.h"
 
@@ -38,6 +40,9 @@ absl::StatusOr<WorkerTransports> MakeWorkerTransports(const TransportFlags& flag
           StrCat("--device cuda --gpu ", gpu, ": ", uuid.status().message()));
     }
     t.device.uuid = *uuid;
+    if (const char* host = std::getenv("NCCL_HOSTID"); host != nullptr) {
+      t.device.nccl_host_id = host;
+    }
   }
   t.kinds = Offered(t.device, *policy, PeerTransportsBuilt());
   if (t.kinds.empty()) {

@@ -41,11 +41,12 @@ inline v1::KvDevice ToProto(const KvDevice& d) {
   v1::KvDevice out;
   out.set_backend(d.backend);
   out.set_uuid(d.uuid);
+  out.set_nccl_host_id(d.nccl_host_id);
   return out;
 }
 
 inline KvDevice FromProto(const v1::KvDevice& d) {
-  return {d.backend().empty() ? "cpu" : d.backend(), d.uuid()};
+  return {d.backend().empty() ? "cpu" : d.backend(), d.uuid(), d.nccl_host_id()};
 }
 
 }  // namespace tandem::transport

@@ -129,6 +129,20 @@ TEST(AttentionGpu, WindowsAndSoftCappingMatchReference) {
   }
 }
 
+// A small prompt pass on the tensor-core kernel, sized for compute-sanitizer's
+// racecheck and memcheck (tests/gpu/run.sh): one full 64-row tile and a partial one,
+// a sequence shorter than a tile, head dims 64 and 128, GQA 4:1.
+TEST(AttentionGpu, SmallPrefillOnTensorCores) {
+  auto n = DeviceCount();
+  if (!n.ok()) GTEST_SKIP() << "no CUDA device: " << n.status();
+  std::mt19937 rng(24);
+  for (int32_t head_dim : {64, 128}) {
+    Fixture f(8, 2, head_dim, 16, {{70, 70}, {15, 15}, {100, 30}}, rng, kv::KvDtype::kBF16);
+    SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim);
+    EXPECT_LT(MaxError(f, 1, 512, 32, /*tensor_cores=*/true), 2e-2);
+  }
+}
+
 TEST(AttentionGpu, DecodeBatches1_7_17) {
   auto n = DeviceCount();
   if (!n.ok()) GTEST_SKIP() << "no CUDA device: " << n.status();

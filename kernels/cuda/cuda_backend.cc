@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
@@ -29,17 +30,24 @@ absl::Status BlasError(cublasStatus_t st, std::string_view what) {
     }                                                                            \
   } while (0)
 
+// The bytes of a backend's live buffers (shared with them: a buffer may outlive it).
+using ByteCount = std::shared_ptr<std::atomic<int64_t>>;
+
 class CudaBuffer : public Buffer {
  public:
-  CudaBuffer(void* p, int64_t bytes, MemoryKind kind, int gpu)
-      : Buffer(p, bytes, kind), gpu_(gpu) {}
+  CudaBuffer(void* p, int64_t bytes, MemoryKind kind, int gpu, ByteCount live)
+      : Buffer(p, bytes, kind), gpu_(gpu), live_(std::move(live)) {
+    *live_ += bytes;
+  }
   ~CudaBuffer() override {
     cudaSetDevice(gpu_);
     cudaFree(address());
+    *live_ -= bytes();
   }
 
  private:
   const int gpu_;
+  const ByteCount live_;
 };
 
 std::string_view DeviceErrorText(int32_t code) {
@@ -87,19 +95,21 @@ class CudaEvent : public Event {
 
 class CudaGraph : public Graph {
  public:
-  CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec, int gpu)
-      : graph_(graph), exec_(exec), gpu_(gpu) {}
+  CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec, int gpu, int64_t scratch_epoch)
+      : graph_(graph), exec_(exec), gpu_(gpu), scratch_epoch_(scratch_epoch) {}
   ~CudaGraph() override {
     cudaSetDevice(gpu_);
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
   }
   cudaGraphExec_t exec() const { return exec_; }
+  int64_t scratch_epoch() const { return scratch_epoch_; }
 
  private:
   const cudaGraph_t graph_;
   const cudaGraphExec_t exec_;
   const int gpu_;
+  const int64_t scratch_epoch_;  // the scratch its kernels point into
 };
 
 bool Inside(const Buffer& b, int64_t offset, int64_t bytes) {
@@ -153,6 +163,8 @@ struct CudaBackend::State {
   int64_t x_bf16_elems = 0;
   float* attn_ws = nullptr;  // split-K partials
   int64_t attn_ws_floats = 0;
+  int64_t scratch_epoch = 0;  // ScratchEpoch(): + 1 whenever x_bf16 or attn_ws moves
+  ByteCount live = std::make_shared<std::atomic<int64_t>>(0);  // Allocate's buffers
   // (m, n, k) → plan; bounded by the distinct pass sizes times the weight shapes.
   absl::flat_hash_map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<GemmPlan>> plans;
   // Batch-invariant mode: (n, k) → the one algorithm every m uses.
@@ -293,7 +305,10 @@ absl::StatusOr<DeviceMemory> CudaBackend::Memory() const {
   TANDEM_CUDA_OK(cudaSetDevice(options_.gpu));
   size_t free = 0, total = 0;
   TANDEM_CUDA_OK(cudaMemGetInfo(&free, &total));
-  return DeviceMemory{static_cast<int64_t>(total), static_cast<int64_t>(free)};
+  const State& s = *s_;
+  const int64_t own = *s.live + s.x_bf16_elems * 2 + s.attn_ws_floats * 4 +
+                      options_.gemm_workspace_bytes + 2 * int64_t{sizeof(int32_t)};
+  return DeviceMemory{static_cast<int64_t>(total), static_cast<int64_t>(free), own};
 }
 
 int64_t CudaBackend::AttentionScratchFloats(const ScratchSize& size) const {
@@ -317,6 +332,7 @@ absl::Status CudaBackend::ReserveScratch(const ScratchSize& size) {
     cudaFree(s.x_bf16);
     s.x_bf16 = nullptr;
     s.x_bf16_elems = 0;
+    ++s.scratch_epoch;  // graphs captured so far point at the old one
     TANDEM_CUDA_OK(cudaMalloc(&s.x_bf16, static_cast<size_t>(x) * 2));
     s.x_bf16_elems = x;
   }
@@ -325,11 +341,14 @@ absl::Status CudaBackend::ReserveScratch(const ScratchSize& size) {
     cudaFree(s.attn_ws);
     s.attn_ws = nullptr;
     s.attn_ws_floats = 0;
+    ++s.scratch_epoch;
     TANDEM_CUDA_OK(cudaMalloc(&s.attn_ws, static_cast<size_t>(a) * 4));
     s.attn_ws_floats = a;
   }
   return absl::OkStatus();
 }
+
+int64_t CudaBackend::ScratchEpoch() const { return s_->scratch_epoch; }
 
 absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::Allocate(MemoryKind kind, int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError("buffer size must not be negative");
@@ -341,8 +360,11 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::Allocate(MemoryKind kind, i
     return absl::ResourceExhaustedError(
         StrCat("cuda backend: cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(e)));
   }
-  auto buffer = std::make_unique<CudaBuffer>(p, bytes, kind, options_.gpu);
+  auto buffer = std::make_unique<CudaBuffer>(p, bytes, kind, options_.gpu, s_->live);
+  // Zero before it is returned: a transport may write it at once on a stream of its own
+  // (a CUDA IPC or NCCL receive), which a fill still queued on ours would race.
   TANDEM_CUDA_OK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), s_->stream));
+  TANDEM_CUDA_OK(cudaStreamSynchronize(s_->stream));
   return std::unique_ptr<Buffer>(std::move(buffer));
 }
 
@@ -469,13 +491,17 @@ absl::StatusOr<std::unique_ptr<Graph>> CudaBackend::EndCapture() {
     cudaGetLastError();  // a capture failure is not the next pass's error
     return st;
   }
-  return std::unique_ptr<Graph>(new CudaGraph(graph, exec, options_.gpu));
+  return std::unique_ptr<Graph>(new CudaGraph(graph, exec, options_.gpu, s_->scratch_epoch));
 }
 
 void CudaBackend::Replay(const Graph& graph) {
   if (!Proceed()) return;
-  Check(cudaGraphLaunch(static_cast<const CudaGraph&>(graph).exec(), s_->stream),
-        "cudaGraphLaunch");
+  const auto& g = static_cast<const CudaGraph&>(graph);
+  if (g.scratch_epoch() != s_->scratch_epoch) {
+    return Fail(absl::FailedPreconditionError(
+        "cuda backend: a graph captured before ReserveScratch moved the scratch (capture again)"));
+  }
+  Check(cudaGraphLaunch(g.exec(), s_->stream), "cudaGraphLaunch");
 }
 
 bool CudaBackend::Proceed() {

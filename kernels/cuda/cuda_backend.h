@@ -1,11 +1,13 @@
 // CudaBackend: the Backend on one NVIDIA GPU (--device cuda --gpu N).
 //
-// Memory. Every buffer is cudaMalloc'd device memory, zero-filled on the backend's
-// stream; weights arrive converted to bf16 (WeightType, done by DeviceWeights at
-// load), norms and biases float32. The scratch the ops need — the bf16 copy of a
-// GEMM's activation operand, the split-K partials of attention, cuBLASLt's workspace
-// — is allocated by ReserveScratch when the executor sizes its workspace; no op
-// allocates.
+// Memory. Every buffer is cudaMalloc'd device memory, zero-filled before Allocate
+// returns (so another stream may write it at once); weights arrive converted to bf16 (WeightType,
+// done by DeviceWeights at load), norms and biases float32. The scratch the ops need — the bf16
+// copy of a GEMM's activation operand, the split-K partials of attention, cuBLASLt's workspace — is
+// allocated by ReserveScratch when the executor sizes its workspace; no op allocates. When
+// ReserveScratch grows it, ScratchEpoch changes and graphs captured before are refused at Replay.
+// Memory() counts this backend's own bytes (buffers, scratch, workspace) apart from the device's
+// free memory.
 //
 // Ordering. One non-blocking stream runs every op and copy in call order; ReadNow and
 // CopyNow (any thread) copy on a second stream. CopyToDevice / CopyToHost are
@@ -69,6 +71,7 @@ class CudaBackend : public Backend {
   std::optional<model::GgmlType> WeightType() const override { return model::GgmlType::kBF16; }
   absl::StatusOr<DeviceMemory> Memory() const override;
   absl::Status ReserveScratch(const ScratchSize& size) override;
+  int64_t ScratchEpoch() const override;
   int64_t ScratchBytes(const ScratchSize& size) const override;
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(MemoryKind kind, int64_t bytes) override;

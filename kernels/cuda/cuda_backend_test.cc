@@ -355,5 +355,76 @@ TEST(CudaBackend, EventsAndReadNowSeeFinishedWork) {
   ASSERT_TRUE(p.gpu.b->Synchronize().ok());
 }
 
+// A buffer is zero when Allocate returns, not only once the backend's stream reaches
+// its fill: a transport writes a new buffer at once on a stream of its own (CUDA IPC,
+// NCCL). With 30 ms of work queued on the compute stream, a copy on the other stream
+// into a fresh buffer must survive (the fill may not land after it).
+TEST(CudaBackend, AFreshBufferIsZeroBeforeAnotherStreamWritesIt) {
+  REQUIRE_GPU();
+  On gpu{*CudaBackend::Create({})};
+  const int64_t n = int64_t{16} << 20;  // 64 MiB of floats
+  const Tensor pattern = gpu.F32(std::vector<float>(static_cast<size_t>(n), 3.0f), 1, n);
+  const Tensor busy = gpu.F32(std::vector<float>(int64_t{64} << 20, 1.0f), 1, int64_t{64} << 20);
+  ASSERT_TRUE(gpu.b->Synchronize().ok());
+  for (int i = 0; i < 200; ++i) gpu.b->Scale(busy, 1.0f);  // ~0.2 ms each on an H100
+  auto fresh = *gpu.b->Allocate(MemoryKind::kStaging, n * 4);
+  const Copy2D c{.src = pattern.buffer,
+                 .src_pitch = n * 4,
+                 .dst = fresh.get(),
+                 .dst_pitch = n * 4,
+                 .width = n * 4,
+                 .rows = 1};
+  ASSERT_TRUE(gpu.b->CopyNow(c).ok());
+  ASSERT_TRUE(gpu.b->Synchronize().ok());
+  std::vector<float> got(static_cast<size_t>(n));
+  ASSERT_TRUE(gpu.b->ReadNow(*fresh, 0, n * 4, got.data()).ok());
+  EXPECT_EQ(got.front(), 3.0f);
+  EXPECT_EQ(got.back(), 3.0f) << "the zero fill landed after the other stream's copy";
+}
+
+// A graph captured before ReserveScratch moved the scratch is refused at Replay (it
+// would read freed memory); one captured after replays.
+TEST(CudaBackend, AGraphOverMovedScratchIsRefused) {
+  REQUIRE_GPU();
+  std::mt19937 rng(10);
+  On gpu{*CudaBackend::Create({})};
+  ASSERT_TRUE(gpu.b->ReserveScratch({16, 512, 8 * 130}).ok());
+  const Tensor x = gpu.F32(Noise(16 * 512, rng), 16, 512);
+  const Tensor w =
+      gpu.Put(Bf16Bits(Noise(256 * 512, rng, 0.05f)), model::GgmlType::kBF16, 256, 512);
+  const Tensor out = gpu.Poisoned(16, 256);
+  gpu.b->MatMul(x, w, out);  // eager first (plans chosen outside any capture)
+  ASSERT_TRUE(gpu.b->Synchronize().ok());
+  const auto eager = gpu.Get(out);
+  ASSERT_TRUE(gpu.b->BeginCapture());
+  gpu.b->MatMul(x, w, out);  // reads the bf16 copy of x in the scratch
+  auto graph = gpu.b->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const int64_t epoch = gpu.b->ScratchEpoch();
+  ASSERT_TRUE(gpu.b->ReserveScratch({4096, 8192, 8 * 130}).ok());  // another executor's
+  EXPECT_NE(gpu.b->ScratchEpoch(), epoch);
+  gpu.b->Replay(**graph);
+  EXPECT_EQ(gpu.b->Synchronize().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(gpu.b->BeginCapture());
+  gpu.b->MatMul(x, w, out);
+  auto again = gpu.b->EndCapture();
+  ASSERT_TRUE(again.ok()) << again.status();
+  gpu.b->Replay(**again);
+  EXPECT_EQ(gpu.Get(out), eager);
+}
+
+// Memory() tells this backend's own bytes apart from what the device has free.
+TEST(CudaBackend, MemoryCountsItsOwnBuffers) {
+  REQUIRE_GPU();
+  On gpu{*CudaBackend::Create({})};
+  const DeviceMemory before = *gpu.b->Memory();
+  auto buffer = *gpu.b->Allocate(MemoryKind::kKv, int64_t{256} << 20);
+  const DeviceMemory during = *gpu.b->Memory();
+  EXPECT_EQ(during.own_bytes - before.own_bytes, int64_t{256} << 20);
+  EXPECT_LE(during.free_bytes, before.free_bytes - (int64_t{256} << 20) + (int64_t{4} << 20));
+  buffer.reset();
+  EXPECT_EQ(gpu.b->Memory()->own_bytes, before.own_bytes);
+}
+
 }  // namespace
 }  // namespace tandem::kernels::cuda

@@ -1,8 +1,11 @@
 // CUDA kernels of CudaBackend's element-wise and row ops (contracts in ops_kernels.h).
+// Also compiled for the CPU shim (on_cpu/ops_kernels.cc): kernels_on_cpu_test.cc runs
+// every kernel here against its CPU reference without a GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/select.h"
 
@@ -260,23 +263,24 @@ int Last() { return static_cast<int>(cudaGetLastError()); }
 int LaunchEmbedding(const void* table, Elem type, int64_t rows, int64_t cols, const int32_t* ids,
                     int64_t n, float* out, int32_t* error, void* stream) {
   if (n == 0) return cudaSuccess;
-  EmbeddingKernel<<<static_cast<unsigned>(n), kThreads, 0, S(stream)>>>(table, type, rows, cols,
-                                                                        ids, out, error);
+  TANDEM_LAUNCH(EmbeddingKernel, static_cast<unsigned>(n), kThreads, S(stream))
+  (table, type, rows, cols, ids, out, error);
   return Last();
 }
 
 int LaunchRmsNorm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                   float* out, void* stream) {
   if (rows == 0) return cudaSuccess;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, weight, dim, eps, out);
+  TANDEM_LAUNCH(RmsNormKernel, static_cast<unsigned>(rows), kThreads, S(stream))
+  (x, weight, dim, eps, out);
   return Last();
 }
 
 int LaunchAddRmsNorm(float* x, const float* y, const float* weight, int64_t rows, int64_t dim,
                      float eps, float* out, void* stream) {
   if (rows == 0) return cudaSuccess;
-  AddRmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, y, weight, dim, eps,
-                                                                            out);
+  TANDEM_LAUNCH(AddRmsNormKernel, static_cast<unsigned>(rows), kThreads, S(stream))
+  (x, y, weight, dim, eps, out);
   return Last();
 }
 
@@ -284,52 +288,52 @@ int LaunchRopeTable(const int32_t* positions, int64_t n, const float* freq_facto
                     int32_t rope_dim, float theta, float position_scale, float* table,
                     void* stream) {
   if (n == 0) return cudaSuccess;
-  RopeTableKernel<<<Grid(n * rope_dim / 2), kThreads, 0, S(stream)>>>(
-      positions, n, freq_factors, rope_dim, theta, position_scale, table);
+  TANDEM_LAUNCH(RopeTableKernel, Grid(n * rope_dim / 2), kThreads, S(stream))
+  (positions, n, freq_factors, rope_dim, theta, position_scale, table);
   return Last();
 }
 
 int LaunchRope(float* x, int64_t n, int32_t n_heads, int32_t head_dim, int32_t rope_dim,
                bool halves, const float* table, void* stream) {
   if (n == 0) return cudaSuccess;
-  RopeKernel<<<Grid(n * n_heads * rope_dim / 2), kThreads, 0, S(stream)>>>(x, n, n_heads, head_dim,
-                                                                           rope_dim, halves, table);
+  TANDEM_LAUNCH(RopeKernel, Grid(n * n_heads * rope_dim / 2), kThreads, S(stream))
+  (x, n, n_heads, head_dim, rope_dim, halves, table);
   return Last();
 }
 
 int LaunchSwiGlu(const float* gate, const float* up, int64_t n, float* out, void* stream) {
   if (n == 0) return cudaSuccess;
-  SwiGluKernel<<<Grid(n), kThreads, 0, S(stream)>>>(gate, up, n, out);
+  TANDEM_LAUNCH(SwiGluKernel, Grid(n), kThreads, S(stream))(gate, up, n, out);
   return Last();
 }
 
 int LaunchGeGlu(const float* gate, const float* up, int64_t n, float* out, void* stream) {
   if (n == 0) return cudaSuccess;
-  GeGluKernel<<<Grid(n), kThreads, 0, S(stream)>>>(gate, up, n, out);
+  TANDEM_LAUNCH(GeGluKernel, Grid(n), kThreads, S(stream))(gate, up, n, out);
   return Last();
 }
 
 int LaunchScale(float* x, int64_t n, float factor, void* stream) {
   if (n == 0) return cudaSuccess;
-  ScaleKernel<<<Grid(n), kThreads, 0, S(stream)>>>(x, n, factor);
+  TANDEM_LAUNCH(ScaleKernel, Grid(n), kThreads, S(stream))(x, n, factor);
   return Last();
 }
 
 int LaunchSoftCap(float* x, int64_t n, float cap, void* stream) {
   if (n == 0) return cudaSuccess;
-  SoftCapKernel<<<Grid(n), kThreads, 0, S(stream)>>>(x, n, cap);
+  TANDEM_LAUNCH(SoftCapKernel, Grid(n), kThreads, S(stream))(x, n, cap);
   return Last();
 }
 
 int LaunchAdd(float* x, const float* y, int64_t n, void* stream) {
   if (n == 0) return cudaSuccess;
-  AddKernel<<<Grid(n), kThreads, 0, S(stream)>>>(x, y, n);
+  TANDEM_LAUNCH(AddKernel, Grid(n), kThreads, S(stream))(x, y, n);
   return Last();
 }
 
 int LaunchAddBias(float* x, const float* bias, int64_t rows, int64_t dim, void* stream) {
   if (rows * dim == 0) return cudaSuccess;
-  AddBiasKernel<<<Grid(rows * dim), kThreads, 0, S(stream)>>>(x, bias, rows, dim);
+  TANDEM_LAUNCH(AddBiasKernel, Grid(rows * dim), kThreads, S(stream))(x, bias, rows, dim);
   return Last();
 }
 
@@ -337,9 +341,9 @@ int LaunchGatherRows(const void* src, int64_t src_rows, int64_t row_bytes, const
                      int64_t n, void* dst, int32_t* error, void* stream) {
   if (n == 0) return cudaSuccess;
   if (row_bytes % 4 != 0) return cudaErrorInvalidValue;
-  GatherRowsKernel<<<static_cast<unsigned>(n), kThreads, 0, S(stream)>>>(
-      static_cast<const uint32_t*>(src), src_rows, row_bytes / 4, idx, static_cast<uint32_t*>(dst),
-      error);
+  TANDEM_LAUNCH(GatherRowsKernel, static_cast<unsigned>(n), kThreads, S(stream))
+  (static_cast<const uint32_t*>(src), src_rows, row_bytes / 4, idx, static_cast<uint32_t*>(dst),
+   error);
   return Last();
 }
 
@@ -347,20 +351,21 @@ int LaunchWriteKv(const float* k, const float* v, const int32_t* slots, int64_t 
                   const tile::KvGeometry& g, int64_t num_blocks, Elem type, void* cache,
                   int32_t* error, void* stream) {
   if (n == 0) return cudaSuccess;
-  WriteKvKernel<<<Grid(n * g.n_kv_heads * g.head_dim), kThreads, 0, S(stream)>>>(
-      k, v, slots, n, layer, g, num_blocks, type, cache, error);
+  TANDEM_LAUNCH(WriteKvKernel, Grid(n * g.n_kv_heads * g.head_dim), kThreads, S(stream))
+  (k, v, slots, n, layer, g, num_blocks, type, cache, error);
   return Last();
 }
 
 int LaunchArgMax(const float* logits, int64_t rows, int64_t cols, int32_t* ids, void* stream) {
   if (rows == 0) return cudaSuccess;
-  ArgMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(logits, cols, ids);
+  TANDEM_LAUNCH(ArgMaxKernel, static_cast<unsigned>(rows), kThreads, S(stream))(logits, cols, ids);
   return Last();
 }
 
 int LaunchToBf16(const float* x, int64_t n, uint16_t* out, void* stream) {
   if (n == 0) return cudaSuccess;
-  ToBf16Kernel<<<Grid(n), kThreads, 0, S(stream)>>>(x, n, reinterpret_cast<__nv_bfloat16*>(out));
+  TANDEM_LAUNCH(ToBf16Kernel, Grid(n), kThreads, S(stream))
+  (x, n, reinterpret_cast<__nv_bfloat16*>(out));
   return Last();
 }
 

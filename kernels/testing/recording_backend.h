@@ -2,10 +2,13 @@
 // EndCapture each op is recorded as a closure over its arguments instead of running,
 // and Replay runs the closures in order. It lets the CPU tests exercise the executor's
 // graph path (what is captured, what stays outside, what a replay reads) without a
-// GPU; a CUDA graph records the same calls.
+// GPU; a CUDA graph records the same calls. Its scratch moves as the CUDA backend's
+// does (ScratchEpoch + 1 whenever ReserveScratch asks for more), and a replay of a graph
+// recorded before counts as stale: on a GPU it would read freed memory.
 #ifndef TANDEM_KERNELS_TESTING_RECORDING_BACKEND_H_
 #define TANDEM_KERNELS_TESTING_RECORDING_BACKEND_H_
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -21,6 +24,18 @@ class RecordingBackend : public CpuBackend {
 
   int captures() const { return captures_; }
   int replays() const { return replays_; }
+  int stale_replays() const { return stale_replays_; }
+
+  absl::Status ReserveScratch(const ScratchSize& size) override {
+    const int64_t x = size.rows * size.max_cols, a = size.rows * size.attention_cols;
+    if (x > x_cap_ || a > a_cap_) {
+      x_cap_ = std::max(x, x_cap_);
+      a_cap_ = std::max(a, a_cap_);
+      ++epoch_;
+    }
+    return absl::OkStatus();
+  }
+  int64_t ScratchEpoch() const override { return epoch_; }
 
   bool BeginCapture() override {
     recording_ = std::make_unique<Recording>();
@@ -28,11 +43,14 @@ class RecordingBackend : public CpuBackend {
   }
   absl::StatusOr<std::unique_ptr<Graph>> EndCapture() override {
     ++captures_;
+    recording_->epoch = epoch_;
     return std::unique_ptr<Graph>(std::move(recording_));
   }
   void Replay(const Graph& g) override {
+    const auto& r = static_cast<const Recording&>(g);
     ++replays_;
-    for (const auto& op : static_cast<const Recording&>(g).ops) op();
+    if (r.epoch != epoch_) ++stale_replays_;
+    for (const auto& op : r.ops) op();
   }
 
 #define TANDEM_RECORD(call)                         \
@@ -103,9 +121,11 @@ class RecordingBackend : public CpuBackend {
  private:
   struct Recording : Graph {
     std::vector<std::function<void()>> ops;
+    int64_t epoch = 0;  // the scratch it was recorded over
   };
   std::unique_ptr<Recording> recording_;
-  int captures_ = 0, replays_ = 0;
+  int captures_ = 0, replays_ = 0, stale_replays_ = 0;
+  int64_t x_cap_ = 0, a_cap_ = 0, epoch_ = 0;
 };
 
 }  // namespace tandem::kernels::testing

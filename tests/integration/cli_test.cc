@@ -120,12 +120,14 @@ TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
     b.AddTensor({"output_norm.weight",
                  static_cast<uint32_t>(model::GgmlType::kF16),
                  {256},
-                 std::string(512, '\0')});
+                 std::string(512, '\0'),
+                 {}});
     f32("blk.0.attn_norm.weight", {256});
     b.AddTensor({"blk.0.attn_q.weight",
                  q_type,
                  {256, 256},
-                 std::string(static_cast<size_t>(256 * 256 / t.block_size * t.type_size), '\0')});
+                 std::string(static_cast<size_t>(256 * 256 / t.block_size * t.type_size), '\0'),
+                 {}});
     for (const char* m : {"attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
       f32(StrCat("blk.0.", m, ".weight"), {256, 256});
     }
@@ -134,7 +136,8 @@ TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
       b.AddTensor({"extra.weight",
                    static_cast<uint32_t>(model::GgmlType::kIQ2_XXS),
                    {256},
-                   std::string(66, '\0')});
+                   std::string(66, '\0'),
+                   {}});
     }
     ASSERT_TRUE(b.WriteTo(path));
   };

@@ -1,10 +1,14 @@
 // A disaggregated pair on one GPU (label gpu; skips without one): a prefill and a decode
-// worker, both `--device cuda --batch-invariant --kv-transport cuda-ipc`, behind a
-// router, answer concurrent requests — greedy and seeded, prompts of 1 to 700 tokens —
-// with exactly the tokens one GPU process (the engine in this test, batch-invariant)
-// gives. The model is written here: a Llama-shaped GGUF with random bf16-exact weights
-// and a byte-level vocabulary (no model file travels to the GPU machine). Prints the
-// KV transfer time the router reports for the longest prompt.
+// worker, both `--device cuda --batch-invariant`, behind a router, answer concurrent
+// requests — greedy and seeded, prompts of 1 to 700 tokens — with exactly the tokens one
+// GPU process (the engine in this test, batch-invariant) gives. Twice: over CUDA IPC
+// (`--kv-transport cuda-ipc`, how one GPU pairs in production) and over NCCL
+// (`--kv-transport nccl`, each worker under its own NCCL_HOSTID with sockets on
+// loopback: the test-only arrangement that lets NCCL pair two ranks on one GPU, so the
+// real two-process NCCL path runs where only one GPU is lent). The model is written here: a
+// Llama-shaped GGUF with random bf16-exact weights and a byte-level vocabulary (no model file
+// travels to the GPU machine). Prints the KV transfer time the router reports for the longest
+// prompt.
 //
 // On the GPU machine the worker binaries come from the bundle: TANDEM_BIN_DIR
 // (tests/gpu/run.sh sets it).
@@ -124,8 +128,9 @@ struct Case {
   engine::SamplingParams params;
 };
 
-TEST(ClusterGpu, OnePrefillOneDecodeOverCudaIpcAnswersLikeOneGpuProcess) {
-  REQUIRE_GPU();
+// One prefill and one decode worker over `transport`: their answers equal one GPU
+// process's; prints the KV transfer time left after compute for the longest prompt.
+void CheckPairAnswersLikeOneGpuProcess(const std::string& transport) {
   const std::string dir = std::filesystem::temp_directory_path() / "tandem-cluster-gpu";
   std::filesystem::create_directories(dir);
   const std::string model_path = WriteModel(dir);
@@ -172,7 +177,11 @@ TEST(ClusterGpu, OnePrefillOneDecodeOverCudaIpcAnswersLikeOneGpuProcess) {
   config.device = "cuda";
   config.prefill_kv_bytes = config.decode_kv_bytes = int64_t{1} << 30;
   for (auto* flags : {&config.prefill_flags, &config.decode_flags}) {
-    *flags = {"--batch-invariant", "--kv-transport", "cuda-ipc"};
+    *flags = {"--batch-invariant", "--kv-transport", transport};
+  }
+  if (transport == "nccl") {
+    config.prefill_env = {"NCCL_HOSTID=tandem-test-prefill", "NCCL_SOCKET_IFNAME=lo"};
+    config.decode_env = {"NCCL_HOSTID=tandem-test-decode", "NCCL_SOCKET_IFNAME=lo"};
   }
   std::string error;
   auto cluster = Cluster::Start(config, &error);
@@ -204,9 +213,19 @@ TEST(ClusterGpu, OnePrefillOneDecodeOverCudaIpcAnswersLikeOneGpuProcess) {
       longest_ms = std::max(longest_ms, results[i].complete.timings().kv_transfer_ms());
     }
   }
-  std::printf("CUDA IPC pair: KV transfer left after compute for a 700-token prompt: %.3f ms\n",
-              longest_ms);
+  std::printf("%s pair: KV transfer left after compute for a 700-token prompt: %.3f ms\n",
+              transport == "nccl" ? "NCCL (one GPU, two NCCL_HOSTIDs)" : "CUDA IPC", longest_ms);
   EXPECT_EQ(cluster->WaitForBaseline(), "");
+}
+
+TEST(ClusterGpu, OnePrefillOneDecodeOverCudaIpcAnswersLikeOneGpuProcess) {
+  REQUIRE_GPU();
+  CheckPairAnswersLikeOneGpuProcess("cuda-ipc");
+}
+
+TEST(ClusterGpu, OnePrefillOneDecodeOverNcclAnswersLikeOneGpuProcess) {
+  REQUIRE_GPU();
+  CheckPairAnswersLikeOneGpuProcess("nccl");
 }
 
 }  // namespace

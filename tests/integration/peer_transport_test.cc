@@ -88,7 +88,7 @@ class PeerTransportTest : public ::testing::Test {
         decode::PeerKvReceiverOptions{.nccl = &network_, .timeout = kTimeout});
     fingerprint_ = rpc::MakeFingerprint(decode_->layout(), model_->hash);
     kv_service_.SetWorker(decode_.get(), fingerprint_,
-                          {.device = {"cuda", "gpu-decode"},
+                          {.device = {"cuda", "gpu-decode", ""},
                            .accepted = {TransportKind::kNccl, TransportKind::kHost},
                            .peer = receiver_.get()});
     auto server = rpc::RpcServer::Start("127.0.0.1:0", {&kv_service_}, {});
@@ -102,7 +102,7 @@ class PeerTransportTest : public ::testing::Test {
           auto s = transport::StreamKvSender::Create(
               &kv, rpc::MakeFingerprint(kv.layout(), model_->hash),
               {.api_key = {},
-               .device = {"cuda", "gpu-prefill"},
+               .device = {"cuda", "gpu-prefill", ""},
                .offered = {TransportKind::kNccl},
                .nccl = &network_,
                .timeout = kTimeout,
