@@ -45,7 +45,7 @@ struct WorkerLoad {
   int64_t prefix_hit_tokens = 0;
   int64_t kv_transfer_bytes = 0;  // pushed (prefill) or received (decode)
   int64_t generated_tokens = 0;
-  std::vector<std::string> kv_transports;  // offered (prefill) / accepted (decode)
+  std::vector<std::string> kv_transports = {};  // offered (prefill) / accepted (decode)
 };
 
 // Decode memory reserved for one prompt.

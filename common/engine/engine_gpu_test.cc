@@ -85,32 +85,51 @@ std::vector<std::vector<int32_t>> Prompts(int64_t vocab) {
   return out;
 }
 
+// Greedy for `max_tokens` tokens, the end token ignored.
+SamplingParams Greedy(int max_tokens) {
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = max_tokens;
+  sp.ignore_eos = true;
+  return sp;
+}
+
 int64_t SamePrefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   size_t j = 0;
   while (j < a.size() && j < b.size() && a[j] == b[j]) ++j;
   return static_cast<int64_t>(j);
 }
 
+// Teacher-forced greedy agreement of the CUDA engine with the CPU's: each prompt and its
+// CPU continuation `cpu[i]` in one pass on each device, compared from the prompt's last
+// row on (or from its first: `prompt_rows`) to the last continuation token.
+GreedyAgreement TeacherForced(const ModelWeights& w,
+                              const std::vector<std::vector<int32_t>>& prompts,
+                              const std::vector<std::vector<int32_t>>& cpu, bool prompt_rows) {
+  GreedyAgreement g;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> tokens = prompts[i];
+    tokens.insert(tokens.end(), cpu[i].begin(), cpu[i].end());
+    const int64_t from = prompt_rows ? 0 : static_cast<int64_t>(prompts[i].size()) - 1;
+    g.Add(AllLogits(w, "cpu", tokens), AllLogits(w, "cuda", tokens), w.config().vocab_size, from,
+          static_cast<int64_t>(tokens.size()) - 1);
+  }
+  return g;
+}
+
 TEST(EngineGpu, GreedyAgreesWithTheCpuEngine) {
   REQUIRE_GPU();
   const model::ModelConfig c = *SyntheticConfig("tiny");
   auto w = *ModelWeights::Random(c, model::GgmlType::kF32, 5);
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.max_tokens = 32;
-  sp.ignore_eos = true;
+  const SamplingParams sp = Greedy(32);
   const auto prompts = Prompts(c.vocab_size);
   const auto cpu = Generate(*w, "cpu", prompts, sp);
   const auto gpu = Generate(*w, "cuda", prompts, sp);
-  GreedyAgreement g;
+  const GreedyAgreement g = TeacherForced(*w, prompts, cpu, /*prompt_rows=*/false);
   int64_t same = 0, total = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     same += SamePrefix(cpu[i], gpu[i]);
     total += static_cast<int64_t>(cpu[i].size());
-    std::vector<int32_t> tokens = prompts[i];
-    tokens.insert(tokens.end(), cpu[i].begin(), cpu[i].end());
-    g.Add(AllLogits(*w, "cpu", tokens), AllLogits(*w, "cuda", tokens), c.vocab_size,
-          static_cast<int64_t>(prompts[i].size()) - 1, static_cast<int64_t>(tokens.size()) - 1);
   }
   std::printf(
       "cuda vs cpu: teacher-forced greedy agrees on %lld of %lld positions (largest CPU top-2 gap "
@@ -133,20 +152,11 @@ TEST(EngineGpu, TensorCorePrefillAgreesWithTheCpuAtHeadDims64And128) {
     c.head_dim = c.rope_dim = c.hidden_size / heads;
     SCOPED_TRACE(::testing::Message() << "head_dim " << c.head_dim);
     auto w = *ModelWeights::Random(c, model::GgmlType::kF32, 11);
-    SamplingParams sp;
-    sp.temperature = 0;
-    sp.max_tokens = 16;
-    sp.ignore_eos = true;
+    const SamplingParams sp = Greedy(16);
     const auto prompts = Prompts(c.vocab_size);
-    const auto cpu = Generate(*w, "cpu", prompts, sp);
-    GreedyAgreement g;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      std::vector<int32_t> tokens = prompts[i];
-      tokens.insert(tokens.end(), cpu[i].begin(), cpu[i].end());
-      // One pass over prompt and continuation: every row through the tensor cores.
-      g.Add(AllLogits(*w, "cpu", tokens), AllLogits(*w, "cuda", tokens), c.vocab_size, 0,
-            static_cast<int64_t>(tokens.size()));
-    }
+    // One pass over prompt and continuation: every row through the tensor cores.
+    const GreedyAgreement g =
+        TeacherForced(*w, prompts, Generate(*w, "cpu", prompts, sp), /*prompt_rows=*/true);
     std::printf(
         "head_dim %lld, tensor-core prefill vs cpu: greedy agrees on %lld of %lld "
         "positions (largest CPU top-2 gap where not: %.3g)\n",
@@ -188,10 +198,7 @@ TEST(EngineGpu, BatchInvariantAloneEqualsBatchedEqualsSplit) {
   REQUIRE_GPU();
   const model::ModelConfig c = *SyntheticConfig("tiny");
   auto w = *ModelWeights::Random(c, model::GgmlType::kF32, 8);
-  SamplingParams sp;
-  sp.temperature = 0;
-  sp.max_tokens = 16;
-  sp.ignore_eos = true;
+  const SamplingParams sp = Greedy(16);
   std::vector<std::vector<int32_t>> batch;
   for (int32_t i = 0; i < 64; ++i) {
     std::vector<int32_t> p;

@@ -19,7 +19,7 @@ struct LoadedModel : ModelFile {
 
 struct LoadOptions {
   // Called per layer while weights load (may be empty).
-  std::function<void(int done, int total)> progress;
+  std::function<void(int done, int total)> progress = {};
   // Checks the file (config, tokenizer) before its weights load; an error ends the load.
   std::function<absl::Status(const ModelFile&)> check;
 };

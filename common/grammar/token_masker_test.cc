@@ -165,7 +165,9 @@ TEST(Constraint, SequencesShareMasksByStateContent) {
         g, vocab, eos, *masker, 120, &c, [&](int step, const std::vector<int32_t>& allowed) {
           return step < 6 ? allowed[step % allowed.size()] : allowed[rng() % allowed.size()];
         }));
-    if (run == 0) EXPECT_EQ(c.stats().shared_hits, 0);
+    if (run == 0) {
+      EXPECT_EQ(c.stats().shared_hits, 0);
+    }
     shared_hits += c.stats().shared_hits;
   }
   EXPECT_GE(shared_hits, 5 * 6);  // at least the common opening, in every later run

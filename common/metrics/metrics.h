@@ -77,7 +77,7 @@ struct WorkerTotals {
   int64_t spec_drafts = 0;
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
-  std::vector<int64_t> spec_accepted_per_position;  // [i]: draft tokens kept at position i
+  std::vector<int64_t> spec_accepted_per_position = {};  // [i]: draft tokens kept at position i
 };
 
 // A process's instantaneous load; exported as gauges. A worker: its engine's running and

@@ -47,9 +47,9 @@ struct ToolCall {
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool", or what else the template accepts
   std::string content;
-  std::vector<ToolCall> tool_calls;  // an assistant turn's calls (absent when empty)
-  std::string tool_call_id;          // a tool turn: the call it answers (absent when empty)
-  std::string name;                  // absent when empty
+  std::vector<ToolCall> tool_calls = {};  // an assistant turn's calls (absent when empty)
+  std::string tool_call_id = {};          // a tool turn: the call it answers (absent when empty)
+  std::string name = {};                  // absent when empty
 };
 
 // A function the model may call (OpenAI's tools[i].function).

@@ -122,8 +122,8 @@ double SendTheKvToAReceivingProcess(PeerCommFactory& factory, const kernels::Buf
   EXPECT_EQ(pipe(fds), 0);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);  // first: fds[0] may be 3
   posix_spawn_file_actions_adddup2(&actions, fds[1], 3);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
   std::vector<std::string> args = {"/proc/self/exe", "--gtest_also_run_disabled_tests",
                                    "--gtest_filter=GpuTransports.DISABLED_PeerReceiver"};
   std::vector<char*> argv;
@@ -227,6 +227,7 @@ TEST(GpuTransports, NcclPairMovesA2048TokenLlama3KvBetweenTwoProcesses) {
   const double ms = SendTheKvToAReceivingProcess(
       *factory, *kv.src, {"NCCL_HOSTID=tandem-test-receiver", "NCCL_SOCKET_IFNAME=lo"});
   unsetenv("NCCL_HOSTID");
+  unsetenv("NCCL_SOCKET_IFNAME");
   ASSERT_GT(ms, 0);
   std::printf(
       "NCCL pair (two processes on one GPU, distinct NCCL_HOSTID, sockets on loopback): 256 MiB "

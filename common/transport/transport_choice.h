@@ -28,9 +28,9 @@ std::string_view TransportName(TransportKind kind);
 
 // What one side's KV memory is.
 struct KvDevice {
-  std::string backend = "cpu";  // "cpu" or "cuda"
-  std::string uuid;             // the GPU's UUID (hex); empty on the host
-  std::string nccl_host_id;     // NCCL_HOSTID of the process; empty when unset
+  std::string backend = "cpu";    // "cpu" or "cuda"
+  std::string uuid;               // the GPU's UUID (hex); empty on the host
+  std::string nccl_host_id = {};  // NCCL_HOSTID of the process; empty when unset
 };
 
 // The --kv-transport flag: "auto" or one transport's name.

@@ -6,24 +6,20 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/testing/numeric.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_paths.h"
 
 namespace tandem::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> g(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = g(rng);
-  return v;
-}
+using ::tandem::kernels::testing::Noise;
 
 TEST(Ops, RmsNormMatchesReference) {
   std::mt19937 rng(1);
   for (int64_t dim : {1, 15, 17, 64, 576, 1000}) {
     for (int64_t rows : {1, 7, 17}) {
-      auto x = Random(rows * dim, rng, 3.0f), w = Random(dim, rng);
+      auto x = Noise(rows * dim, rng, 3.0f), w = Noise(dim, rng);
       std::vector<float> got(rows * dim), want(rows * dim);
       RmsNorm(x.data(), w.data(), rows, dim, 1e-5f, got.data());
       RmsNormReference(x.data(), w.data(), rows, dim, 1e-5f, want.data());
@@ -49,7 +45,7 @@ TEST(Ops, RopeMatchesReferenceForBothStylesAndScalings) {
         p.position_scale = 2.0f;
       }
       std::vector<int32_t> pos = {0, 1, 15, 17, 1000, 4097, 8191};
-      auto x = Random(pos.size() * 3 * head_dim, rng);
+      auto x = Noise(pos.size() * 3 * head_dim, rng);
       auto y = x;
       Rope(x.data(), pos.size(), 3, pos, p, ff);
       RopeReference(y.data(), pos.size(), 3, pos, p, ff);
@@ -121,7 +117,7 @@ TEST(Ops, RopeMatchesTransformersInBothPairOrders) {
 TEST(Ops, RopeAtPositionZeroIsIdentityAndPreservesNorms) {
   std::mt19937 rng(3);
   RopeParams p{64, 64, 10000.0f};
-  auto x = Random(2 * 64, rng);
+  auto x = Noise(2 * 64, rng);
   auto y = x;
   std::vector<int32_t> pos = {0, 77};
   Rope(y.data(), 2, 1, pos, p);
@@ -134,7 +130,7 @@ TEST(Ops, RopeAtPositionZeroIsIdentityAndPreservesNorms) {
 TEST(Ops, SwiGluMatchesReference) {
   std::mt19937 rng(4);
   for (int64_t n : {1, 15, 17, 1536}) {
-    auto g = Random(n, rng, 4.0f), u = Random(n, rng);
+    auto g = Noise(n, rng, 4.0f), u = Noise(n, rng);
     std::vector<float> got(n), want(n);
     SwiGlu(g.data(), u.data(), n, got.data());
     SwiGluReference(g.data(), u.data(), n, want.data());
@@ -145,7 +141,7 @@ TEST(Ops, SwiGluMatchesReference) {
 TEST(Ops, GeGluMatchesReference) {
   std::mt19937 rng(14);
   for (int64_t n : {1, 15, 17, 1536}) {
-    auto g = Random(n, rng, 4.0f), u = Random(n, rng);
+    auto g = Noise(n, rng, 4.0f), u = Noise(n, rng);
     std::vector<float> got(n), want(n);
     GeGlu(g.data(), u.data(), n, got.data());
     GeGluReference(g.data(), u.data(), n, want.data());

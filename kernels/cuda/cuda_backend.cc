@@ -362,9 +362,11 @@ absl::StatusOr<std::unique_ptr<Buffer>> CudaBackend::Allocate(MemoryKind kind, i
   }
   auto buffer = std::make_unique<CudaBuffer>(p, bytes, kind, options_.gpu, s_->live);
   // Zero before it is returned: a transport may write it at once on a stream of its own
-  // (a CUDA IPC or NCCL receive), which a fill still queued on ours would race.
-  TANDEM_CUDA_OK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), s_->stream));
-  TANDEM_CUDA_OK(cudaStreamSynchronize(s_->stream));
+  // (a CUDA IPC or NCCL receive), which a fill still queued on the compute stream would
+  // race. Filled on the read stream (nothing queued there can touch new memory), so the
+  // wait is for the fill, not for the compute stream's queue.
+  TANDEM_CUDA_OK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), s_->read_stream));
+  TANDEM_CUDA_OK(cudaStreamSynchronize(s_->read_stream));
   return std::unique_ptr<Buffer>(std::move(buffer));
 }
 

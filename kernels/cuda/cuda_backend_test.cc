@@ -17,16 +17,13 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/require_gpu.h"
 #include "kernels/kv_storage.h"
+#include "kernels/testing/numeric.h"
 
 namespace tandem::kernels::cuda {
 namespace {
 
-std::vector<float> Noise(int64_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> g(0.0f, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = g(rng);
-  return v;
-}
+using ::tandem::kernels::testing::MaxRelError;
+using ::tandem::kernels::testing::Noise;
 
 // Values exactly representable in bf16 (the GPU's weights), as float32 and as bits.
 std::vector<float> RoundToBf16(std::vector<float> v) {
@@ -74,17 +71,6 @@ struct Pair {
   On gpu{*CudaBackend::Create({})};
   Pair() { EXPECT_TRUE(gpu.b->ReserveScratch({512, 8192, 64 * 130}).ok()); }
 };
-
-// max |a - b| / (1 + |b|), NaN-safe (a NaN anywhere is infinite).
-double MaxRelError(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double e = std::abs(double{a[i]} - b[i]) / (1.0 + std::abs(double{b[i]}));
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst;
-}
 
 constexpr int64_t kRows[] = {1, 7, 17, 300};
 

@@ -88,8 +88,13 @@ step_preflight() {
     echo "gpu: $gpu; driver's $cuda"
     echo "TANDEM_GPU_MACHINE=\"$gpu, ${cuda#CUDA Version: } (driver)\"" >>"$WORK/env.sh"
   fi
+  if [ ${#fail[@]} -gt 0 ]; then  # nothing else can run: say so at once
+    printf 'FAIL: %s\n' "${fail[@]}"
+    return 1
+  fi
   local bundle=${BUNDLE_DIR:-$ROOT/gpu-bundle}
-  if [ ! -f "$bundle/packed.tar.xz" ] || [ ! -f "$bundle/tests.txt" ]; then
+  if [ ! -f "$bundle/packed.tar.xz" ] || [ ! -f "$bundle/tests.txt" ] ||
+    [ ! -f "$bundle/expects.txt" ]; then
     fail+=("no bundle at $bundle (run tests/gpu/bundle.sh on the build machine and carry gpu-bundle)")
   else
     local unpacked=$WORK/bundle
@@ -112,7 +117,16 @@ step_preflight() {
         fail+=("$name (built against $built) is not on this machine")
         continue
       fi
-      found+=("$name $(library_version "$where") at $(dirname "$where") (built against $built)")
+      local have
+      have=$(library_version "$where")
+      # Older than what the bundle was built against: its symbols may be missing
+      # (ldd below and the smoke kernel decide; the row says it).
+      local note=""
+      if [[ "$built" =~ ^[0-9] ]] && [[ "$have" =~ ^[0-9] ]] &&
+        [ "$(printf '%s\n%s\n' "$built" "$have" | sort -V | head -n 1)" != "$built" ]; then
+        note=", OLDER than"
+      fi
+      found+=("$name $have at $(dirname "$where") (built against$note $built)")
       dirs+=("$(dirname "$where")")
     done <"$bundle/expects.txt"
     printf 'library: %s\n' "${found[@]}"
@@ -173,7 +187,8 @@ step_gtest_each() {
   fi
   local passed=0 failed=() skipped=() unrun=0 t left out rc
   for t in "${tests[@]}"; do
-    left=$((TANDEM_STEP_DEADLINE - $(date +%s) - 1))
+    # Within the step's own limit, with room for the kill and the closing line.
+    left=$((TANDEM_STEP_DEADLINE - $(date +%s) - 5))
     if [ "$left" -lt 2 ]; then
       unrun=$((unrun + 1))
       continue
@@ -185,18 +200,36 @@ step_gtest_each() {
     if [ -n "$figures" ]; then
       grep -E "$figures" <<<"$out" | sed 's/^/FIGURE: /'
     fi
-    if [ "$rc" -ne 0 ]; then
-      failed+=("$t$([ "$rc" -ge 124 ] && echo " (cut at its time)")")
-      grep -m 3 -E 'Failure|error|Error|Expected|Which is|Value of' <<<"$out" |
-        sed "s/^/FAIL: $t: /"
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      failed+=("$t (cut at its time)")
+    elif [ "$rc" -gt 128 ]; then
+      failed+=("$t (killed by signal $((rc - 128)))")
+    elif [ "$rc" -ne 0 ]; then
+      failed+=("$t")
     elif grep -q '\[  SKIPPED \] 1 test' <<<"$out"; then
       skipped+=("$t")  # on a GPU machine a skipped test did not run: not a pass
+    elif ! grep -q '\[  PASSED  \] 1 test\.' <<<"$out"; then
+      failed+=("$t (did not run)")  # a filter matching nothing passes vacuously
     else
       passed=$((passed + 1))
+    fi
+    if [ "$rc" -ne 0 ]; then
+      grep -m 3 -E 'Failure|error|Error|Expected|Which is|Value of' <<<"$out" |
+        sed "s/^/FAIL: $t: /"
     fi
   done
   echo "FIGURE: $passed/${#tests[@]} passed${failed:+; failed: ${failed[*]}}${skipped:+; skipped: ${skipped[*]}}$([ "$unrun" -gt 0 ] && echo "; $unrun not run (step time)")"
   [ ${#failed[@]} -eq 0 ] && [ ${#skipped[@]} -eq 0 ] && [ "$unrun" -eq 0 ]
+}
+
+# Runs the Python on stdin over the JSON file $1 to print the figures; without python3
+# (or if it fails) the JSON itself is the figure, so a benchmark that ran is not lost.
+figures_or_json() {
+  local script
+  script=$(cat)
+  if ! command -v python3 >/dev/null || ! python3 -c "$script" "$1"; then
+    echo "FIGURE: $(tr -d '\n' <"$1" | head -c 600)"
+  fi
 }
 
 # The engine on the Llama-3-8B shape (random weights filled on the machine) with bf16
@@ -208,13 +241,13 @@ step_bench_engine() {
     --batch-gen 32 --kv-cache-bytes $((16 << 30)) --pp-sweep 512,2048,8192 --peak-tflops 989 \
     --json >"$WORK/bench_engine.json" || return 1
   cat "$WORK/bench_engine.json"
-  python3 - "$WORK/bench_engine.json" <<'PY'
+  figures_or_json "$WORK/bench_engine.json" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 pp = j["pp_tokens_per_s"]
 tflops = j["pp_gflops"] / 1e3
 gb = j["tg_tokens_per_s"] * j["weight_mb_read_per_token"] / 1e3
-fit = j.get("pp_fit", {})
+fit = j.get("pp_fit") or {}
 print(f"FIGURE: kv {j['kv_dtype']}; prefill 2048: {pp:.0f} tok/s = {tflops:.0f} TFLOP/s "
       f"({100 * tflops / 989:.0f}% of 989); line fit {fit.get('tokens_per_s', 0):.0f} tok/s; "
       f"decode b1 {j['tg_tokens_per_s']:.1f} tok/s ({gb:.0f} GB/s of weights); "
@@ -230,7 +263,7 @@ step_bench_attention() {
   bundle_run tandem bench attention --device cuda "${args[@]}" --kv-dtype bf16 --json \
     >"$WORK/bench_attention_$1.json" || return 1
   cat "$WORK/bench_attention_$1.json"
-  python3 - "$WORK/bench_attention_$1.json" <<'PY'
+  figures_or_json "$WORK/bench_attention_$1.json" <<'PY'
 import json, sys
 j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 if j["case"] == "prefill":
@@ -260,8 +293,10 @@ step_sanitize() {
     echo "FAIL: compute-sanitizer is not on this machine"
     return 3
   fi
-  LD_LIBRARY_PATH="$TANDEM_GPU_LD" "$cs" --tool "$tool" --error-exitcode 9 \
-    "$TANDEM_GPU_BIN/$bin" --gtest_filter="$filter" >"$WORK/sanitize.out" 2>&1
+  # The bundle's libraries for the target only (through env, which execs it).
+  "$cs" --tool "$tool" --error-exitcode 9 --target-processes all \
+    env LD_LIBRARY_PATH="$TANDEM_GPU_LD" "$TANDEM_GPU_BIN/$bin" --gtest_filter="$filter" \
+    >"$WORK/sanitize.out" 2>&1
   local rc=$?
   cat "$WORK/sanitize.out"
   echo "FIGURE: $(grep -m 1 'ERROR SUMMARY\|RACECHECK SUMMARY' "$WORK/sanitize.out" || echo 'no summary')"
@@ -287,8 +322,9 @@ write_results() {
     printf '{"commit": %s, "bundle_commit": %s, "date": %s, "machine": %s,\n' \
       "$(json_string "$COMMIT")" "$(json_string "${TANDEM_GPU_BUNDLE_COMMIT:-}")" \
       "$(json_string "$(date -u +%Y-%m-%dT%H:%M:%SZ)")" "$(json_string "${TANDEM_GPU_MACHINE:-}")"
-    printf ' "libraries": %s, "budget_s": %s, "elapsed_s": %s,\n' \
-      "$(json_string "${TANDEM_GPU_LIBRARIES:-}")" "$BUDGET" "$(($(date +%s) - START))"
+    printf ' "libraries": %s, "budget_s": %s, "elapsed_s": %s, "running": %s,\n' \
+      "$(json_string "${TANDEM_GPU_LIBRARIES:-}")" "$BUDGET" "$(($(date +%s) - START))" \
+      "$(json_string "${RUNNING:-}")"
     printf ' "rows": [\n'
     local i
     for i in "${!ROWS_JSON[@]}"; do
@@ -377,6 +413,23 @@ echo "== tandem GPU check · commit $COMMIT · budget ${BUDGET}s · $(date -u +%
 printf '%-10s %-26s %-5s %5s  %s\n' phase step result secs "figure / first failure" |
   tee -a "$OUT/summary.txt"
 
+# Stopped from outside (SIGTERM, SIGINT, SIGHUP): the step in flight gets its row and
+# its log goes into the archive before the script ends.
+RUNNING="" STEP_PID=""
+on_signal() {
+  [ -z "$STEP_PID" ] || kill -KILL -- "-$STEP_PID" "$STEP_PID" 2>/dev/null
+  if [ -n "$RUNNING" ]; then
+    row "${RUNNING%% *}" "$(cut -d' ' -f2 <<<"$RUNNING")" FAIL "$(($(date +%s) - begin))" \
+      "the check was stopped from outside while this step ran"
+  fi
+  echo "== stopped from outside after $(($(date +%s) - START))s ==" | tee -a "$OUT/summary.txt"
+  RUNNING=""
+  write_results
+  archive_logs
+  exit 143
+}
+trap on_signal TERM INT HUP
+
 stopped=""
 while IFS='|' read -r phase name cap command <&3; do
   wanted "$phase" || continue
@@ -392,22 +445,33 @@ while IFS='|' read -r phase name cap command <&3; do
   limit=$((cap < left ? cap : left))
   log="$LOGS/$phase.$name.log"
   begin=$(date +%s)
+  RUNNING="$phase $name (started $((begin - START))s in, limit ${limit}s)"
+  write_results
+  # In the background, so that a signal to the script runs its trap at once (bash
+  # defers traps until a foreground command ends); timeout leads its own process group.
   if [[ "$command" == @* ]]; then
     read -r -a words <<<"${command#@}"
     TANDEM_STEP_DEADLINE=$((begin + limit)) timeout -k 5 "$limit" \
-      bash "$SELF" __step "${words[@]}" >"$log" 2>&1
+      bash "$SELF" __step "${words[@]}" >"$log" 2>&1 &
   else
-    TANDEM_STEP_DEADLINE=$((begin + limit)) timeout -k 5 "$limit" bash -c "$command" >"$log" 2>&1
+    TANDEM_STEP_DEADLINE=$((begin + limit)) timeout -k 5 "$limit" bash -c "$command" >"$log" 2>&1 &
   fi
+  STEP_PID=$!
+  wait "$STEP_PID"
   rc=$?
+  STEP_PID=
+  RUNNING=""
   secs=$(($(date +%s) - begin))
   figure=$(grep '^FIGURE: ' "$log" | sed 's/^FIGURE: //' | paste -sd'\t' - | sed 's/\t/; /g')
   failure=$(grep '^FAIL: ' "$log" | sed 's/^FAIL: //' | head -n 4 | paste -sd'\t' - | sed 's/\t/; /g')
   [ -n "$failure" ] || failure=$(grep -v '^FIGURE: ' "$log" | tail -n 2 | paste -sd' ' -)
   if [ "$rc" -eq 0 ]; then
     row "$phase" "$name" PASS "$secs" "$figure"
-  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  elif { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } && [ "$secs" -ge $((limit - 1)) ]; then
     row "$phase" "$name" TIME "$secs" "cut at ${limit}s${failure:+; $failure}${figure:+; $figure}"
+  elif [ "$rc" -gt 128 ]; then
+    row "$phase" "$name" FAIL "$secs" \
+      "killed by signal $((rc - 128))${failure:+: $failure}${figure:+; $figure}"
   else
     row "$phase" "$name" FAIL "$secs" "rc $rc${failure:+: $failure}${figure:+; $figure}"
   fi

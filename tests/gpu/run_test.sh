@@ -7,9 +7,11 @@
 #   2. a hang whose cap outlasts the budget is cut at the budget; the next phase prints
 #      a SKIP row and the script ends within the budget;
 #   3. a failed preflight stops the rest, each remaining step printing SKIP;
-#   4. @gtest_each runs every test in its own process: a failing and a skipped test
-#      fail the step (a skip on a GPU machine is a test that did not run), the others'
-#      figure lines reach the row; and a real test binary passes;
+#   4. @gtest_each runs every test in its own process: a failing, a crashing, a
+#      vacuous (no test ran) and a skipped test fail the step (a skip on a GPU machine is
+#      a test that did not run), the others' figure lines reach the row; and a real test
+#      binary passes; a step that crashes is a failure, not a timeout; a TERM to the
+#      script gives the step in flight its row, kills it, and leaves the files whole;
 #   5. @bench_engine and @bench_attention call tandem with bf16 KV on the Llama-3-8B
 #      shape and turn its JSON into the row's figures;
 #   6. here (no GPU): the default run exits non-zero within 30 s, summary.txt names the
@@ -83,10 +85,12 @@ mkdir -p "$T/bin"
 cat >"$T/bin/fake_test" <<'EOF'
 #!/usr/bin/env bash
 case "$*" in
-  *--gtest_list_tests*) printf 'Fake.\n  Passes\n  Fails\n  Skips\n  DISABLED_Never\n' ;;
+  *--gtest_list_tests*) printf 'Fake.\n  Passes\n  Fails\n  Skips\n  Vacuous\n  Crashes\n  DISABLED_Never\n' ;;
   *Fake.Passes*) echo "figure line: 42 GB/s"; echo "[  PASSED  ] 1 test." ;;
   *Fake.Fails*) echo "x.cc:1: Failure"; echo "Expected equality of these values"; exit 1 ;;
   *Fake.Skips*) echo "[  SKIPPED ] 1 test, listed below:" ;;
+  *Fake.Vacuous*) echo "[  PASSED  ] 0 tests." ;;
+  *Fake.Crashes*) kill -SEGV $$ ;;
   *) echo "fake_test: unexpected $*"; exit 3 ;;
 esac
 EOF
@@ -100,14 +104,39 @@ ops|real|60|@gtest_each attention_tile_test
 EOF
 OUT=$T/out4 $RUN --plan "$T/plan4" >"$T/log4" 2>&1
 s=$T/out4/summary.txt
-check "4: a failing and a skipped test fail the step" \
-  bash -c "grep -qE '^ops +fake +FAIL .*1/3 passed; failed: Fake.Fails; skipped: Fake.Skips' '$s'"
+check "4: failing, crashing, vacuous and skipped tests fail the step" \
+  bash -c "grep -qE '^ops +fake +FAIL .*1/5 passed; failed: Fake.Fails Fake.Vacuous \(did not run\) Fake.Crashes \(killed by signal 11\); skipped: Fake.Skips' '$s'"
 check "4: the failure's first lines reach the row" \
   bash -c "grep -qE '^ops +fake .*Fake.Fails: x.cc:1: Failure' '$s'"
 check "4: a passing test's figure reaches the row" bash -c "grep -qE '^ops +fake .*42 GB/s' '$s'"
 n=$("$BUILD_DIR/tests/attention_tile_test" --gtest_list_tests | grep -c '^  ')
 check "4: a real binary, each of its $n tests alone, passes" \
   bash -c "grep -qE '^ops +real +PASS .*$n/$n passed' '$s'"
+
+# --- 4b. a crash is a failure, not a timeout; a stop from outside keeps the results ------
+cat >"$T/plan7" <<'EOF'
+preflight|ok|10|true
+ops|crash|30|kill -SEGV $$
+pd|long|60|sleep 37
+EOF
+OUT=$T/out7 $RUN --plan "$T/plan7" >"$T/log7" 2>&1 &
+pid=$!
+for _ in $(seq 50); do grep -q '^ops  *crash' "$T/out7/summary.txt" 2>/dev/null && break; sleep 0.2; done
+sleep 2
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+s=$T/out7/summary.txt
+check "4b: a crash is FAIL, killed by signal 11" \
+  bash -c "grep -qE '^ops +crash +FAIL .*killed by signal 11' '$s'"
+check "4b: stopped from outside: exit 143" test "$rc" -eq 143
+check "4b: the step in flight gets its row" \
+  bash -c "grep -qE '^pd +long +FAIL .*stopped from outside' '$s'"
+check "4b: and its process is gone" bash -c "sleep 0.5; ! pgrep -f 'sleep 3[7]' >/dev/null"
+check "4b: results.json parses, nothing left running" python3 -c "
+import json; j = json.load(open('$T/out7/results.json')); assert j['running'] == '', j
+assert [r['result'] for r in j['rows']] == ['PASS', 'FAIL', 'FAIL'], j['rows']"
+check "4b: the archive holds the stopped step's log" bash -c "tar tzf '$T/out7/logs.tgz' | grep -q pd.long.log"
 
 # --- 5. the benchmark steps -------------------------------------------------------------------
 cat >"$T/bin/tandem" <<'EOF'

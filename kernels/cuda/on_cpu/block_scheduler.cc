@@ -68,44 +68,73 @@ void Block() {
   s.fibers[static_cast<size_t>(s.current)]->Suspend();
 }
 
-// Result of a warp operation for `lane`, from the values of the lanes in `mask`.
-uint64_t Resolve(const std::vector<ThreadState>& t, int32_t base, int32_t lane, uint32_t mask) {
+// The result of `lane`'s warp operation, from the values of the lanes taking part
+// (`live`: the mask's lanes that exist and have not returned). False, with the fault,
+// when a shuffle reads a lane that does not take part (undefined in CUDA).
+bool Resolve(const std::vector<ThreadState>& t, int32_t base, int32_t lane, uint32_t live,
+             uint64_t* result, std::string* fault) {
   const ThreadState& me = t[static_cast<size_t>(base + lane)];
   const int32_t w = me.width;
   const int32_t seg = lane & ~(w - 1);  // the segment's first lane
-  auto value_of = [&](int32_t src) {
-    const bool in = src >= 0 && src < kWarpSize && (mask >> src & 1u);
-    return in ? t[static_cast<size_t>(base + src)].value : me.value;
+  auto read = [&](int32_t src) {
+    if (src < 0 || src >= kWarpSize || !(live >> src & 1u)) {
+      *fault =
+          absl::StrCat("lane ", lane, " of warp ", base / kWarpSize, " shuffles from lane ", src,
+                       ", which does not take part (outside the mask, returned, or "
+                       "not in the block)");
+      return false;
+    }
+    *result = t[static_cast<size_t>(base + src)].value;
+    return true;
   };
   uint64_t ballot = 0;
   for (int32_t l = 0; l < kWarpSize; ++l) {
-    if ((mask >> l & 1u) && t[static_cast<size_t>(base + l)].value != 0) ballot |= uint64_t{1} << l;
+    if ((live >> l & 1u) && t[static_cast<size_t>(base + l)].value != 0) ballot |= uint64_t{1} << l;
   }
   switch (me.kind) {
     case WarpOpKind::kSync:
-      return 0;
+      *result = 0;
+      return true;
     case WarpOpKind::kShuffle:
-      return value_of(seg + (me.arg & (w - 1)));
+      return read(seg + (me.arg & (w - 1)));
     case WarpOpKind::kShuffleXor: {
       const int32_t src = lane ^ me.arg;
-      return (src & ~(w - 1)) > seg ? me.value : value_of(src);
+      if ((src & ~(w - 1)) > seg) {  // a later segment: the lane's own value
+        *result = me.value;
+        return true;
+      }
+      return read(src);
     }
     case WarpOpKind::kShuffleUp:
-      return lane - me.arg < seg ? me.value : value_of(lane - me.arg);
+      if (lane - me.arg < seg) {
+        *result = me.value;
+        return true;
+      }
+      return read(lane - me.arg);
     case WarpOpKind::kShuffleDown:
-      return lane + me.arg >= seg + w ? me.value : value_of(lane + me.arg);
+      if (lane + me.arg >= seg + w) {
+        *result = me.value;
+        return true;
+      }
+      return read(lane + me.arg);
     case WarpOpKind::kBallot:
-      return ballot;
+      *result = ballot;
+      return true;
     case WarpOpKind::kAny:
-      return ballot != 0;
+      *result = ballot != 0;
+      return true;
     case WarpOpKind::kAll:
-      return ballot == mask;
+      *result = ballot == live;
+      return true;
   }
-  return 0;
+  return true;
 }
 
-// Resolves the warp operations of warp `w` whose lanes have all arrived; true if any
-// thread was released. A fault is left in s.fault.
+// Resolves the warp operations of warp `w` whose lanes have all arrived — every lane
+// their mask names that exists and has not returned waits at the same operation with
+// the same mask — and releases those lanes; true if any was released. A group whose
+// lanes are elsewhere (a barrier, another operation) waits: if the block can never
+// move, RunBlock reports the deadlock. A fault is left in s.fault.
 bool ResolveWarp(Scheduler& s, int32_t w, int32_t n) {
   const int32_t base = w * kWarpSize;
   const int32_t lanes = std::min(kWarpSize, n - base);
@@ -119,35 +148,25 @@ bool ResolveWarp(Scheduler& s, int32_t w, int32_t n) {
                              absl::Hex(mask), " leaves out its own lane");
       return false;
     }
+    uint32_t live = 0;
     bool complete = true;
-    for (int32_t l = 0; l < kWarpSize && complete; ++l) {
-      if (!(mask >> l & 1u)) continue;
-      if (l >= lanes) {
-        s.fault = absl::StrCat("warp ", w, ": mask 0x", absl::Hex(mask), " names lane ", l,
-                               ", which this block does not have");
-        return false;
-      }
+    for (int32_t l = 0; l < lanes; ++l) {
       const ThreadState& t = s.threads[static_cast<size_t>(base + l)];
-      if (t.wait == Wait::kDone) {
-        s.fault = absl::StrCat("warp ", w, ": mask 0x", absl::Hex(mask), " names lane ", l,
-                               ", which has returned");
-        return false;
-      }
-      if (t.wait != Wait::kWarp) {
-        complete = false;  // at a barrier: maybe later (else the block deadlocks)
-      } else if (t.mask != mask || t.kind != first.kind || t.width != first.width) {
-        s.fault = absl::StrCat("warp ", w, ": lanes ", lane, " and ", l,
-                               " wait at different warp operations (or masks)");
-        return false;
+      if (!(mask >> l & 1u) || t.wait == Wait::kDone) continue;
+      live |= 1u << l;
+      if (t.wait != Wait::kWarp || t.mask != mask || t.kind != first.kind ||
+          t.width != first.width) {
+        complete = false;
       }
     }
     if (!complete) continue;
     for (int32_t l = 0; l < kWarpSize; ++l) {
-      if (mask >> l & 1u)
-        s.threads[static_cast<size_t>(base + l)].result = Resolve(s.threads, base, l, mask);
+      if (!(live >> l & 1u)) continue;
+      ThreadState& t = s.threads[static_cast<size_t>(base + l)];
+      if (!Resolve(s.threads, base, l, live, &t.result, &s.fault)) return false;
     }
     for (int32_t l = 0; l < kWarpSize; ++l) {
-      if (mask >> l & 1u) s.threads[static_cast<size_t>(base + l)].wait = Wait::kRunnable;
+      if (live >> l & 1u) s.threads[static_cast<size_t>(base + l)].wait = Wait::kRunnable;
     }
     released = true;
   }
@@ -155,14 +174,17 @@ bool ResolveWarp(Scheduler& s, int32_t w, int32_t n) {
 }
 
 // Runs one block to its end; false on a fault (in s.fault).
-bool RunBlock(Scheduler& s, int32_t n) {
+bool RunBlock(Scheduler& s, int32_t n, int64_t block) {
   for (int32_t t = 0; t < n; ++t) {
     s.threads[static_cast<size_t>(t)] = ThreadState{};
     s.fibers[static_cast<size_t>(t)]->Reset(&ThreadMain, nullptr);
   }
   for (int64_t round = 0;; ++round) {
+    // Forward and backward in turn, odd blocks starting backward: whichever way a
+    // missing barrier lets threads overtake each other, some block shows it.
+    const bool forward = (round + block) % 2 == 0;
     for (int32_t k = 0; k < n; ++k) {
-      const int32_t t = round % 2 == 0 ? k : n - 1 - k;
+      const int32_t t = forward ? k : n - 1 - k;
       ThreadState& st = s.threads[static_cast<size_t>(t)];
       if (st.wait != Wait::kRunnable) continue;
       s.current = t;
@@ -197,9 +219,11 @@ bool RunBlock(Scheduler& s, int32_t n) {
         if (w == Wait::kWarp && first_warp < 0) first_warp = t;
       }
       s.fault = absl::StrCat("deadlock: ", at_barrier, " of ", live,
-                             " live threads wait at __syncthreads (first: thread ", first_barrier,
-                             "), the others at warp operations that cannot complete (first: "
+                             " live threads wait at __syncthreads (first: "
                              "thread ",
+                             first_barrier,
+                             "), the others at warp operations whose lanes wait "
+                             "elsewhere — a barrier, or another operation or mask (first: thread ",
                              first_warp, ")");
       return false;
     }
@@ -233,7 +257,7 @@ int RunGrid(Index3 grid, Index3 block, void (*body)(void*), void* arg) {
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
         current_block_idx = {x, y, z};
-        if (!RunBlock(s, n)) {
+        if (!RunBlock(s, n, x + int64_t{grid.x} * (y + int64_t{grid.y} * z))) {
           s.fault = absl::StrCat("block (", x, ", ", y, ", ", z, "): ", s.fault);
           std::fprintf(stderr, "cuda_on_cpu: kernel fault in %s\n", s.fault.c_str());
           return kLaunchFailure;

@@ -5,22 +5,27 @@
 // Within a block every thread runs until it reaches a synchronisation point — a
 // __syncthreads barrier or a warp operation (shuffle, vote, __syncwarp) — or returns;
 // then the scheduler resolves what can be resolved and runs the released threads
-// again. Threads run in index order on even rounds and in reverse order on odd ones, and
-// each runs as far ahead as the code lets it, so a missing barrier shows up as a read of
-// a value another thread has not written yet (or has already overwritten).
+// again. Threads run in index order and in reverse order in turn (odd blocks start
+// reversed), each as far ahead as the code lets it, so a missing barrier shows up as a
+// read of a value another thread has not written yet (or has already overwritten).
 //   - A barrier is passed when every thread of the block that has not returned waits
 //     at one (returned threads do not count, as on sm_70 and later).
-//   - A warp operation is resolved when every lane its mask names waits at one with
-//     the same mask and kind; results are computed from the values all lanes gave.
-//   - A block where no thread can move (a barrier some threads never reach while
-//     others wait at a shuffle, a mask naming a lane that returned or does not exist,
-//     lanes disagreeing on the operation) is a fault: the grid stops, the fault is
-//     printed to stderr and kept for LastFault(), and RunGrid returns kLaunchFailure.
+//   - A warp operation is resolved when every lane its mask names — of those that exist
+//     and have not returned, as the CUDA programming guide has it — waits at the same
+//     operation with the same mask; results are computed from those lanes' values.
+//   - Faults end the launch: a shuffle reading a lane that takes no part (outside the
+//     mask, returned, not in the block: undefined on a GPU), a mask without the
+//     caller's own lane, and a block where no thread can move (a barrier some threads
+//     never reach while others wait at a warp operation; lanes waiting at different
+//     operations). The grid stops, the fault is printed to stderr and kept for
+//     LastFault(), and RunGrid returns kLaunchFailure.
 //
 // Not modelled: concurrency between blocks (blocks run one at a time, so a race
 // between blocks, or a kernel that waits for another block, is not found), memory
-// spaces (every pointer is host memory; run the tests under ASan to check bounds), and
-// timing. Thread-safe: each OS thread has its own scheduler state.
+// spaces (every pointer is host memory; run the tests under ASan to check bounds;
+// shared memory keeps the previous block's bytes, so a read of a slot never written
+// sees stale values, not garbage), and timing. Thread-safe: each OS thread has its own
+// scheduler state.
 #ifndef TANDEM_KERNELS_CUDA_ON_CPU_BLOCK_SCHEDULER_H_
 #define TANDEM_KERNELS_CUDA_ON_CPU_BLOCK_SCHEDULER_H_
 

@@ -43,6 +43,17 @@ TEST(CudaOnCpu, BuiltInsCoverAThreeDimensionalGridOnce) {
   EXPECT_EQ(where[n - 1], (1ull << 48) | (2ull << 32) | (3u << 16) | 4u);
 }
 
+// Each thread reads its left neighbour's slot: without the barrier, whichever order
+// the threads run in, some block reads a slot before it is written.
+template <bool kBarrier>
+__global__ void ShiftThroughShared(const float* in, float* out) {
+  __shared__ float s[1024];
+  const int t = threadIdx.x, n = blockDim.x;
+  s[t] = in[blockIdx.x * n + t];
+  if (kBarrier) __syncthreads();
+  out[blockIdx.x * n + t] = s[(t + n - 1) % n];
+}
+
 template <bool kBarrier>
 __global__ void ReverseThroughShared(const float* in, float* out) {
   __shared__ float s[1024];
@@ -74,6 +85,24 @@ TEST(CudaOnCpu, ABarrierOrdersSharedMemoryAndLeavingItOutShows) {
     for (unsigned b = 0; b < blocks; ++b) {
       for (unsigned t = 0; t < threads; ++t) {
         wrong += !(out[b * threads + t] == in[b * threads + threads - 1 - t]);
+      }
+    }
+    EXPECT_GT(wrong, 0);
+    // Reading the left neighbour: blocks run forward and backward in turn.
+    std::fill(out.begin(), out.end(), NAN);
+    TANDEM_LAUNCH(ShiftThroughShared<true>, blocks, threads, nullptr)(in.data(), out.data());
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    for (unsigned b = 0; b < blocks; ++b) {
+      for (unsigned t = 0; t < threads; ++t) {
+        ASSERT_EQ(out[b * threads + t], in[b * threads + (t + threads - 1) % threads]);
+      }
+    }
+    TANDEM_LAUNCH(ShiftThroughShared<false>, blocks, threads, nullptr)(in.data(), out.data());
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    wrong = 0;
+    for (unsigned b = 0; b < blocks; ++b) {
+      for (unsigned t = 0; t < threads; ++t) {
+        wrong += !(out[b * threads + t] == in[b * threads + (t + threads - 1) % threads]);
       }
     }
     EXPECT_GT(wrong, 0);
@@ -198,7 +227,37 @@ __global__ void ShuffleWithAReturnedLane(int* out) {
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
 }
 
+__global__ void ShuffleFromOutsideTheMask(int* out) {
+  if (threadIdx.x < 16) out[threadIdx.x] = __shfl_sync(0x0000ffffu, 1, 20);
+}
+
 __global__ void Nothing() {}
+
+// Two groups of one warp at different operations with different masks, then the whole
+// warp together (legal since Volta); and votes over the lanes that have not returned.
+__global__ void DivergentWarpGroups(int* shifted, unsigned* ballots) {
+  const int lane = static_cast<int>(threadIdx.x);
+  int v = lane * 10;
+  if (lane >= 16) v = __shfl_down_sync(0xffff0000u, v, 8);
+  __syncwarp();
+  shifted[lane] = v;
+  if (lane == 5) return;
+  ballots[lane] = __ballot_sync(0xffffffffu, lane % 2 == 0);
+}
+
+TEST(CudaOnCpu, WarpGroupsAndReturnedLanesFollowTheGuide) {
+  std::vector<int> shifted(32, -1);
+  std::vector<unsigned> ballots(32, 0);
+  TANDEM_LAUNCH(DivergentWarpGroups, 1, 32, nullptr)(shifted.data(), ballots.data());
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess) << LastFault();
+  for (int lane = 0; lane < 32; ++lane) {
+    const int want = lane < 16 ? lane * 10 : lane + 8 < 32 ? (lane + 8) * 10 : lane * 10;
+    EXPECT_EQ(shifted[lane], want) << lane;
+    if (lane != 5) {
+      EXPECT_EQ(ballots[lane], 0x55555555u & ~(1u << 5)) << lane;
+    }
+  }
+}
 
 TEST(CudaOnCpu, FaultsEndTheLaunchWithAnError) {
   std::vector<int> out(64, 0);
@@ -210,7 +269,12 @@ TEST(CudaOnCpu, FaultsEndTheLaunchWithAnError) {
 
   TANDEM_LAUNCH(ShuffleWithAReturnedLane, 1, 32, nullptr)(out.data());
   EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
-  EXPECT_NE(LastFault().find("names lane 3, which has returned"), std::string::npos) << LastFault();
+  EXPECT_NE(LastFault().find("shuffles from lane 3, which does not take part"), std::string::npos)
+      << LastFault();
+
+  TANDEM_LAUNCH(ShuffleFromOutsideTheMask, 1, 32, nullptr)(out.data());
+  EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+  EXPECT_NE(LastFault().find("shuffles from lane 20"), std::string::npos) << LastFault();
 
   TANDEM_LAUNCH(Nothing, 1, 1025, nullptr)();
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);

@@ -122,7 +122,13 @@ Fiber::Fiber(size_t stack_bytes) : p_(std::make_unique<Platform>()) {
   mapping_ = static_cast<uint8_t*>(m);
 }
 
-Fiber::~Fiber() { munmap(mapping_, mapping_bytes_); }
+Fiber::~Fiber() {
+#if TANDEM_FIBER_ASAN
+  // An abandoned run's redzones would poison whatever is mapped here next.
+  if (!finished_) __asan_unpoison_memory_region(mapping_, mapping_bytes_);
+#endif
+  munmap(mapping_, mapping_bytes_);
+}
 
 void Fiber::Reset(void (*entry)(void*), void* arg) {
   uint8_t* stack = mapping_ + (mapping_bytes_ - stack_bytes_);

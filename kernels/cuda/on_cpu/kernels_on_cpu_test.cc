@@ -22,28 +22,13 @@
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/ops_kernels.h"
 #include "kernels/select.h"
+#include "kernels/testing/numeric.h"
 
 namespace tandem::kernels::cuda {
 namespace {
 
-std::vector<float> Noise(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> g(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = g(rng);
-  return v;
-}
-
-// max |a − b| / (1 + |b|); a NaN anywhere is infinite.
-double MaxError(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double e = std::abs(double{a[i]} - b[i]) / (1.0 + std::abs(double{b[i]}));
-    if (std::isnan(e)) return INFINITY;
-    worst = std::max(worst, e);
-  }
-  return worst;
-}
+using ::tandem::kernels::testing::MaxRelError;
+using ::tandem::kernels::testing::Noise;
 
 constexpr int64_t kRows[] = {1, 7, 17};
 constexpr int64_t kDims[] = {1, 15, 17, 1000, 4100};
@@ -100,7 +85,7 @@ TEST(KernelsOnCpu, RmsNormAndAddRmsNormMatchTheReference) {
       std::vector<float> out(n, NAN), want(n);
       ASSERT_EQ(LaunchRmsNorm(x.data(), w.data(), rows, dim, 1e-5f, out.data(), nullptr), 0);
       RmsNormReference(x.data(), w.data(), rows, dim, 1e-5f, want.data());
-      EXPECT_LT(MaxError(out, want), 2e-6);
+      EXPECT_LT(MaxRelError(out, want), 2e-6);
 
       std::vector<float> sum = x;
       std::fill(out.begin(), out.end(), NAN);
@@ -111,7 +96,7 @@ TEST(KernelsOnCpu, RmsNormAndAddRmsNormMatchTheReference) {
       for (size_t i = 0; i < n; ++i) added[i] = x[i] + y[i];
       EXPECT_EQ(sum, added);  // the residual stream itself, exactly
       RmsNormReference(added.data(), w.data(), rows, dim, 1e-6f, want.data());
-      EXPECT_LT(MaxError(out, want), 2e-6);
+      EXPECT_LT(MaxRelError(out, want), 2e-6);
     }
   }
 }
@@ -145,7 +130,7 @@ TEST(KernelsOnCpu, RopeTableAndRotationMatchTheCpu) {
     BuildRopeTable(positions, p, ff, want.data());
     // The angle is the same float on both sides; the kernel reduces it to [-π, π] in
     // double before its sine and cosine.
-    EXPECT_LT(MaxError(table, want), 1e-6);
+    EXPECT_LT(MaxRelError(table, want), 1e-6);
     for (int32_t heads : {1, 3}) {
       const auto x = Noise(static_cast<size_t>(n * heads * k.head_dim), rng);
       std::vector<float> got = x, ref = x;
@@ -153,7 +138,7 @@ TEST(KernelsOnCpu, RopeTableAndRotationMatchTheCpu) {
                            k.style == RopeStyle::kHalves, want.data(), nullptr),
                 0);
       ApplyRope(ref.data(), n, heads, want.data(), 0, p);
-      EXPECT_LT(MaxError(got, ref), 1e-6) << heads << " heads";
+      EXPECT_LT(MaxRelError(got, ref), 1e-6) << heads << " heads";
     }
   }
 }
@@ -167,11 +152,11 @@ TEST(KernelsOnCpu, ElementwiseOpsMatchTheCpu) {
     std::vector<float> out(m, NAN), want(m);
     ASSERT_EQ(LaunchSwiGlu(g.data(), u.data(), n, out.data(), nullptr), 0);
     SwiGluReference(g.data(), u.data(), n, want.data());
-    EXPECT_LT(MaxError(out, want), 1e-6);
+    EXPECT_LT(MaxRelError(out, want), 1e-6);
     std::vector<float> in_place = g;  // out may be gate
     ASSERT_EQ(LaunchGeGlu(in_place.data(), u.data(), n, in_place.data(), nullptr), 0);
     GeGluReference(g.data(), u.data(), n, want.data());
-    EXPECT_LT(MaxError(in_place, want), 1e-6);
+    EXPECT_LT(MaxRelError(in_place, want), 1e-6);
 
     std::vector<float> x = g;
     ASSERT_EQ(LaunchScale(x.data(), n, 0.37f, nullptr), 0);
@@ -180,7 +165,7 @@ TEST(KernelsOnCpu, ElementwiseOpsMatchTheCpu) {
     ASSERT_EQ(LaunchSoftCap(x.data(), n, 2.5f, nullptr), 0);
     want = g;
     SoftCap(want.data(), n, 2.5f);
-    EXPECT_LT(MaxError(x, want), 1e-6);
+    EXPECT_LT(MaxRelError(x, want), 1e-6);
     x = g;
     ASSERT_EQ(LaunchAdd(x.data(), u.data(), n, nullptr), 0);
     for (size_t i = 0; i < m; ++i) ASSERT_EQ(x[i], g[i] + u[i]);
@@ -416,7 +401,7 @@ void CheckAttention(const AttentionCase& k, std::mt19937& rng) {
   const AttentionShape shape{k.n_heads, k.n_kv_heads, k.head_dim, a.scale, k.window, k.softcap};
   PagedAttentionReference(q.data(), {q_indptr, kv_len, block_indptr, block_ids}, shape, 1,
                           {layout, num_blocks, cache.data()}, want.data());
-  EXPECT_LT(MaxError(out, want), 1e-5);
+  EXPECT_LT(MaxRelError(out, want), 1e-5);
 }
 
 TEST(KernelsOnCpu, PagedAttentionMatchesTheReference) {

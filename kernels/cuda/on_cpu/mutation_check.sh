@@ -44,10 +44,44 @@ PY
 link=$(ninja -C "$BUILD_DIR" -t commands kernels_on_cpu_test | tail -n 1 | sed 's/^: && //; s/ && :$//')
 archive=kernels/libtandem_cuda_kernels_on_cpu.a
 
+# Builds the test with `file` (under kernels/cuda) taken from $T/src into $T/test.
+build_with() {
+  local file=$1 wrapper=${1%.cu}.cc cmd link_cmd others
+  mkdir -p "$T/obj"
+  # The wrapper of that kernel file, compiled with the copy first on the include path.
+  cmd=$(compile_of "$wrapper")
+  cmd=${cmd/ -I/ -I$T/src -I}
+  cmd=$(sed -E "s# -o [^ ]+# -o $T/obj/$wrapper.o#" <<<"$cmd")
+  if ! (cd "$BUILD_DIR" && eval "$cmd") >"$T/compile.log" 2>&1; then
+    cat "$T/compile.log" >&2
+    echo "mutation_check: $file no longer compiles" >&2
+    exit 1
+  fi
+  mapfile -t others < <(ar t "$BUILD_DIR/$archive" | grep -v "^$wrapper.o$")
+  (cd "$T/obj" && ar x "$BUILD_DIR/$archive" "${others[@]}" && rm -f mutated.a &&
+    ar rcs mutated.a "$wrapper.o" "${others[@]}")
+  link_cmd=$(sed -E "s# -o [^ ]+# -o $T/test#" <<<"${link//$archive/$T/obj/mutated.a}")
+  (cd "$BUILD_DIR" && eval "$link_cmd")
+}
+
+# The control: the same route with the sources unchanged must give a passing test.
+for f in ops_kernels.cu attention_kernels.cu; do
+  mkdir -p "$T/src/kernels/cuda"
+  cp "$ROOT/kernels/cuda/$f" "$T/src/kernels/cuda/$f"
+  build_with "$f"
+  if ! "$T/test" --gtest_brief=1 >"$T/log" 2>&1; then
+    cat "$T/log" >&2
+    echo "mutation_check: the unmutated $f rebuilt by this script fails the test" >&2
+    exit 1
+  fi
+  rm -rf "$T/src" "$T/obj" "$T/test"
+done
+echo "control      the unchanged sources, rebuilt this way, pass"
+
 failed_to_notice=()
 while IFS='|' read -r name file before after nth; do
   [ -n "$name" ] || continue
-  mkdir -p "$T/src/kernels/cuda" "$T/obj"
+  mkdir -p "$T/src/kernels/cuda"
   cp "$ROOT/kernels/cuda/$file" "$T/src/kernels/cuda/$file"
   python3 - "$T/src/kernels/cuda/$file" "$before" "$after" "${nth:-0}" <<'PY'
 import sys
@@ -61,17 +95,7 @@ for _ in range(max(nth, 1)):
     at = s.index(before, at + 1)
 open(path, "w").write(s[:at] + after + s[at + len(before):])
 PY
-  # The wrapper of that kernel file, compiled with the copy first on the include path.
-  wrapper=${file%.cu}.cc
-  cmd=$(compile_of "$wrapper")
-  cmd=${cmd/ -I/ -I$T/src -I}
-  cmd=$(sed -E "s# -o [^ ]+# -o $T/obj/$wrapper.o#" <<<"$cmd")
-  (cd "$BUILD_DIR" && eval "$cmd" 2>/dev/null)
-  other=$(ar t "$BUILD_DIR/$archive" | grep -v "^$wrapper.o$")
-  (cd "$T/obj" && ar x "$BUILD_DIR/$archive" "$other" && rm -f mutated.a &&
-    ar rcs mutated.a "$wrapper.o" "$other")
-  link_cmd=$(sed -E "s# -o [^ ]+# -o $T/test#" <<<"${link//$archive/$T/obj/mutated.a}")
-  (cd "$BUILD_DIR" && eval "$link_cmd")
+  build_with "$file"
   if "$T/test" --gtest_brief=1 >"$T/log" 2>&1; then
     echo "NOT NOTICED  $name ($file)"
     failed_to_notice+=("$name")
