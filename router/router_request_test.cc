@@ -773,7 +773,9 @@ TEST_F(RouterRequestTest, ThousandsOfConcurrentStreamsAddNoThread) {
   o.queue.max_requests = 4000;
   o.max_prefill_tokens_in_flight = 1 << 30;
   Make(1, 1, o, [](FakeWorkers& f) {
-    f.decode("10.0.0.2:100")->Set({.interval = 20ms, .num_blocks = 1 << 20});
+    // Each stream lasts 20 × 50 ms: long enough that all 2,000 overlap even when
+    // submitting them is slow (ASan, a loaded machine).
+    f.decode("10.0.0.2:100")->Set({.interval = 50ms, .num_blocks = 1 << 20});
   });
   const int before = ThreadCount();
   constexpr int kStreams = 2000;
