@@ -155,12 +155,6 @@ TANDEM_AVX2 inline __m256i Iq4Levels(__m256i nibbles) {
   return _mm256_shuffle_epi8(table, nibbles);
 }
 
-TANDEM_AVX2 inline float Half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-
 // Chunk b of a row (weights 32b … 32b + 31) of kernel K as four registers of eight.
 template <Kernel K>
 TANDEM_AVX2 inline void DecodeEight(const uint8_t* row, int64_t b, __m256* w) {
@@ -497,15 +491,6 @@ TANDEM_AVX2 inline __m256 Scale8(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
-}
-
-// ReduceAdd512 of the 16 lanes held in (a, b): l + l⊕8, then ⊕4, ⊕2, ⊕1.
-TANDEM_AVX2 inline float ReduceAdd256x2(__m256 a, __m256 b) {
-  const __m256 s = _mm256_add_ps(a, b);
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-  q = _mm_add_ps(q, _mm_permute_ps(q, 0x4E));
-  q = _mm_add_ps(q, _mm_permute_ps(q, 0xB1));
-  return _mm_cvtss_f32(q);
 }
 
 // Block b of a row (weights 32b … 32b + 31) as four registers of eight.

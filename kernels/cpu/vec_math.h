@@ -1,4 +1,4 @@
-// Vector math shared by the AVX-512 kernels: exp, silu, horizontal sums.
+// Vector math shared by the SIMD kernels: exp, horizontal sums, f16 scales.
 //
 // Each function is a fixed sequence of instructions, so a lane's result depends only
 // on that lane's input (never on its neighbours) — what batch invariance needs.
@@ -13,6 +13,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
+
+#include <cstdint>
 
 #define TANDEM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #define TANDEM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -72,6 +74,23 @@ TANDEM_AVX512 inline void ReduceAdd512x4(__m512 a, __m512 b, __m512 c, __m512 d,
   // Lanes 0, 4, 8, 12 hold the sums. (The register form of compress: its memory form
   // is microcoded and slow on AMD Zen 4.)
   _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, x)));
+}
+
+// ReduceAdd512 of the 16 lanes held in (a, b): l + l⊕8, then ⊕4, ⊕2, ⊕1 — the same
+// bits on an AVX2 machine as ReduceAdd512 on an AVX-512 one.
+TANDEM_AVX2 inline float ReduceAdd256x2(__m256 a, __m256 b) {
+  const __m256 s = _mm256_add_ps(a, b);
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  q = _mm_add_ps(q, _mm_permute_ps(q, 0x4E));
+  q = _mm_add_ps(q, _mm_permute_ps(q, 0xB1));
+  return _mm_cvtss_f32(q);
+}
+
+// The f16 at p (a block's scale) as a float (F16C: exact, as HalfToFloat).
+TANDEM_AVX2 inline float Half(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)));
 }
 
 }  // namespace tandem::kernels

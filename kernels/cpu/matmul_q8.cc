@@ -1,0 +1,306 @@
+#include "kernels/cpu/matmul_q8.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/util/check.h"
+#include "common/util/half.h"
+#include "kernels/cpu/vec_math.h"
+
+namespace tandem::kernels {
+
+using model::GgmlType;
+
+namespace {
+
+constexpr float kTiny = 1e-30f;  // a block whose largest |x| is below this quantizes to 0
+
+int64_t BlockBytes(GgmlType type) { return static_cast<int64_t>(model::Traits(type).type_size); }
+
+float BlockScale(const uint8_t* block) {
+  uint16_t h;
+  std::memcpy(&h, block, 2);
+  return HalfToFloat(h);
+}
+
+// Weight e (0…31) of a block, as a signed integer.
+int32_t WeightAt(GgmlType type, const uint8_t* block, int e) {
+  if (type == GgmlType::kQ8_0) return static_cast<int8_t>(block[2 + e]);
+  const uint8_t byte = block[2 + (e & 15)];  // Q4_0: low nibbles first, then high
+  return (e < 16 ? byte & 15 : byte >> 4) - 8;
+}
+
+// One block of 32 values: its scale and quants.
+void QuantizeBlock(const float* x, int8_t* q, float* d) {
+  float amax = 0;
+  for (int e = 0; e < kQ8Block; ++e) amax = std::max(amax, std::fabs(x[e]));
+  if (!(amax >= kTiny)) {
+    std::memset(q, 0, kQ8Block);
+    *d = 0;
+    return;
+  }
+  const float inv = 127.0f / amax;
+  for (int e = 0; e < kQ8Block; ++e) q[e] = static_cast<int8_t>(std::nearbyint(x[e] * inv));
+  *d = amax / 127.0f;
+}
+
+// The 16 lanes summed as ReduceAdd256x2 sums them.
+float SumLanes(const float* acc) {
+  float v[8];
+  for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[l + 8];
+  for (int l = 0; l < 4; ++l) v[l] += v[l + 4];
+  for (int l = 0; l < 2; ++l) v[l] += v[l + 2];
+  return v[0] + v[1];
+}
+
+// ---------------------------------------------------------------------------------
+// AVX2: a block's 32 weights as signed bytes, and the eight exact sums of four
+// products with a block of activations (maddubs on |w| and q·sign(w): no pair exceeds
+// 2 · 128 · 127, so nothing saturates).
+
+template <GgmlType T>
+TANDEM_AVX2 inline __m256i WeightBytes(const uint8_t* block) {
+  if constexpr (T == GgmlType::kQ8_0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+  } else {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    const __m256i nibbles =
+        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), _mm_and_si128(bytes, mask));
+    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+  }
+}
+
+TANDEM_AVX2 inline __m256i FourProductSums(__m256i w, __m256i q) {
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t b = 0; b < k / kQ8Block; ++b) {
+    const float* xb = x + b * kQ8Block;
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int r = 0; r < 4; ++r) {
+      v[r] = _mm256_loadu_ps(xb + 8 * r);
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[r]));
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_permute_ps(h, 0x4E));
+    h = _mm_max_ps(h, _mm_permute_ps(h, 0xB1));
+    const float amax = _mm_cvtss_f32(h);
+    int8_t* qb = q + b * kQ8Block;
+    if (!(amax >= kTiny)) {
+      std::memset(qb, 0, kQ8Block);
+      d[b] = 0;
+      continue;
+    }
+    const __m256 inv = _mm256_set1_ps(127.0f / amax);
+    __m256i i32[4];
+    for (int r = 0; r < 4; ++r) i32[r] = _mm256_cvtps_epi32(_mm256_mul_ps(v[r], inv));
+    // Pack to 32 bytes; the packs interleave 128-bit lanes, the permute restores order.
+    const __m256i i16 = _mm256_packs_epi32(i32[0], i32[1]);
+    const __m256i j16 = _mm256_packs_epi32(i32[2], i32[3]);
+    const __m256i i8 = _mm256_packs_epi16(i16, j16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb),
+                        _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    d[b] = amax / 127.0f;
+  }
+}
+
+// out[i][j] for MT rows of x and NT weight rows: two accumulators an output (lanes 0–7
+// for even blocks, 8–15 for odd ones), summed by ReduceAdd256x2.
+template <GgmlType T, int MT, int NT>
+TANDEM_AVX2 void TileAvx2(const QuantizedRows& x, int64_t i0, const uint8_t* const* wrows,
+                          int64_t nb, float* out, int64_t ldo) {
+  const int64_t bb = BlockBytes(T);
+  __m256 acc[MT][NT][2];
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i w[NT];
+    float dw[NT];
+    for (int j = 0; j < NT; ++j) {
+      const uint8_t* block = wrows[j] + b * bb;
+      w[j] = WeightBytes<T>(block);
+      dw[j] = Half(block);
+    }
+    const int h = static_cast<int>(b & 1);
+    for (int i = 0; i < MT; ++i) {
+      const int64_t row = i0 + i;
+      const __m256i q = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
+      const float dx = x.d[static_cast<size_t>(row * nb + b)];
+      for (int j = 0; j < NT; ++j) {
+        const __m256 p = _mm256_cvtepi32_ps(FourProductSums(w[j], q));
+        acc[i][j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw[j] * dx), acc[i][j][h]);
+      }
+    }
+  }
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(acc[i][j][0], acc[i][j][1]);
+  }
+}
+
+template <GgmlType T>
+TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
+                           int64_t n1) {
+  const int64_t nb = w.cols / kQ8Block, m = x.rows, n = w.rows;
+  const size_t rb = w.RowBytes();
+  // Decode (m = 1): 1 row × 4 weight rows; else 2 × 2 (eight accumulators either way).
+  constexpr int kNt1 = 4, kMt = 2, kNt = 2;
+  for (int64_t j = n0; j < n1;) {
+    const int nt = static_cast<int>(std::min<int64_t>(m == 1 ? kNt1 : kNt, n1 - j));
+    const uint8_t* rows[kNt1];
+    for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
+    for (int64_t i = 0; i < m;) {
+      const int mt = static_cast<int>(std::min<int64_t>(m == 1 ? 1 : kMt, m - i));
+      float* o = out + i * n + j;
+      if (mt == 1) {
+        switch (nt) {
+          case 4:
+            TileAvx2<T, 1, 4>(x, i, rows, nb, o, n);
+            break;
+          case 3:
+            TileAvx2<T, 1, 3>(x, i, rows, nb, o, n);
+            break;
+          case 2:
+            TileAvx2<T, 1, 2>(x, i, rows, nb, o, n);
+            break;
+          default:
+            TileAvx2<T, 1, 1>(x, i, rows, nb, o, n);
+        }
+      } else if (nt == 2) {
+        TileAvx2<T, 2, 2>(x, i, rows, nb, o, n);
+      } else {
+        TileAvx2<T, 2, 1>(x, i, rows, nb, o, n);
+      }
+      i += mt;
+    }
+    j += nt;
+  }
+}
+
+// The portable path: the reference's arithmetic over a range of weight rows.
+void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
+                  int64_t n1) {
+  const int64_t nb = w.cols / kQ8Block, bb = BlockBytes(w.type);
+  for (int64_t i = 0; i < x.rows; ++i) {
+    const int8_t* q = x.q.data() + i * x.cols;
+    for (int64_t j = n0; j < n1; ++j) {
+      const uint8_t* row = w.data + j * w.RowBytes();
+      float acc[16] = {};
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* block = row + b * bb;
+        const float s = BlockScale(block) * x.d[static_cast<size_t>(i * nb + b)];
+        for (int l = 0; l < 8; ++l) {
+          int32_t p = 0;
+          for (int e = 4 * l; e < 4 * l + 4; ++e) {
+            p += WeightAt(w.type, block, e) * q[b * kQ8Block + e];
+          }
+          float& a = acc[8 * (b & 1) + l];
+          a = std::fma(static_cast<float>(p), s, a);
+        }
+      }
+      out[i * w.rows + j] = SumLanes(acc);
+    }
+  }
+}
+
+void Range(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0, int64_t n1) {
+  if (!HaveAvx2Fma()) return RangeGeneric(x, w, out, n0, n1);
+  if (w.type == GgmlType::kQ8_0) return RangeAvx2<GgmlType::kQ8_0>(x, w, out, n0, n1);
+  RangeAvx2<GgmlType::kQ4_0>(x, w, out, n0, n1);
+}
+
+// Row i of x into row i of `out` (shaped by Prepare).
+void QuantizeRow(const float* x, int64_t i, QuantizedRows* out) {
+  const int64_t k = out->cols, nb = k / kQ8Block;
+  int8_t* q = out->q.data() + i * k;
+  float* d = out->d.data() + i * nb;
+  if (HaveAvx2Fma()) return QuantizeRowAvx2(x + i * k, k, q, d);
+  for (int64_t b = 0; b < nb; ++b) QuantizeBlock(x + i * k + b * kQ8Block, q + b * kQ8Block, d + b);
+}
+
+void Prepare(QuantizedRows* out, int64_t m, int64_t k) {
+  out->rows = m;
+  out->cols = k;
+  if (out->q.size() < static_cast<size_t>(m * k)) out->q.resize(static_cast<size_t>(m * k));
+  const size_t blocks = static_cast<size_t>(m * (k / kQ8Block));
+  if (out->d.size() < blocks) out->d.resize(blocks);
+}
+
+}  // namespace
+
+bool Q8Supports(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
+
+const char* MatMulQ8Isa() { return HaveAvx2Fma() ? "avx2" : "generic"; }
+
+void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows* out) {
+  TANDEM_CHECK(k % kQ8Block == 0);
+  Prepare(out, m, k);
+  const int64_t nb = k / kQ8Block;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < nb; ++b) {
+      QuantizeBlock(x + i * k + b * kQ8Block, out->q.data() + i * k + b * kQ8Block,
+                    out->d.data() + i * nb + b);
+    }
+  }
+}
+
+void QuantizeRowsQ8(const float* x, int64_t m, int64_t k, QuantizedRows* out, ThreadPool* pool) {
+  TANDEM_CHECK(k % kQ8Block == 0);
+  Prepare(out, m, k);
+  auto rows = [&](int64_t r0, int64_t r1, int) {
+    for (int64_t i = r0; i < r1; ++i) QuantizeRow(x, i, out);
+  };
+  if (pool == nullptr || m < 4) return rows(0, m, 0);
+  pool->ParallelFor(m, rows, 1);
+}
+
+void MatMulQ8Reference(const QuantizedRows& x, const WeightMatrix& w, float* out) {
+  TANDEM_CHECK(Q8Supports(w.type) && w.cols == x.cols && w.cols % kQ8Block == 0);
+  RangeGeneric(x, w, out, 0, w.rows);
+}
+
+void MatMulQ8(const QuantizedRows& x, const WeightMatrix& w, float* out, ThreadPool* pool) {
+  TANDEM_CHECK(Q8Supports(w.type) && w.cols == x.cols && w.cols % kQ8Block == 0);
+  auto run = [&](int64_t b, int64_t e, int) { Range(x, w, out, b, e); };
+  if (pool == nullptr) return run(0, w.rows, 0);
+  pool->ParallelFor(w.rows, run, 4);
+}
+
+void MatMulQ8Group(const float* x, int64_t m, std::initializer_list<const WeightMatrix*> ws,
+                   std::initializer_list<float* const*> outs, ThreadPool* pool) {
+  TANDEM_CHECK(ws.size() == outs.size() && ws.size() > 0 && ws.size() <= 4);
+  const int64_t k = (*ws.begin())->cols;
+  thread_local QuantizedRows buffer;  // grows to the largest pass, then reused
+  QuantizedRows& q = buffer;          // this thread's, also where the pool's threads read it
+  QuantizeRowsQ8(x, m, k, &q, pool);
+  // One parallel loop over the rows of every matrix, as MatMulGroup splits them.
+  const WeightMatrix* w[4];
+  float* o[4];
+  int64_t start[5] = {0};
+  int n = 0;
+  for (const WeightMatrix* wi : ws) {
+    TANDEM_CHECK(Q8Supports(wi->type) && wi->cols == k);
+    w[n] = wi;
+    o[n] = *outs.begin()[n];
+    start[n + 1] = start[n] + wi->rows;
+    ++n;
+  }
+  if (m <= 0 || start[n] == 0) return;
+  auto run = [&](int64_t b, int64_t e, int) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t lo = std::max(b, start[i]), hi = std::min(e, start[i + 1]);
+      if (lo < hi) Range(q, *w[i], o[i], lo - start[i], hi - start[i]);
+    }
+  };
+  if (pool == nullptr) return run(0, start[n], 0);
+  pool->ParallelFor(start[n], run, 4);
+}
+
+}  // namespace tandem::kernels

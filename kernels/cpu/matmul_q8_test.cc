@@ -1,0 +1,183 @@
+// MatMulQ8 (the integer path of `--cpu-math fast`) at awkward sizes:
+//   - every ISA path present gives the bits of the scalar restatement
+//     (QuantizeRowsQ8Reference, MatMulQ8Reference), threads or not;
+//   - against float32 activations the error stays within the bound the quantization
+//     itself sets: Σ_blocks (max|x_b| / 254) · Σ |w_e| per output, computed from the data
+//     (an independent check of what the integers compute);
+//   - a row's outputs do not depend on the other rows (batch invariance), and a group
+//     gives what separate calls give.
+#include "kernels/cpu/matmul_q8.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/model/dequantize.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/vec_math.h"
+#include "kernels/testing/numeric.h"
+#include "tests/quant_blocks.h"
+
+namespace tandem::kernels {
+namespace {
+
+using model::GgmlType;
+using ::tandem::kernels::testing::Noise;
+
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0};
+
+// Activations with the hard cases mixed in: an all-zero block, a block of tiny values,
+// a huge block, exact ties of x · 127 / max (k ≥ 128).
+std::vector<float> Activations(int64_t m, int64_t k, std::mt19937& rng) {
+  std::vector<float> x = Noise(m * k, rng, 2.0f);
+  if (k >= 128) {
+    for (int64_t i = 0; i < m; ++i) {
+      float* r = x.data() + i * k;
+      std::fill(r, r + 32, 0.0f);
+      for (int e = 32; e < 64; ++e) r[e] = (e % 2 ? 1e-31f : -3e-33f);
+      for (int e = 64; e < 96; ++e) r[e] *= 1e30f;
+      // max 127: x · 127 / max is x itself, so the halves are exact ties.
+      for (int e = 96; e < 128; ++e) r[e] = static_cast<float>(e % 8) - 3.5f;
+      r[96] = 127.0f;
+    }
+  }
+  return x;
+}
+
+// Both paths when the machine has AVX2; the portable one always.
+template <class F>
+void OnEveryPath(F&& f) {
+  ForcePortableKernels(true);
+  f("portable");
+  ForcePortableKernels(false);
+  if (HaveAvx2Fma()) f(MatMulQ8Isa());
+}
+
+TEST(MatMulQ8, QuantizationEqualsTheScalarStatement) {
+  std::mt19937 rng(1);
+  for (int64_t m : {1, 3, 17}) {
+    for (int64_t k : {32, 128, 4128}) {
+      const auto x = Activations(m, k, rng);
+      QuantizedRows want;
+      QuantizeRowsQ8Reference(x.data(), m, k, &want);
+      OnEveryPath([&](const char* path) {
+        QuantizedRows got;
+        ThreadPool pool(2);
+        QuantizeRowsQ8(x.data(), m, k, &got, &pool);
+        ASSERT_EQ(got.rows, m);
+        EXPECT_TRUE(std::equal(want.q.begin(), want.q.begin() + m * k, got.q.begin()))
+            << path << " m " << m << " k " << k;
+        EXPECT_TRUE(std::equal(want.d.begin(), want.d.begin() + m * k / 32, got.d.begin())) << path;
+      });
+      // The hard blocks: zeros, tiny values (below 1e-30: zeros too), ties to even.
+      if (k >= 128) {
+        for (int e = 0; e < 64; ++e) EXPECT_EQ(want.q[e], 0);
+        EXPECT_EQ(want.d[0], 0.0f);
+        EXPECT_EQ(want.d[1], 0.0f);
+        EXPECT_EQ(want.q[96], 127);
+        EXPECT_EQ(want.q[97], -2);  // -2.5
+        EXPECT_EQ(want.q[100], 0);  // 0.5
+        EXPECT_EQ(want.q[101], 2);  // 1.5
+        EXPECT_EQ(want.q[103], 4);  // 3.5
+        EXPECT_EQ(want.d[3], 1.0f);
+      }
+    }
+  }
+}
+
+TEST(MatMulQ8, EveryPathGivesTheBitsOfTheScalarStatement) {
+  std::mt19937 rng(2);
+  for (GgmlType type : kTypes) {
+    for (int64_t k : {32, 96, 1024, 4128}) {
+      for (int64_t n : {1, 5, 17, 64}) {
+        const auto wbytes = ::tandem::testing::RandomQuantRows(type, n, k, 0.05f, rng);
+        const WeightMatrix w{type, n, k, wbytes.data()};
+        for (int64_t m : {1, 2, 3, 7, 17}) {
+          SCOPED_TRACE(::testing::Message()
+                       << model::Traits(type).name << " m " << m << " n " << n << " k " << k);
+          const auto x = Activations(m, k, rng);
+          QuantizedRows q;
+          QuantizeRowsQ8Reference(x.data(), m, k, &q);
+          std::vector<float> want(static_cast<size_t>(m * n));
+          MatMulQ8Reference(q, w, want.data());
+          OnEveryPath([&](const char* path) {
+            for (bool threads : {false, true}) {
+              ThreadPool pool(2);
+              std::vector<float> got(want.size(), NAN);
+              MatMulQ8(q, w, got.data(), threads ? &pool : nullptr);
+              for (size_t i = 0; i < got.size(); ++i) {
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+                    << path << (threads ? " threads" : "") << " output " << i;
+              }
+            }
+          });
+        }
+      }
+    }
+  }
+}
+
+TEST(MatMulQ8, ErrorAgainstFloatActivationsStaysWithinTheQuantizationBound) {
+  std::mt19937 rng(3);
+  for (GgmlType type : kTypes) {
+    const int64_t m = 5, n = 33, k = 2048;
+    const auto wbytes = ::tandem::testing::RandomQuantRows(type, n, k, 0.05f, rng);
+    const WeightMatrix w{type, n, k, wbytes.data()};
+    const auto x = Activations(m, k, rng);
+    std::vector<float> exact(m * n), fast(m * n);
+    MatMulReference(x.data(), m, w, exact.data());
+    float* pf = fast.data();
+    MatMulQ8Group(x.data(), m, {&w}, {&pf}, nullptr);
+    std::vector<float> row(k);
+    double worst_ratio = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      ASSERT_TRUE(model::Dequantize(type, {w.data + j * w.RowBytes(), w.RowBytes()}, row).ok());
+      for (int64_t i = 0; i < m; ++i) {
+        double bound = 0, scale = 0;
+        for (int64_t b = 0; b < k / 32; ++b) {
+          double amax = 0, wsum = 0;
+          for (int e = 0; e < 32; ++e) {
+            amax = std::max(amax, std::fabs(double{x[i * k + 32 * b + e]}));
+            wsum += std::fabs(double{row[32 * b + e]});
+          }
+          bound += amax / 254 * wsum;
+          scale += amax * wsum;
+        }
+        const double err = std::fabs(double{fast[i * n + j]} - exact[i * n + j]);
+        // The quantization's bound, plus float rounding of the block sums (far smaller).
+        EXPECT_LE(err, bound + 1e-5 * scale) << model::Traits(type).name << " " << i << "," << j;
+        worst_ratio = std::max(worst_ratio, err / (bound + 1e-30));
+      }
+    }
+    // The bound is not vacuous: the error reaches a fair part of it somewhere.
+    EXPECT_GT(worst_ratio, 0.01) << model::Traits(type).name;
+  }
+}
+
+TEST(MatMulQ8, ARowsOutputsDoNotDependOnTheOtherRowsAndGroupsEqualSeparateCalls) {
+  std::mt19937 rng(4);
+  const int64_t n = 40, k = 512, m = 13;
+  const auto a = ::tandem::testing::RandomQuantRows(GgmlType::kQ4_0, n, k, 0.05f, rng);
+  const auto b = ::tandem::testing::RandomQuantRows(GgmlType::kQ8_0, n + 7, k, 0.05f, rng);
+  const WeightMatrix wa{GgmlType::kQ4_0, n, k, a.data()}, wb{GgmlType::kQ8_0, n + 7, k, b.data()};
+  const auto x = Activations(m, k, rng);
+  ThreadPool pool(2);
+  std::vector<float> oa(m * n), ob(m * (n + 7));
+  float* pa = oa.data();
+  float* pb = ob.data();
+  MatMulQ8Group(x.data(), m, {&wa, &wb}, {&pa, &pb}, &pool);
+  for (int64_t i : {0, 6, 12}) {
+    std::vector<float> alone(n);
+    float* p = alone.data();
+    MatMulQ8Group(x.data() + i * k, 1, {&wa}, {&p}, nullptr);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), oa.begin() + i * n)) << "row " << i;
+  }
+  std::vector<float> sep(m * (n + 7));
+  float* ps = sep.data();
+  MatMulQ8Group(x.data(), m, {&wb}, {&ps}, &pool);
+  EXPECT_EQ(sep, ob);
+}
+
+}  // namespace
+}  // namespace tandem::kernels
