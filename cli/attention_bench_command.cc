@@ -31,7 +31,7 @@ CLI::App* AddAttentionBenchCommand(CLI::App* bench, AttentionBenchOptions* o) {
   cmd->add_option("--repetitions,-r", o->repetitions)->capture_default_str();
   cmd->add_option("--threads,-t", o->threads, "CPU threads (0: every core)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
-  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype, nullptr);
   return cmd;
 }
 

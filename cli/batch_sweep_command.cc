@@ -27,7 +27,7 @@ CLI::App* AddBatchSweepCommand(CLI::App* bench, BatchSweepOptions* o) {
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes)->capture_default_str();
   cmd->add_option("--result-json", o->result_json, "Also write the results here");
   cmd->add_flag("--json", o->json, "Print JSON instead of the table");
-  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype, &o->cpu_math);
   return cmd;
 }
 
@@ -41,6 +41,7 @@ int RunBatchSweep(const BatchSweepOptions& o) {
   eo.gpu = o.gpu;
   eo.batch_invariant = o.batch_invariant;
   eo.kv_dtype = o.kv_dtype;
+  eo.cpu_math = o.cpu_math;
   const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   eo.scheduler.max_running = std::max(64, max_batch);
   eo.scheduler.max_batched_tokens = std::max(2048, max_batch * o.prompt_tokens);

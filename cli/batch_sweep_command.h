@@ -11,6 +11,7 @@
 
 #include "CLI/CLI.hpp"
 #include "common/kv/kv_layout.h"
+#include "kernels/backend.h"
 
 namespace tandem::cli {
 
@@ -20,6 +21,7 @@ struct BatchSweepOptions {
   int gpu = 0;                   // --gpu: the CUDA device
   bool batch_invariant = false;  // --batch-invariant
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
+  kernels::CpuMath cpu_math = kernels::CpuMath::kExact;  // --cpu-math
   int threads = 0;
   std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64};
   int32_t prompt_tokens = 128;

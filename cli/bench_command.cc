@@ -21,6 +21,7 @@
 #include "common/rpc/worker_main.h"
 #include "common/util/strings.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_q8.h"
 #include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
 
@@ -63,7 +64,7 @@ CLI::App* AddBenchCommand(CLI::App& app, BenchOptions* o) {
                   "The device's peak (dense bf16) for the sweep's MFU, e.g. 989 for an H200");
   cmd->add_flag("--json", o->json, "Print one JSON object");
   cmd->add_flag("--enforce-eager", o->enforce_eager, "No CUDA graphs for decode steps");
-  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype, &o->cpu_math);
   return bench;
 }
 
@@ -97,6 +98,7 @@ int RunBench(const BenchOptions& o) {
   eo.batch_invariant = o.batch_invariant;
   eo.enforce_eager = o.enforce_eager;
   eo.kv_dtype = o.kv_dtype;
+  eo.cpu_math = o.cpu_math;
   eo.scheduler.max_running = std::max(64, o.batch);
   // Every prompt in one pass, unchunked (the prefill figures are single passes).
   int32_t longest = std::max({2048, o.batch * o.batch_prompt, o.prompt_tokens});
@@ -163,6 +165,8 @@ int RunBench(const BenchOptions& o) {
       {"model", model_name},
       {"threads", threads},
       {"isa", kernels::MatMulIsa()},
+      {"cpu_math", std::string(kernels::CpuMathName(o.cpu_math))},
+      {"cpu_math_isa", kernels::MatMulQ8Isa()},
       {"pp", o.prompt_tokens},
       {"pp_tokens_per_s", Median(pp)},
       {"pp_gflops", pp_gflops},
@@ -193,8 +197,9 @@ int RunBench(const BenchOptions& o) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("tandem bench engine: %s, %s, %d threads, %s kernels, %s KV\n", model_name.c_str(),
-                std::string(e.device()).c_str(), threads, kernels::MatMulIsa(),
+    std::printf("tandem bench engine: %s, %s, %d threads, %s kernels, %s math, %s KV\n",
+                model_name.c_str(), std::string(e.device()).c_str(), threads, kernels::MatMulIsa(),
+                std::string(kernels::CpuMathName(o.cpu_math)).c_str(),
                 std::string(kv::KvDtypeName(o.kv_dtype)).c_str());
     if (on_host) {
       std::printf(

@@ -166,8 +166,8 @@ int RunClusterBench(const ClusterBenchOptions& o) {
   if (!backend.ok()) return Fail(backend.status());
   auto cache = kernels::KvStorage::Create(backend->get(), layout, int64_t{64} << 20);
   if (!cache.ok()) return Fail(cache.status());
-  auto made = transport::StreamKvSender::Create(cache->get(),
-                                                rpc::MakeFingerprint(layout, model->hash), {});
+  auto made = transport::StreamKvSender::Create(
+      cache->get(), rpc::MakeFingerprint(layout, model->hash, kernels::CpuMath::kExact), {});
   if (!made.ok()) return Fail(made.status());
   transport::StreamKvSender& sender = **made;
   auto decode = v1::DecodeWorker::NewStub(rpc::MakeChannel(decode_addr));

@@ -35,7 +35,7 @@ void AddGenerateCommand(CLI::App& app, GenerateOptions* o) {
   cmd->add_option("--kv-cache-bytes", o->kv_cache_bytes, "KV cache memory budget")
       ->capture_default_str();
   cmd->add_option("--block-size", o->block_size, "Tokens per KV block")->capture_default_str();
-  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype, &o->cpu_math);
 }
 
 int RunGenerate(const GenerateOptions& o) {
@@ -63,6 +63,7 @@ int RunGenerate(const GenerateOptions& o) {
   eo.gpu = o.gpu;
   eo.batch_invariant = o.batch_invariant;
   eo.kv_dtype = o.kv_dtype;
+  eo.cpu_math = o.cpu_math;
   auto eng = engine::Engine::Create(*weights, eo);
   if (!eng.ok()) return Fail(eng.status());
   const auto t_loaded = Clock::now();

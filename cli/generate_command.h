@@ -8,6 +8,7 @@
 #include "CLI/CLI.hpp"
 #include "cli/request_flags.h"
 #include "common/kv/kv_layout.h"
+#include "kernels/backend.h"
 
 namespace tandem::cli {
 
@@ -21,6 +22,7 @@ struct GenerateOptions {
   int gpu = 0;                   // --gpu: the CUDA device
   bool batch_invariant = false;  // --batch-invariant
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
+  kernels::CpuMath cpu_math = kernels::CpuMath::kExact;  // --cpu-math
 };
 
 void AddGenerateCommand(CLI::App& app, GenerateOptions* options);

@@ -12,6 +12,7 @@
 #include "common/model/model_config.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/strings.h"
+#include "kernels/cpu/matmul_q8.h"
 
 namespace tandem::cli {
 
@@ -63,9 +64,14 @@ void PrintSupport(const model::GgufFile& f) {
     if (!footprint.ok()) problems.push_back(std::string(footprint.status().message()));
   }
   std::map<std::string, std::vector<std::string>> no_decoder;  // type → tensor names
+  uint64_t matrix_bytes = 0, integer_bytes = 0;  // 2-D weights; those --cpu-math fast covers
   for (const auto& t : f.tensors()) {
     const model::GgmlTypeTraits& traits = model::Traits(t.type);
     if (!traits.can_dequantize) no_decoder[std::string(traits.name)].push_back(std::string(t.name));
+    if (t.n_dims == 2) {
+      matrix_bytes += t.n_bytes;
+      if (kernels::Q8Supports(t.type)) integer_bytes += t.n_bytes;
+    }
   }
   std::printf("\nsupport:\n  servable          %s\n", problems.empty() ? "yes" : "no");
   for (const std::string& p : problems) std::printf("  unsupported       %s\n", p.c_str());
@@ -78,6 +84,10 @@ void PrintSupport(const model::GgufFile& f) {
                 HumanBytes(footprint->stored_bytes).c_str(),
                 HumanBytes(footprint->converted_bytes).c_str());
   }
+  std::printf(
+      "  --cpu-math fast   integer dot products (%s) for %s of %s of matrices "
+      "(Q8_0, Q4_0); the rest, and --cpu-math exact, in float32\n",
+      kernels::MatMulQ8Isa(), HumanBytes(integer_bytes).c_str(), HumanBytes(matrix_bytes).c_str());
 }
 
 }  // namespace

@@ -152,7 +152,7 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk,
                   "Prompt tokens one sequence computes per step (chunked prefill; 0: whole prompt)")
       ->capture_default_str();
-  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
+  rpc::AddDeviceFlags(*cmd, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype, &o->cpu_math);
   cmd->add_option("--max-restarts", o->max_restarts,
                   "A process that dies within 60 s of starting this many times in a row stops "
                   "the cluster (non-zero exit, its last messages)")
@@ -268,7 +268,9 @@ int RunServe(const ServeOptions& o) {
               "--gpu",
               std::to_string(o.gpu),
               "--kv-dtype",
-              std::string(kv::KvDtypeName(o.kv_dtype))};
+              std::string(kv::KvDtypeName(o.kv_dtype)),
+              "--cpu-math",
+              std::string(kernels::CpuMathName(o.cpu_math))};
     if (!o.served_model_name.empty()) {
       c.args.insert(c.args.end(), {"--served-model-name", o.served_model_name});
     }

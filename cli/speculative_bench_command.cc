@@ -105,7 +105,7 @@ CLI::App* AddSpeculativeBenchCommand(CLI::App* bench, SpeculativeBenchOptions* o
   cmd->add_option("--model,-m", o->model, "GGUF model (the target)")->required();
   rpc::AddSpeculativeFlags(*cmd, &o->speculative, &o->engine.speculative);
   rpc::AddDeviceFlags(*cmd, &o->engine.device, &o->engine.gpu, &o->engine.batch_invariant,
-                      &o->engine.kv_dtype);
+                      &o->engine.kv_dtype, &o->engine.cpu_math);
   cmd->add_option("--threads,-t", o->engine.num_threads, "Compute threads (0: all cores)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-bytes", o->engine.kv_cache_bytes)->capture_default_str();

@@ -135,6 +135,24 @@ class Event {
   virtual absl::Status Wait() = 0;
 };
 
+// How the CPU backend multiplies float32 activations by quantized weights
+// (--cpu-math; other backends ignore it):
+//   exact  every weight decoded to float32, float32 products (within 1e-4 of
+//          transformers; the golden tests pin it)
+//   fast   activations quantized to 8 bits per block of 32 and integer dot products
+//          (cpu/matmul_q8.h) for the weight types that have them (Q8_0, Q4_0 so far),
+//          exact for the rest; still batch-invariant and deterministic
+// Both halves of a disaggregated pair must agree (the KV layout fingerprint carries it).
+enum class CpuMath { kExact, kFast };
+
+inline std::string_view CpuMathName(CpuMath m) { return m == CpuMath::kFast ? "fast" : "exact"; }
+// InvalidArgument naming the flag for another name.
+inline absl::StatusOr<CpuMath> ParseCpuMath(std::string_view name) {
+  if (name == "exact") return CpuMath::kExact;
+  if (name == "fast") return CpuMath::kFast;
+  return absl::InvalidArgumentError("--cpu-math: must be exact or fast");
+}
+
 // A device's memory, for sizing the KV pool (--gpu-memory-utilization).
 struct DeviceMemory {
   int64_t total_bytes = 0;

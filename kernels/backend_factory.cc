@@ -14,8 +14,8 @@ bool CudaBuilt() { return TANDEM_HAVE_CUDA != 0; }
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
   if (o.device == "cpu" || o.device == "cpu-fence") {
-    return std::unique_ptr<Backend>(
-        new CpuBackend({.num_threads = o.num_threads, .fence = o.device == "cpu-fence"}));
+    return std::unique_ptr<Backend>(new CpuBackend(
+        {.num_threads = o.num_threads, .fence = o.device == "cpu-fence", .math = o.cpu_math}));
   }
   if (o.device == "cuda") {
 #if TANDEM_HAVE_CUDA

@@ -19,9 +19,10 @@ std::vector<std::string> DeviceNames();
 
 struct BackendOptions {
   std::string device = "cpu";
-  int num_threads = 0;           // CPU compute threads (0: every core)
-  int gpu = 0;                   // CUDA device index
-  bool batch_invariant = false;  // CUDA: cuda::CudaBackendOptions::batch_invariant
+  int num_threads = 0;                 // CPU compute threads (0: every core)
+  int gpu = 0;                         // CUDA device index
+  bool batch_invariant = false;        // CUDA: cuda::CudaBackendOptions::batch_invariant
+  CpuMath cpu_math = CpuMath::kExact;  // CPU: --cpu-math (kernels/backend.h)
 };
 
 // Whether this build has the CUDA backend.

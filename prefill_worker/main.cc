@@ -51,15 +51,15 @@ int main(int argc, char** argv) {
   auto worker = prefill::PrefillWorker::Create(
       *model->weights, options,
       [&](const kernels::KvStorage& kv) -> absl::StatusOr<std::unique_ptr<transport::KvSender>> {
-        return transport::StreamKvSender::Create(&kv,
-                                                 rpc::MakeFingerprint(kv.layout(), model->hash),
-                                                 {.api_key = flags.InternalKey(),
-                                                  .device = transports->device,
-                                                  .offered = transports->kinds,
-                                                  .nccl = transports->nccl.get(),
-                                                  .cuda_ipc = transports->cuda_ipc.get(),
-                                                  .timeout = transports->timeout,
-                                                  .staging_bytes = transports->staging_bytes});
+        return transport::StreamKvSender::Create(
+            &kv, rpc::MakeFingerprint(kv.layout(), model->hash, options.cpu_math),
+            {.api_key = flags.InternalKey(),
+             .device = transports->device,
+             .offered = transports->kinds,
+             .nccl = transports->nccl.get(),
+             .cuda_ipc = transports->cuda_ipc.get(),
+             .timeout = transports->timeout,
+             .staging_bytes = transports->staging_bytes});
       },
       [&metrics](const transport::KvTransferStats& stats, const absl::Status& status) {
         const std::string_view transport = transport::TransportName(stats.transport);
@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
     const prefill::PrefillWorkerStats s = w->Stats();
     rpc::ExportEngineStats(s.engine, s.kv_bytes_sent, s.kv_failures, s.kv_comm_rebuilds, &m);
   });
-  service.SetWorker(w, rpc::MakeFingerprint(w->layout(), model->hash), transports->kinds);
+  service.SetWorker(w, rpc::MakeFingerprint(w->layout(), model->hash, options.cpu_math),
+                    transports->kinds);
   (*server)->SetReady(true);
   if (*http != nullptr) (*http)->SetReady(true);
   rpc::AnnounceReady(flags);

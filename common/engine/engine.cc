@@ -38,11 +38,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
   if (options.make_backend) {
     ASSIGN_OR_RETURN(e->backend_, options.make_backend());
   } else {
-    ASSIGN_OR_RETURN(e->backend_,
-                     kernels::MakeBackend({.device = options.device,
-                                           .num_threads = options.num_threads,
-                                           .gpu = options.gpu,
-                                           .batch_invariant = options.batch_invariant}));
+    ASSIGN_OR_RETURN(e->backend_, kernels::MakeBackend({.device = options.device,
+                                                        .num_threads = options.num_threads,
+                                                        .gpu = options.gpu,
+                                                        .batch_invariant = options.batch_invariant,
+                                                        .cpu_math = options.cpu_math}));
   }
   ASSIGN_OR_RETURN(e->device_weights_, DeviceWeights::Prepare(weights, e->backend_.get()));
   kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),

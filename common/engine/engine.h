@@ -66,6 +66,8 @@ struct EngineOptions {
   int32_t block_size = 16;
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
   int num_threads = 0;  // CPU compute threads (0: every core)
+  // The CPU backend's arithmetic for quantized weights (--cpu-math; kernels/backend.h).
+  kernels::CpuMath cpu_math = kernels::CpuMath::kExact;
   // Tests: builds the backend instead of `device` (e.g. one with an injected fault).
   std::function<absl::StatusOr<std::unique_ptr<kernels::Backend>>()> make_backend;
   // Keep full blocks after their sequence ends and reuse them for requests that start

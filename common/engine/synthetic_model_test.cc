@@ -182,6 +182,116 @@ TEST(ExecutorGraphs, AScratchMovedByAnotherExecutorIsCapturedAgain) {
   EXPECT_EQ(rec.stale_replays(), 0);
 }
 
+// --cpu-math fast on a Q8_0 model (the integer path): a request's tokens do not depend
+// on what it is batched with nor on which engine computed its prompt — the invariance
+// exact math has — and teacher-forced, fast and exact pick the same token almost
+// everywhere (the quantization moves logits a little, never far).
+TEST(FastMath, TokensDoNotDependOnBatchingOrWhereThePromptWasComputed) {
+  const model::ModelConfig c = *SyntheticConfig("tiny");
+  auto w = *ModelWeights::Random(c, model::GgmlType::kQ8_0, 12);
+  auto make = [&](kernels::CpuMath math) {
+    EngineOptions o;
+    o.num_threads = 2;
+    o.cpu_math = math;
+    return *Engine::Create(*w, o);
+  };
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 7; ++i) {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 1 + 23 * i; ++t) p.push_back((t * 131 + i * 17) % 1024);
+    prompts.push_back(p);
+  }
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 12;
+  sp.ignore_eos = true;
+  auto run = [&](Engine& e, const std::vector<std::vector<int32_t>>& ps) {
+    std::vector<kv::SeqId> ids;
+    for (const auto& p : ps) ids.push_back(*e.AddRequest(p, sp));
+    std::vector<std::vector<int32_t>> out(ps.size());
+    while (e.HasWork()) {
+      for (const auto& ev : StepOk(e)) {
+        const size_t i = std::find(ids.begin(), ids.end(), ev.id) - ids.begin();
+        if (ev.token >= 0) out[i].push_back(ev.token);
+      }
+    }
+    return out;
+  };
+  auto batched_engine = make(kernels::CpuMath::kFast);
+  const auto together = run(*batched_engine, prompts);
+  for (size_t i : {0, 3, 6}) {
+    SCOPED_TRACE(i);
+    auto alone = make(kernels::CpuMath::kFast);
+    EXPECT_EQ(run(*alone, {prompts[i]})[0], together[i]);
+    // Prefilled on one fast engine, its K/V moved layer by layer, decoded on another.
+    auto prefill = make(kernels::CpuMath::kFast);
+    auto decode = make(kernels::CpuMath::kFast);
+    const kv::SeqId pid = *prefill->AddRequest(prompts[i], sp, RequestMode::kPrefillOnly);
+    int32_t first = -1;
+    while (prefill->HasWork()) {
+      for (const auto& ev : StepOk(*prefill)) first = ev.token;
+    }
+    auto did = decode->Reserve(static_cast<int64_t>(prompts[i].size()) + 1);
+    ASSERT_TRUE(did.ok()) << did.status();
+    const kv::KvLayout& layout = prefill->kv_layout();
+    std::vector<uint8_t> slice(layout.LayerBytes());
+    const auto& src = prefill->BlockTable(pid);
+    for (size_t b = 0; b < src.size(); ++b) {
+      for (int32_t l = 0; l < layout.n_layers; ++l) {
+        ASSERT_TRUE(prefill->kv_storage().ReadLayer({{src[b]}}, l, slice.data()).ok());
+        ASSERT_TRUE(decode->WriteReservedKv(*did, l, static_cast<int32_t>(b), 1, slice).ok());
+      }
+    }
+    EXPECT_TRUE(prefill->Release(pid));
+    ASSERT_TRUE(decode->AdmitPrefilled(*did, prompts[i], first, sp).ok());
+    std::vector<int32_t> got = {first};
+    while (decode->HasWork()) {
+      for (const auto& ev : StepOk(*decode)) {
+        if (ev.token >= 0) got.push_back(ev.token);
+      }
+    }
+    EXPECT_EQ(got, together[i]);
+  }
+  // Fast is not exact — the integer path really ran — yet close: over one pass of a
+  // 96-token prompt, every row's logits within 5 % of the row's largest and the same
+  // arg-max on at least 90 % of the rows.
+  auto logits = [&](kernels::CpuMath math) {
+    kernels::CpuBackend backend(kernels::CpuBackendOptions{.num_threads = 2, .math = math});
+    auto dw = *DeviceWeights::Prepare(*w, &backend);
+    const kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
+                              static_cast<int32_t>(c.head_dim), 16, kv::KvDtype::kF32};
+    auto kv = *kernels::KvStorage::Create(&backend, layout, int64_t{8} << 20);
+    auto exec = *ModelExecutor::Create(c, *dw, &backend, kv.get(), {128, 1, false});
+    std::vector<int32_t> tokens;
+    for (int t = 0; t < 96; ++t) tokens.push_back((t * 389 + 5) % 1024);
+    ForwardBatch batch;
+    std::vector<int32_t> table = {0, 1, 2, 3, 4, 5};
+    batch.AddSequence(tokens, 96, table, true, 96);
+    const kernels::Tensor out = *exec->Forward(batch);
+    std::vector<float> host(static_cast<size_t>(out.elements()));
+    backend.CopyToHost(*out.buffer, out.offset, out.bytes(), host.data());
+    EXPECT_TRUE(backend.Synchronize().ok());
+    return host;
+  };
+  const auto fast = logits(kernels::CpuMath::kFast), exact = logits(kernels::CpuMath::kExact);
+  ASSERT_EQ(fast.size(), exact.size());
+  EXPECT_NE(fast, exact) << "fast math gave exact math's bits: did the integer path run?";
+  const int64_t vocab = c.vocab_size;
+  int same = 0;
+  for (int64_t r = 0; r < 96; ++r) {
+    const float* f = fast.data() + r * vocab;
+    const float* e = exact.data() + r * vocab;
+    float largest = 0, worst = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      largest = std::max(largest, std::fabs(e[v]));
+      worst = std::max(worst, std::fabs(f[v] - e[v]));
+    }
+    EXPECT_LT(worst, 0.05f * largest) << "row " << r;
+    same += std::max_element(f, f + vocab) - f == std::max_element(e, e + vocab) - e;
+  }
+  EXPECT_GE(same, 87) << "of 96 rows";
+}
+
 // --gpu-memory-utilization sizes from device memory, which the CPU backend has not got:
 // a clear error naming the flag to use instead.
 TEST(SyntheticModel, GpuMemoryUtilizationNeedsADevice) {

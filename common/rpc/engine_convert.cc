@@ -65,9 +65,11 @@ void ToProto(const engine::EngineStats& s, v1::WorkerStats* out) {
   out->set_prefill_chunks_total(s.prefill_chunks);
 }
 
-v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash) {
+v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash,
+                                        kernels::CpuMath cpu_math) {
   v1::KvLayoutFingerprint f;
   f.set_model_hash(model_hash);
+  f.set_cpu_math(std::string(kernels::CpuMathName(cpu_math)));
   switch (layout.dtype) {
     case kv::KvDtype::kF32:
       f.set_dtype(v1::KV_DTYPE_FLOAT32);
@@ -113,6 +115,10 @@ absl::Status CheckFingerprint(const v1::KvLayoutFingerprint& ours,
     return differ("num_kv_heads", ours.num_kv_heads(), theirs.num_kv_heads());
   if (ours.head_dim() != theirs.head_dim())
     return differ("head_dim", ours.head_dim(), theirs.head_dim());
+  auto math = [](const v1::KvLayoutFingerprint& f) {
+    return f.cpu_math().empty() ? std::string("exact") : f.cpu_math();
+  };
+  if (math(ours) != math(theirs)) return differ("cpu_math", math(ours), math(theirs));
   return absl::OkStatus();
 }
 

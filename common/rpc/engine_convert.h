@@ -31,7 +31,8 @@ void ToProto(const engine::EngineStats& s, v1::WorkerStats* out);
 
 // The fingerprint of a cache with `layout` (dtype and element order included) for the
 // model with `model_hash`.
-v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash);
+v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash,
+                                        kernels::CpuMath cpu_math);
 // FailedPrecondition naming the first field where `theirs` differs from `ours`.
 absl::Status CheckFingerprint(const v1::KvLayoutFingerprint& ours,
                               const v1::KvLayoutFingerprint& theirs);

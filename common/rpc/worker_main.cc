@@ -9,7 +9,7 @@
 namespace tandem::rpc {
 
 void AddDeviceFlags(CLI::App& app, std::string* device, int* gpu, bool* batch_invariant,
-                    kv::KvDtype* kv_dtype) {
+                    kv::KvDtype* kv_dtype, kernels::CpuMath* cpu_math) {
   if (const char* d = std::getenv("TANDEM_DEVICE"); d != nullptr && *d != '\0') *device = d;
   app.add_option("--device", *device, "Compute backend (default: $TANDEM_DEVICE, else cpu)")
       ->check(CLI::IsMember(kernels::DeviceNames()))
@@ -22,6 +22,17 @@ void AddDeviceFlags(CLI::App& app, std::string* device, int* gpu, bool* batch_in
                "on a GPU: pinned GEMM algorithms, fixed attention splits, no tensor-core "
                "attention)");
   AddKvDtypeFlag(app, kv_dtype);
+  if (cpu_math == nullptr) return;
+  app.add_option_function<std::string>(
+         "--cpu-math",
+         [cpu_math](const std::string& name) {
+           absl::StatusOr<kernels::CpuMath> m = kernels::ParseCpuMath(name);
+           if (!m.ok()) throw CLI::ValidationError(std::string(m.status().message()));
+           *cpu_math = *m;
+         },
+         "CPU arithmetic for quantized weights: exact (float32, within 1e-4 of transformers) "
+         "or fast (8-bit activations, integer dot products for Q8_0 and Q4_0 weights)")
+      ->default_str(std::string(kernels::CpuMathName(*cpu_math)));
 }
 
 void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype) {
@@ -37,7 +48,7 @@ void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype) {
 }
 
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* o) {
-  AddDeviceFlags(app, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype);
+  AddDeviceFlags(app, &o->device, &o->gpu, &o->batch_invariant, &o->kv_dtype, &o->cpu_math);
   app.add_flag("--enforce-eager", o->enforce_eager,
                "Run every pass eagerly: no CUDA graphs for decode steps")
       ->capture_default_str();

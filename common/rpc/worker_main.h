@@ -18,9 +18,10 @@ namespace tandem::rpc {
 // --kv-dtype (f32, bf16, f16).
 void AddKvDtypeFlag(CLI::App& app, kv::KvDtype* kv_dtype);
 // --device (cpu, cpu-fence, cuda; the default is $TANDEM_DEVICE where set), --gpu (the
-// CUDA device index), --batch-invariant and --kv-dtype.
+// CUDA device index), --batch-invariant, --kv-dtype and, unless `cpu_math` is null,
+// --cpu-math (exact, fast: kernels/backend.h).
 void AddDeviceFlags(CLI::App& app, std::string* device, int* gpu, bool* batch_invariant,
-                    kv::KvDtype* kv_dtype);
+                    kv::KvDtype* kv_dtype, kernels::CpuMath* cpu_math);
 
 void AddEngineFlags(CLI::App& app, engine::EngineOptions* options);
 

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_q8.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/kv_storage.h"
 #include "kernels/select.h"
@@ -81,7 +83,9 @@ int Threads(int requested) {
 }  // namespace
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
-    : fence_(options.fence), pool_(std::make_unique<ThreadPool>(Threads(options.num_threads))) {}
+    : fence_(options.fence),
+      math_(options.math),
+      pool_(std::make_unique<ThreadPool>(Threads(options.num_threads))) {}
 
 absl::StatusOr<std::unique_ptr<Buffer>> CpuBackend::Allocate(MemoryKind kind, int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError("buffer size must not be negative");
@@ -201,28 +205,39 @@ void CpuBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor&
   }
 }
 
-void CpuBackend::MatMul(const Tensor& x, const Tensor& w, const Tensor& out) {
+void CpuBackend::Gemms(const Tensor& x, std::initializer_list<const WeightMatrix*> ws,
+                       std::initializer_list<float* const*> outs) {
   if (!Proceed()) return;
-  kernels::MatMul(Host(x), x.rows, Weight(w), Host(out), pool_.get());
+  // Fast math where every matrix of the group has an integer path (they share the
+  // quantized x); the float path otherwise.
+  const bool q8 =
+      math_ == CpuMath::kFast && x.cols % kQ8Block == 0 &&
+      std::all_of(ws.begin(), ws.end(), [](const WeightMatrix* w) { return Q8Supports(w->type); });
+  if (q8) return MatMulQ8Group(Host(x), x.rows, ws, outs, pool_.get());
+  MatMulGroup(Host(x), x.rows, ws, outs, pool_.get());
+}
+
+void CpuBackend::MatMul(const Tensor& x, const Tensor& w, const Tensor& out) {
+  const WeightMatrix a = Weight(w);
+  float* o = Host(out);
+  Gemms(x, {&a}, {&o});
 }
 
 void CpuBackend::MatMul2(const Tensor& x, const Tensor& w0, const Tensor& out0, const Tensor& w1,
                          const Tensor& out1) {
-  if (!Proceed()) return;
   const WeightMatrix a = Weight(w0), b = Weight(w1);
   float* o0 = Host(out0);
   float* o1 = Host(out1);
-  MatMulGroup(Host(x), x.rows, {&a, &b}, {&o0, &o1}, pool_.get());
+  Gemms(x, {&a, &b}, {&o0, &o1});
 }
 
 void CpuBackend::MatMul3(const Tensor& x, const Tensor& w0, const Tensor& out0, const Tensor& w1,
                          const Tensor& out1, const Tensor& w2, const Tensor& out2) {
-  if (!Proceed()) return;
   const WeightMatrix a = Weight(w0), b = Weight(w1), c = Weight(w2);
   float* o0 = Host(out0);
   float* o1 = Host(out1);
   float* o2 = Host(out2);
-  MatMulGroup(Host(x), x.rows, {&a, &b, &c}, {&o0, &o1, &o2}, pool_.get());
+  Gemms(x, {&a, &b, &c}, {&o0, &o1, &o2});
 }
 
 void CpuBackend::RmsNorm(const Tensor& x, const Tensor& weight, float eps, const Tensor& out) {

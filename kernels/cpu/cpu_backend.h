@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace tandem::kernels {
@@ -28,12 +29,14 @@ namespace tandem::kernels {
 struct CpuBackendOptions {
   int num_threads = 0;  // 0: every core
   bool fence = false;
+  CpuMath math = CpuMath::kExact;  // kernels/backend.h
 };
 
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options);
   std::string_view name() const override { return fence_ ? "cpu-fence" : "cpu"; }
+  CpuMath math() const { return math_; }
   int num_threads() const override { return pool_->num_threads(); }
 
   // Test hook, callable from any thread: the compute op (not a copy) after the next
@@ -87,8 +90,13 @@ class CpuBackend : public Backend {
   void Gated(const Tensor& gate, const Tensor& up, const Tensor& out,
              void (*act)(const float*, const float*, int64_t, float*));
   void Fail(absl::Status error);
+  // *outs[i] = x · ws[i]ᵀ for a group sharing x: fast math where every matrix of the
+  // group has an integer path (x quantized once for all), the float path otherwise.
+  void Gemms(const Tensor& x, std::initializer_list<const WeightMatrix*> ws,
+             std::initializer_list<float* const*> outs);
 
   const bool fence_;
+  const CpuMath math_;
   std::unique_ptr<ThreadPool> pool_;
   absl::Status error_;  // sticky until Synchronize
   std::mutex fault_mu_;

@@ -15,6 +15,7 @@
 
 #include "common/model/dequantize.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/testing/numeric.h"
 #include "tests/quant_blocks.h"
@@ -177,6 +178,59 @@ TEST(MatMulQ8, ARowsOutputsDoNotDependOnTheOtherRowsAndGroupsEqualSeparateCalls)
   float* ps = sep.data();
   MatMulQ8Group(x.data(), m, {&wb}, {&ps}, &pool);
   EXPECT_EQ(sep, ob);
+}
+
+// The CPU backend under --cpu-math fast: a group whose matrices all have the integer
+// path takes it (x quantized once), a group with one that has not (Q4_K here) takes the
+// float path for all, and exact math never takes it.
+TEST(CpuBackendFastMath, TakesTheIntegerPathWhereTheWholeGroupHasIt) {
+  std::mt19937 rng(5);
+  const int64_t m = 3, n = 24, k = 256;
+  const auto q8 = ::tandem::testing::RandomQuantRows(GgmlType::kQ8_0, n, k, 0.05f, rng);
+  const auto q4 = ::tandem::testing::RandomQuantRows(GgmlType::kQ4_0, n, k, 0.05f, rng);
+  const auto qk = ::tandem::testing::RandomQuantRows(GgmlType::kQ4_K, n, k, 0.002f, rng);
+  const auto x = Activations(m, k, rng);
+  const WeightMatrix w8{GgmlType::kQ8_0, n, k, q8.data()}, w4{GgmlType::kQ4_0, n, k, q4.data()},
+      wk{GgmlType::kQ4_K, n, k, qk.data()};
+  // What each path gives, computed here.
+  auto integer = [&](const WeightMatrix& w) {
+    std::vector<float> out(m * n);
+    float* p = out.data();
+    MatMulQ8Group(x.data(), m, {&w}, {&p}, nullptr);
+    return out;
+  };
+  auto floats = [&](const WeightMatrix& w) {
+    std::vector<float> out(m * n);
+    MatMul(x.data(), m, w, out.data(), nullptr);
+    return out;
+  };
+  for (CpuMath math : {CpuMath::kExact, CpuMath::kFast}) {
+    CpuBackend b(CpuBackendOptions{.num_threads = 2, .math = math});
+    auto tensor = [&](const void* data, GgmlType type, int64_t rows, int64_t cols) {
+      const int64_t bytes = static_cast<int64_t>(model::Traits(type).type_size) * rows * cols /
+                            model::Traits(type).block_size;
+      auto buf = *b.BorrowHost(data, bytes);
+      const Tensor t{buf.get(), 0, type, rows, cols};
+      return std::pair{std::move(buf), t};
+    };
+    auto [xb, xt] = tensor(x.data(), GgmlType::kF32, m, k);
+    auto [b8, t8] = tensor(q8.data(), GgmlType::kQ8_0, n, k);
+    auto [b4, t4] = tensor(q4.data(), GgmlType::kQ4_0, n, k);
+    auto [bk, tk] = tensor(qk.data(), GgmlType::kQ4_K, n, k);
+    std::vector<float> o0(m * n), o1(m * n), o2(m * n);
+    auto [ob0, ot0] = tensor(o0.data(), GgmlType::kF32, m, n);
+    auto [ob1, ot1] = tensor(o1.data(), GgmlType::kF32, m, n);
+    auto [ob2, ot2] = tensor(o2.data(), GgmlType::kF32, m, n);
+    const bool fast = math == CpuMath::kFast;
+    b.MatMul2(xt, t8, ot0, t4, ot1);
+    ASSERT_TRUE(b.Synchronize().ok());
+    EXPECT_EQ(o0, fast ? integer(w8) : floats(w8)) << CpuMathName(math);
+    EXPECT_EQ(o1, fast ? integer(w4) : floats(w4)) << CpuMathName(math);
+    b.MatMul3(xt, t8, ot0, t4, ot1, tk, ot2);
+    ASSERT_TRUE(b.Synchronize().ok());
+    EXPECT_EQ(o0, floats(w8)) << CpuMathName(math);  // the group has a Q4_K: floats for all
+    EXPECT_EQ(o2, floats(wk)) << CpuMathName(math);
+  }
 }
 
 }  // namespace

@@ -675,7 +675,8 @@ TEST_F(ClusterTest, AnAbandonedReservationIsFreedByItsKey) {
 TEST_F(ClusterTest, WorkersWithDifferentKvLayoutsRefuseToPair) {
   for (const auto& [flags, field] :
        {std::pair<std::vector<std::string>, std::string>{{"--kv-dtype", "bf16"}, "dtype"},
-        {{"--block-size", "32"}, "block_size"}}) {
+        {{"--block-size", "32"}, "block_size"},
+        {{"--cpu-math", "fast"}, "cpu_math"}}) {
     SCOPED_TRACE(field);
     ClusterConfig config;
     config.prefill_flags = flags;
