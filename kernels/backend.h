@@ -140,7 +140,8 @@ class Event {
 //   exact  every weight decoded to float32, float32 products (within 1e-4 of
 //          transformers; the golden tests pin it)
 //   fast   activations quantized to 8 bits per block of 32 and integer dot products
-//          (cpu/matmul_q8.h) for the weight types that have them (Q8_0, Q4_0 so far),
+//          (cpu/matmul_q8.h) for the weight types that have them (Q8_0, Q4_0, Q4_1,
+//          Q5_0, Q5_1, IQ4_NL so far: not the K types yet),
 //          exact for the rest; still batch-invariant and deterministic
 // Both halves of a disaggregated pair must agree (the KV layout fingerprint carries it).
 enum class CpuMath { kExact, kFast };

@@ -13,6 +13,7 @@
 #include "common/model/dequantize.h"
 #include "common/util/check.h"
 #include "common/util/half.h"
+#include "kernels/cpu/quant_simd.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace tandem::kernels {
@@ -124,35 +125,6 @@ TANDEM_AVX2 inline void Int8ToFloat(__m256i v, __m256* w) {
   w[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
   w[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
   w[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
-}
-
-// 16 bytes of nibbles as 32 values: element e < 16 the low nibble of byte e, element
-// 16 + e its high nibble (Q4_0's order, which Q5_*, IQ4_NL and IQ4_XS share).
-TANDEM_AVX2 inline __m256i Nibbles(const uint8_t* p) {
-  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i mask = _mm_set1_epi8(0x0F);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask),
-                          _mm_and_si128(bytes, mask));
-}
-
-// 0x10 in byte j where bit j of the little-endian u32 at p is set (Q5_0 / Q5_1's qh).
-TANDEM_AVX2 inline __m256i FifthBits(const uint8_t* p) {
-  uint32_t qh;
-  std::memcpy(&qh, p, 4);
-  const __m256i spread =
-      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
-                          _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
-                                           2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
-                          _mm256_set1_epi8(0x10));
-}
-
-// IQ4_NL's levels of 32 nibble values.
-TANDEM_AVX2 inline __m256i Iq4Levels(__m256i nibbles) {
-  const __m256i table = _mm256_broadcastsi128_si256(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(model::kIq4Levels)));
-  return _mm256_shuffle_epi8(table, nibbles);
 }
 
 // Chunk b of a row (weights 32b … 32b + 31) of kernel K as four registers of eight.

@@ -6,6 +6,7 @@
 
 #include "common/util/check.h"
 #include "common/util/half.h"
+#include "kernels/cpu/quant_simd.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace tandem::kernels {
@@ -18,30 +19,71 @@ constexpr float kTiny = 1e-30f;  // a block whose largest |x| is below this quan
 
 int64_t BlockBytes(GgmlType type) { return static_cast<int64_t>(model::Traits(type).type_size); }
 
-float BlockScale(const uint8_t* block) {
+float HalfAt(const uint8_t* p) {
   uint16_t h;
-  std::memcpy(&h, block, 2);
+  std::memcpy(&h, p, 2);
   return HalfToFloat(h);
 }
 
-// Weight e (0…31) of a block, as a signed integer.
-int32_t WeightAt(GgmlType type, const uint8_t* block, int e) {
-  if (type == GgmlType::kQ8_0) return static_cast<int8_t>(block[2 + e]);
-  const uint8_t byte = block[2 + (e & 15)];  // Q4_0: low nibbles first, then high
-  return (e < 16 ? byte & 15 : byte >> 4) - 8;
+// Whether the type's values are d · q + m (a min per block; q unsigned) rather than d · q.
+constexpr bool HasMin(GgmlType t) { return t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1; }
+
+// A block's layout: where its quants and fifth bits start (ggml's).
+constexpr int QsOffset(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ4_1:
+      return 4;
+    case GgmlType::kQ5_0:
+      return 6;
+    case GgmlType::kQ5_1:
+      return 8;
+    default:
+      return 2;  // Q8_0, Q4_0, IQ4_NL
+  }
+}
+constexpr int QhOffset(GgmlType t) { return t == GgmlType::kQ5_0 ? 2 : 4; }
+
+// Quant e (0…31) of a block as the integer the products use: Q8_0's byte, Q4_0's nibble
+// − 8, Q5_0's five bits − 16, IQ4_NL's level; Q4_1's nibble and Q5_1's five bits as
+// they are (their min is added apart).
+int32_t QuantAt(GgmlType type, const uint8_t* block, int e) {
+  const uint8_t* qs = block + QsOffset(type);
+  if (type == GgmlType::kQ8_0) return static_cast<int8_t>(qs[e]);
+  const int nibble = e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
+  int fifth = 0;
+  if (type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1) {
+    uint32_t qh;
+    std::memcpy(&qh, block + QhOffset(type), 4);
+    fifth = static_cast<int>((qh >> e) & 1u) << 4;
+  }
+  switch (type) {
+    case GgmlType::kQ4_0:
+      return nibble - 8;
+    case GgmlType::kQ5_0:
+      return (nibble | fifth) - 16;
+    case GgmlType::kQ5_1:
+      return nibble | fifth;
+    case GgmlType::kIQ4_NL:
+      return model::kIq4Levels[nibble];
+    default:  // Q4_1
+      return nibble;
+  }
 }
 
-// One block of 32 values: its scale and quants.
-void QuantizeBlock(const float* x, int8_t* q, float* d) {
+// One block of 32 values: its scale, quants and sums of each four quants.
+void QuantizeBlock(const float* x, int8_t* q, float* d, float* sums) {
   float amax = 0;
   for (int e = 0; e < kQ8Block; ++e) amax = std::max(amax, std::fabs(x[e]));
   if (!(amax >= kTiny)) {
     std::memset(q, 0, kQ8Block);
+    std::fill(sums, sums + 8, 0.0f);
     *d = 0;
     return;
   }
   const float inv = 127.0f / amax;
   for (int e = 0; e < kQ8Block; ++e) q[e] = static_cast<int8_t>(std::nearbyint(x[e] * inv));
+  for (int l = 0; l < 8; ++l)
+    sums[l] = static_cast<float>(q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
   *d = amax / 127.0f;
 }
 
@@ -59,25 +101,43 @@ float SumLanes(const float* acc) {
 // products with a block of activations (maddubs on |w| and q·sign(w): no pair exceeds
 // 2 · 128 · 127, so nothing saturates).
 
+// A block's quants as QuantAt gives them: signed bytes, or unsigned ones for the types
+// with a min.
 template <GgmlType T>
 TANDEM_AVX2 inline __m256i WeightBytes(const uint8_t* block) {
+  const uint8_t* qs = block + QsOffset(T);
   if constexpr (T == GgmlType::kQ8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+  } else if constexpr (T == GgmlType::kQ4_0) {
+    return _mm256_sub_epi8(Nibbles(qs), _mm256_set1_epi8(8));
+  } else if constexpr (T == GgmlType::kQ4_1) {
+    return Nibbles(qs);
+  } else if constexpr (T == GgmlType::kQ5_0) {
+    return _mm256_sub_epi8(_mm256_or_si256(Nibbles(qs), FifthBits(block + QhOffset(T))),
+                           _mm256_set1_epi8(16));
+  } else if constexpr (T == GgmlType::kQ5_1) {
+    return _mm256_or_si256(Nibbles(qs), FifthBits(block + QhOffset(T)));
   } else {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    const __m256i nibbles =
-        _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), mask), _mm_and_si128(bytes, mask));
-    return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+    static_assert(T == GgmlType::kIQ4_NL);
+    return Iq4Levels(Nibbles(qs));
   }
 }
 
+// The eight sums of four products w_e · q_e: maddubs on |w| and q · sign(w) for signed
+// quants, on w and q directly for unsigned ones (no pair exceeds 2 · 128 · 127, so
+// nothing saturates).
+template <GgmlType T>
 TANDEM_AVX2 inline __m256i FourProductSums(__m256i w, __m256i q) {
-  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+  __m256i pairs;
+  if constexpr (HasMin(T)) {
+    pairs = _mm256_maddubs_epi16(w, q);
+  } else {
+    pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+  }
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
-TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d) {
+TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d, float* sums) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t b = 0; b < k / kQ8Block; ++b) {
     const float* xb = x + b * kQ8Block;
@@ -94,6 +154,7 @@ TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d)
     int8_t* qb = q + b * kQ8Block;
     if (!(amax >= kTiny)) {
       std::memset(qb, 0, kQ8Block);
+      std::memset(sums + 8 * b, 0, 8 * sizeof(float));
       d[b] = 0;
       continue;
     }
@@ -104,8 +165,13 @@ TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d)
     const __m256i i16 = _mm256_packs_epi32(i32[0], i32[1]);
     const __m256i j16 = _mm256_packs_epi32(i32[2], i32[3]);
     const __m256i i8 = _mm256_packs_epi16(i16, j16);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb),
-                        _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256i bytes =
+        _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), bytes);
+    // Σ of each four quants, for the types with a min.
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes);
+    _mm256_storeu_ps(sums + 8 * b,
+                     _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1))));
     d[b] = amax / 127.0f;
   }
 }
@@ -122,11 +188,12 @@ TANDEM_AVX2 void TileAvx2(const QuantizedRows& x, int64_t i0, const uint8_t* con
   }
   for (int64_t b = 0; b < nb; ++b) {
     __m256i w[NT];
-    float dw[NT];
+    float dw[NT], mw[NT];
     for (int j = 0; j < NT; ++j) {
       const uint8_t* block = wrows[j] + b * bb;
       w[j] = WeightBytes<T>(block);
       dw[j] = Half(block);
+      if constexpr (HasMin(T)) mw[j] = Half(block + 2);
     }
     const int h = static_cast<int>(b & 1);
     for (int i = 0; i < MT; ++i) {
@@ -134,9 +201,14 @@ TANDEM_AVX2 void TileAvx2(const QuantizedRows& x, int64_t i0, const uint8_t* con
       const __m256i q = _mm256_loadu_si256(
           reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
       const float dx = x.d[static_cast<size_t>(row * nb + b)];
+      __m256 sums;
+      if constexpr (HasMin(T)) sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
       for (int j = 0; j < NT; ++j) {
-        const __m256 p = _mm256_cvtepi32_ps(FourProductSums(w[j], q));
+        const __m256 p = _mm256_cvtepi32_ps(FourProductSums<T>(w[j], q));
         acc[i][j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw[j] * dx), acc[i][j][h]);
+        if constexpr (HasMin(T)) {
+          acc[i][j][h] = _mm256_fmadd_ps(sums, _mm256_set1_ps(mw[j] * dx), acc[i][j][h]);
+        }
       }
     }
   }
@@ -195,14 +267,18 @@ void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int
       float acc[16] = {};
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* block = row + b * bb;
-        const float s = BlockScale(block) * x.d[static_cast<size_t>(i * nb + b)];
+        const float dx = x.d[static_cast<size_t>(i * nb + b)];
+        const float s = HalfAt(block) * dx;
+        const float sm = HasMin(w.type) ? HalfAt(block + 2) * dx : 0.0f;
         for (int l = 0; l < 8; ++l) {
-          int32_t p = 0;
+          int32_t p = 0, qsum = 0;
           for (int e = 4 * l; e < 4 * l + 4; ++e) {
-            p += WeightAt(w.type, block, e) * q[b * kQ8Block + e];
+            p += QuantAt(w.type, block, e) * q[b * kQ8Block + e];
+            qsum += q[b * kQ8Block + e];
           }
           float& a = acc[8 * (b & 1) + l];
           a = std::fma(static_cast<float>(p), s, a);
+          if (HasMin(w.type)) a = std::fma(static_cast<float>(qsum), sm, a);
         }
       }
       out[i * w.rows + j] = SumLanes(acc);
@@ -212,8 +288,20 @@ void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int
 
 void Range(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0, int64_t n1) {
   if (!HaveAvx2Fma()) return RangeGeneric(x, w, out, n0, n1);
-  if (w.type == GgmlType::kQ8_0) return RangeAvx2<GgmlType::kQ8_0>(x, w, out, n0, n1);
-  RangeAvx2<GgmlType::kQ4_0>(x, w, out, n0, n1);
+  switch (w.type) {
+    case GgmlType::kQ8_0:
+      return RangeAvx2<GgmlType::kQ8_0>(x, w, out, n0, n1);
+    case GgmlType::kQ4_0:
+      return RangeAvx2<GgmlType::kQ4_0>(x, w, out, n0, n1);
+    case GgmlType::kQ4_1:
+      return RangeAvx2<GgmlType::kQ4_1>(x, w, out, n0, n1);
+    case GgmlType::kQ5_0:
+      return RangeAvx2<GgmlType::kQ5_0>(x, w, out, n0, n1);
+    case GgmlType::kQ5_1:
+      return RangeAvx2<GgmlType::kQ5_1>(x, w, out, n0, n1);
+    default:
+      return RangeAvx2<GgmlType::kIQ4_NL>(x, w, out, n0, n1);
+  }
 }
 
 // Row i of x into row i of `out` (shaped by Prepare).
@@ -221,8 +309,11 @@ void QuantizeRow(const float* x, int64_t i, QuantizedRows* out) {
   const int64_t k = out->cols, nb = k / kQ8Block;
   int8_t* q = out->q.data() + i * k;
   float* d = out->d.data() + i * nb;
-  if (HaveAvx2Fma()) return QuantizeRowAvx2(x + i * k, k, q, d);
-  for (int64_t b = 0; b < nb; ++b) QuantizeBlock(x + i * k + b * kQ8Block, q + b * kQ8Block, d + b);
+  float* sums = out->sums.data() + i * nb * 8;
+  if (HaveAvx2Fma()) return QuantizeRowAvx2(x + i * k, k, q, d, sums);
+  for (int64_t b = 0; b < nb; ++b) {
+    QuantizeBlock(x + i * k + b * kQ8Block, q + b * kQ8Block, d + b, sums + 8 * b);
+  }
 }
 
 void Prepare(QuantizedRows* out, int64_t m, int64_t k) {
@@ -231,11 +322,24 @@ void Prepare(QuantizedRows* out, int64_t m, int64_t k) {
   if (out->q.size() < static_cast<size_t>(m * k)) out->q.resize(static_cast<size_t>(m * k));
   const size_t blocks = static_cast<size_t>(m * (k / kQ8Block));
   if (out->d.size() < blocks) out->d.resize(blocks);
+  if (out->sums.size() < 8 * blocks) out->sums.resize(8 * blocks);
 }
 
 }  // namespace
 
-bool Q8Supports(GgmlType type) { return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0; }
+bool Q8Supports(GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kIQ4_NL:
+      return true;
+    default:
+      return false;
+  }
+}
 
 const char* MatMulQ8Isa() { return HaveAvx2Fma() ? "avx2" : "generic"; }
 
@@ -246,7 +350,7 @@ void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t b = 0; b < nb; ++b) {
       QuantizeBlock(x + i * k + b * kQ8Block, out->q.data() + i * k + b * kQ8Block,
-                    out->d.data() + i * nb + b);
+                    out->d.data() + i * nb + b, out->sums.data() + (i * nb + b) * 8);
     }
   }
 }

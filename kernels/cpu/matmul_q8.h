@@ -6,11 +6,14 @@
 //         d = max|x| / 127 and q = x · (127 / max|x|) rounded to nearest, ties to even,
 //         so q ∈ [−127, 127]; a block with max|x| below 1e-30 is all zeros. A row's
 //         blocks depend on that row alone.
-//   W     [n][k] Q8_0 (q ∈ int8) or Q4_0 (nibble − 8), each block of 32 with its f16
-//         scale d_w (Q8Supports says which types; others take MatMul's float path).
-//   a block b of one output contributes p_l = Σ_{e=4l}^{4l+3} w_e · q_e, l = 0…7 —
+//   W     [n][k] Q8_0, Q4_0, Q5_0, IQ4_NL (w = d_w · q_w) or Q4_1, Q5_1 (w = d_w · q_w +
+//         m_w), q_w an integer (Q8Supports says which types; others take MatMul's
+//         float path).
+//   a block b of one output contributes p_l = Σ_{e=4l}^{4l+3} q_w,e · q_e, l = 0…7 —
 //         exact integers — to lanes 8·(b mod 2) + l of 16 float lanes:
-//         acc ← fma(float(p_l), d_w · d_x, acc), blocks in order, d_w · d_x rounded once;
+//         acc ← fma(float(p_l), d_w · d_x, acc), then for the types with a min
+//         acc ← fma(float(s_l), m_w · d_x, acc) with s_l = Σ q_e over the same four;
+//         blocks in order, d_w · d_x and m_w · d_x rounded once;
 //   out   the 16 lanes summed as MatMul sums its lanes: (l + l⊕8), (+ l⊕4), (+ l⊕2), (+ l⊕1).
 //
 // So out[i][j] depends on x[i] and W[j] alone — never on m, the other rows or the
@@ -38,9 +41,10 @@ constexpr int64_t kQ8Block = 32;
 // Rows of x quantized as the header says.
 struct QuantizedRows {
   int64_t rows = 0;
-  int64_t cols = 0;       // k, a multiple of 32
-  std::vector<int8_t> q;  // [rows][cols]
-  std::vector<float> d;   // [rows][cols / 32]
+  int64_t cols = 0;         // k, a multiple of 32
+  std::vector<int8_t> q;    // [rows][cols]
+  std::vector<float> d;     // [rows][cols / 32]
+  std::vector<float> sums;  // [rows][cols / 32][8]: each four quants' sum (exact)
 };
 
 // Whether MatMulQ8 has an integer path for weights of `type` (and k a multiple of 32).

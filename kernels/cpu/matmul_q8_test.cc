@@ -26,7 +26,8 @@ namespace {
 using model::GgmlType;
 using ::tandem::kernels::testing::Noise;
 
-constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0};
+constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+                               GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL};
 
 // Activations with the hard cases mixed in: an all-zero block, a block of tiny values,
 // a huge block, exact ties of x · 127 / max (k ≥ 128).
@@ -70,6 +71,8 @@ TEST(MatMulQ8, QuantizationEqualsTheScalarStatement) {
         EXPECT_TRUE(std::equal(want.q.begin(), want.q.begin() + m * k, got.q.begin()))
             << path << " m " << m << " k " << k;
         EXPECT_TRUE(std::equal(want.d.begin(), want.d.begin() + m * k / 32, got.d.begin())) << path;
+        EXPECT_TRUE(std::equal(want.sums.begin(), want.sums.begin() + m * k / 4, got.sums.begin()))
+            << path;
       });
       // The hard blocks: zeros, tiny values (below 1e-30: zeros too), ties to even.
       if (k >= 128) {
