@@ -11,6 +11,7 @@
 #include "cli/explain_command.h"
 #include "cli/generate_command.h"
 #include "cli/inspect_command.h"
+#include "cli/kld_bench_command.h"
 #include "cli/prefill_sweep_command.h"
 #include "cli/serve_bench_command.h"
 #include "cli/serve_command.h"
@@ -47,6 +48,8 @@ int main(int argc, char** argv) {
   CLI::App* explain_app = tandem::cli::AddExplainCommand(bench_app, &explain);
   tandem::cli::AttentionBenchOptions attention_bench;
   CLI::App* attention_app = tandem::cli::AddAttentionBenchCommand(bench_app, &attention_bench);
+  tandem::cli::KldBenchOptions kld_bench;
+  CLI::App* kld_app = tandem::cli::AddKldBenchCommand(bench_app, &kld_bench);
   tandem::cli::SpeculativeBenchOptions speculative_bench;
   CLI::App* speculative_app =
       tandem::cli::AddSpeculativeBenchCommand(bench_app, &speculative_bench);
@@ -59,6 +62,7 @@ int main(int argc, char** argv) {
   if (explain_app->parsed()) return tandem::cli::RunExplain(explain);
   if (speculative_app->parsed()) return tandem::cli::RunSpeculativeBench(speculative_bench);
   if (attention_app->parsed()) return tandem::cli::RunAttentionBench(attention_bench);
+  if (kld_app->parsed()) return tandem::cli::RunKldBench(kld_bench);
   if (prefix_app->parsed()) return tandem::cli::RunPrefixCacheBench(cache_bench);
   if (chunked_app->parsed()) return tandem::cli::RunChunkedPrefillBench(cache_bench);
   if (bench_app->got_subcommand("cluster")) return tandem::cli::RunClusterBench(cluster_bench);

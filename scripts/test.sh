@@ -9,14 +9,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
-scripts/format.sh --check
-scripts/fetch-model.sh
-scripts/build.sh
-(cd build && ctest --output-on-failure --no-tests=error -j "$(nproc)")
-TANDEM_PORT=${TANDEM_QUICKSTART_PORT:-50151} TANDEM_HTTP_PORT=0 scripts/quickstart.sh --once
-scripts/fuzz.sh
-scripts/sanitize.sh
+# Each phase prints the minutes it took (CI's limit is 90 min; keep the whole under 60).
+phase() {  # phase NAME COMMAND...
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "test.sh: $name took $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s" \
+       "($((SECONDS / 60)) min in all)"
+}
+
+phase setup scripts/setup.sh
+phase format scripts/format.sh --check
+phase fetch-model scripts/fetch-model.sh
+phase build scripts/build.sh
+phase ctest bash -c 'cd build && ctest --output-on-failure --no-tests=error -j "$(nproc)"'
+phase quickstart env TANDEM_PORT="${TANDEM_QUICKSTART_PORT:-50151}" TANDEM_HTTP_PORT=0 \
+  scripts/quickstart.sh --once
+phase fuzz scripts/fuzz.sh
+phase asan scripts/sanitize.sh asan
+phase tsan scripts/sanitize.sh tsan
 rc=0
+start=$SECONDS
 python3 tests/chaos/netfault.py || rc=$?
+echo "test.sh: netfault took $((SECONDS - start)) s ($((SECONDS / 60)) min in all)"
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then exit "$rc"; fi

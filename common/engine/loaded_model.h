@@ -21,7 +21,7 @@ struct LoadOptions {
   // Called per layer while weights load (may be empty).
   std::function<void(int done, int total)> progress = {};
   // Checks the file (config, tokenizer) before its weights load; an error ends the load.
-  std::function<absl::Status(const ModelFile&)> check;
+  std::function<absl::Status(const ModelFile&)> check = {};
 };
 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const LoadOptions& options = {});

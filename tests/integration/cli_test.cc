@@ -294,6 +294,30 @@ TEST(CliBench, SpeculativeReportsEachDrafterAgainstPlainDecoding) {
   EXPECT_THAT(both.out, ::testing::HasSubstr("--draft-model"));
 }
 
+// --cpu-math fast against exact on the default model (Q4_1, whose rows the integer path
+// takes): the distributions differ (so the fast path ran) but little — on 8,192 tokens
+// of the corpus the mean KL is 0.003 and 96.6 % of top tokens agree (docs/performance.md).
+TEST(CliBench, KldMeasuresFastAgainstExact) {
+  const std::string base = "bench kld --model " + DefaultModelPath() + " --text " +
+                           TestDataPath("kld_corpus.txt") + " -t 2 --ctx 128";
+  RunResult r = Tandem(base + " --max-tokens 512 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["windows"], 4);
+  EXPECT_EQ(j["scored_tokens"], 4 * 64);
+  EXPECT_GT(j["kld_mean"].get<double>(), 0.0);
+  EXPECT_LT(j["kld_mean"].get<double>(), 0.02);
+  EXPECT_LE(j["kld_median"].get<double>(), j["kld_p99"].get<double>());
+  EXPECT_GE(j["same_top_token"].get<double>(), 0.9);
+  EXPECT_NEAR(j["ppl_fast"].get<double>() / j["ppl_exact"].get<double>(), 1.0, 0.03);
+  RunResult short_text = Tandem(base + " --max-tokens 100");
+  EXPECT_EQ(short_text.exit_code, 1);
+  EXPECT_THAT(short_text.out, ::testing::HasSubstr("fewer than one window"));
+  RunResult no_text = Tandem("bench kld --model " + DefaultModelPath() + " --text /nonexistent");
+  EXPECT_EQ(no_text.exit_code, 1);
+  EXPECT_THAT(no_text.out, ::testing::HasSubstr("--text"));
+}
+
 TEST(CliBench, SyntheticModelsAndTheAttentionBenchRunOnTheCpu) {
   RunResult e = Tandem(
       "bench engine --synthetic tiny -t 2 -r 1 -p 16 -n 4 --batch 2 --batch-prompt 8 "

@@ -1,0 +1,186 @@
+#include "cli/kld_bench_command.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "cli/exit_status.h"
+#include "common/engine/device_weights.h"
+#include "common/engine/loaded_model.h"
+#include "common/engine/model_executor.h"
+#include "common/util/status_macros.h"
+#include "common/util/strings.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/matmul_q8.h"
+#include "kernels/kv_storage.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::cli {
+
+namespace {
+
+// One teacher-forced pass of a window on one math mode.
+class Scorer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Scorer>> Create(const engine::ModelWeights& w,
+                                                        kernels::CpuMath math, int threads,
+                                                        int32_t ctx) {
+    std::unique_ptr<Scorer> s(new Scorer());
+    s->backend_ = std::make_unique<kernels::CpuBackend>(
+        kernels::CpuBackendOptions{.num_threads = threads, .math = math});
+    ASSIGN_OR_RETURN(s->weights_, engine::DeviceWeights::Prepare(w, s->backend_.get()));
+    const model::ModelConfig& c = w.config();
+    const kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
+                              static_cast<int32_t>(c.head_dim), 16, kv::KvDtype::kF32};
+    ASSIGN_OR_RETURN(s->kv_, kernels::KvStorage::Create(s->backend_.get(), layout,
+                                                        (ctx + 15) / 16 * layout.BlockBytes()));
+    ASSIGN_OR_RETURN(s->executor_, engine::ModelExecutor::Create(c, *s->weights_, s->backend_.get(),
+                                                                 s->kv_.get(), {ctx, 1, false}));
+    return s;
+  }
+
+  // Logits [rows][vocab] of the last `rows` positions of `tokens`.
+  absl::Status Run(const std::vector<int32_t>& tokens, int32_t rows, std::vector<float>* out) {
+    const int32_t n = static_cast<int32_t>(tokens.size());
+    std::vector<int32_t> table((n + 15) / 16);
+    for (size_t b = 0; b < table.size(); ++b) table[b] = static_cast<int32_t>(b);
+    engine::ForwardBatch batch;
+    batch.AddSequence(tokens, n, table, true, rows);
+    ASSIGN_OR_RETURN(const kernels::Tensor logits, executor_->Forward(batch));
+    out->resize(static_cast<size_t>(logits.elements()));
+    backend_->CopyToHost(*logits.buffer, logits.offset, logits.bytes(), out->data());
+    return backend_->Synchronize();
+  }
+
+ private:
+  Scorer() = default;
+  std::unique_ptr<kernels::CpuBackend> backend_;
+  std::unique_ptr<engine::DeviceWeights> weights_;
+  std::unique_ptr<kernels::KvStorage> kv_;
+  std::unique_ptr<engine::ModelExecutor> executor_;
+};
+
+// log Σ exp(x), in double.
+double LogSumExp(const float* x, int64_t n) {
+  const double m = *std::max_element(x, x + n);
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::exp(double{x[i]} - m);
+  return m + std::log(s);
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
+}  // namespace
+
+CLI::App* AddKldBenchCommand(CLI::App* bench, KldBenchOptions* o) {
+  CLI::App* cmd = bench->add_subcommand(
+      "kld", "--cpu-math fast against exact: KL divergence and top-token agreement on a text");
+  cmd->add_option("--model,-m", o->model, "GGUF model")->required();
+  cmd->add_option("--text", o->text, "UTF-8 text to score")->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "Tokens per window (the second half of each is scored)")
+      ->check(CLI::Range(32, 8192))
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", o->max_tokens, "Tokens of the text to use (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--threads,-t", o->threads, "Compute threads (default: all cores)");
+  cmd->add_flag("--json", o->json, "Print one JSON object");
+  return cmd;
+}
+
+int RunKldBench(const KldBenchOptions& o) {
+  std::ifstream in(o.text, std::ios::binary);
+  if (!in) return Fail(absl::NotFoundError(StrCat("bench kld: cannot read --text ", o.text)));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<engine::LoadedModel> model = engine::LoadModel(o.model);
+  if (!model.ok()) return Fail(model.status());
+  absl::StatusOr<std::vector<int32_t>> tokens = model->tokenizer->Encode(text.str());
+  if (!tokens.ok()) return Fail(tokens.status());
+  if (o.max_tokens > 0 && static_cast<int64_t>(tokens->size()) > o.max_tokens) {
+    tokens->resize(static_cast<size_t>(o.max_tokens));
+  }
+  const int32_t ctx = o.ctx, scored = ctx / 2;
+  const int64_t windows = static_cast<int64_t>(tokens->size()) / ctx;
+  if (windows == 0) {
+    return Fail(absl::InvalidArgumentError(
+        StrCat("bench kld: ", tokens->size(), " tokens, fewer than one window of ", ctx)));
+  }
+  auto exact = Scorer::Create(*model->weights, kernels::CpuMath::kExact, o.threads, ctx);
+  if (!exact.ok()) return Fail(exact.status());
+  auto fast = Scorer::Create(*model->weights, kernels::CpuMath::kFast, o.threads, ctx);
+  if (!fast.ok()) return Fail(fast.status());
+  const int64_t vocab = model->config.vocab_size;
+  std::vector<double> kld;
+  int64_t same_top = 0;
+  double nll_exact = 0, nll_fast = 0;
+  int64_t nll_count = 0;
+  std::vector<float> le, lf;
+  for (int64_t win = 0; win < windows; ++win) {
+    const std::vector<int32_t> window(tokens->begin() + win * ctx,
+                                      tokens->begin() + (win + 1) * ctx);
+    if (absl::Status st = (*exact)->Run(window, scored, &le); !st.ok()) return Fail(st);
+    if (absl::Status st = (*fast)->Run(window, scored, &lf); !st.ok()) return Fail(st);
+    for (int32_t r = 0; r < scored; ++r) {
+      const float* e = le.data() + static_cast<int64_t>(r) * vocab;
+      const float* f = lf.data() + static_cast<int64_t>(r) * vocab;
+      const double ze = LogSumExp(e, vocab), zf = LogSumExp(f, vocab);
+      double kl = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        const double lp = e[v] - ze, lq = f[v] - zf;
+        kl += std::exp(lp) * (lp - lq);
+      }
+      kld.push_back(std::max(kl, 0.0));
+      same_top += std::max_element(e, e + vocab) - e == std::max_element(f, f + vocab) - f;
+      const int32_t pos = ctx - scored + r;  // this row predicts token pos + 1
+      if (pos + 1 < ctx) {
+        const int32_t next = window[static_cast<size_t>(pos + 1)];
+        nll_exact += ze - e[next];
+        nll_fast += zf - f[next];
+        ++nll_count;
+      }
+    }
+  }
+  double mean = 0;
+  for (double k : kld) mean += k;
+  mean /= static_cast<double>(kld.size());
+  const nlohmann::json j = {
+      {"model", o.model},
+      {"text", o.text},
+      {"ctx", ctx},
+      {"windows", windows},
+      {"scored_tokens", kld.size()},
+      {"kld_mean", mean},
+      {"kld_median", Percentile(kld, 0.5)},
+      {"kld_p99", Percentile(kld, 0.99)},
+      {"kld_max", Percentile(kld, 1.0)},
+      {"same_top_token", static_cast<double>(same_top) / static_cast<double>(kld.size())},
+      {"ppl_exact", std::exp(nll_exact / static_cast<double>(nll_count))},
+      {"ppl_fast", std::exp(nll_fast / static_cast<double>(nll_count))},
+      {"fast_isa", kernels::MatMulQ8Isa()},
+  };
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf(
+      "tandem bench kld: %s, %s: %lld windows of %d, %zu positions scored\n"
+      "  KL(exact || fast)   mean %.6f  median %.6f  p99 %.6f  max %.6f\n"
+      "  same top token      %.2f %%\n"
+      "  perplexity          exact %.4f  fast %.4f\n",
+      o.model.c_str(), o.text.c_str(), static_cast<long long>(windows), ctx, kld.size(), mean,
+      Percentile(kld, 0.5), Percentile(kld, 0.99), Percentile(kld, 1.0),
+      100.0 * static_cast<double>(same_top) / static_cast<double>(kld.size()),
+      std::exp(nll_exact / static_cast<double>(nll_count)),
+      std::exp(nll_fast / static_cast<double>(nll_count)));
+  return 0;
+}
+
+}  // namespace tandem::cli
