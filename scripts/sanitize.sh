@@ -32,19 +32,17 @@ ASAN_TESTS=(util_test model_test hf_directory_test tokenizer_test jinja_test cha
 TSAN_TESTS=(engine_test router_test http_server_test worker_fault_test stream_outbox_test
             peer_kv_receiver_test)
 
-# Left out under the sanitizers (10-30x slower there): the full-model numerics — golden
-# logits, the token-identity runs over many batch shapes, speculative decoding's outputs
-# against plain decoding's and when it drafts, the constrained outputs of many requests
-# — which the Release suite runs, and the peer-transport runs of many full requests at
-# once, whose reservations' leases the slowdown lets expire. The engine's scheduling,
-# reservation and failure paths, the draft model's cache against a fresh one and its
-# freeing on a failed pass, the block invariants through rejected, preempted and
-# cancelled drafts (by prompt lookup; the same walk with a draft model is Release-only,
-# 3 min under ASan) and every transport fault test stay in.
+# Left out under the sanitizers (10-30x slower there): engine_test's full-model numerics
+# (tests/full_model_numerics.txt), which the Release suite runs, and the peer-transport
+# runs of many full requests at once, whose reservations' leases the slowdown lets
+# expire. The engine's scheduling, reservation and failure paths, the draft model's
+# cache against a fresh one and its freeing on a failed pass, the block invariants
+# through rejected, preempted and cancelled drafts (by prompt lookup; the same walk with
+# a draft model is Release-only, 3 min under ASan) and every transport fault test stay in.
 # Under TSan also the one test that asserts a rate (2,000 streams concurrent at once),
 # which TSan's slowdown breaks.
 declare -A GTEST_FILTER=(
-  [engine_test]="-GoldenTest.*:EngineTest.TokensDoNotDependOnBatchingOrPreemption:EngineTest.ChunkedPrefillGivesTheSameTokens:EngineTest.PrefixCacheGivesTheSameTokensAsNoCache:ConstrainedTest.RegexOutputsMatch:ConstrainedTest.JsonSchemaOutputsValidate:SpeculativeTest.TokensEqualPlainDecoding:SpeculativeTest.DraftModelTokensEqualPlainDecoding:SpeculativeTest.GoldenPromptsGiveTheSameGreedyTokens:SpeculativeTest.PrefixCacheHoldsOnlyKeptTokens:SpeculativeTest.DraftsOnlyWhereTheyPay:SpeculativeTest.DraftBlocksStayConsistentThroughRejectionPreemptionAndCancel"
+  [engine_test]="-$(grep -v '^#' tests/full_model_numerics.txt | paste -sd:)"
   [peer_transport_test]="-PeerTransportTest.AnswersLikeOneEngineOverThePeerTransport:PeerTransportTest.ManyConcurrentRequestsPairInDescriptorOrder"
 )
 declare -A TSAN_FILTER=(

@@ -740,8 +740,9 @@ void SpeculativeTest::CheckBlocksThroughRejectionPreemptionAndCancel(const Model
   for (size_t i = 0; i < prompts.size(); ++i) {
     params.push_back(Params(i % 2 ? 0.0 : 0.9, 20 + static_cast<int>(i % 4) * 6, 70 + i));
   }
-  std::vector<std::vector<int32_t>> plain;
-  for (size_t i = 0; i < prompts.size(); ++i) plain.push_back(Alone(prompts[i], params[i]));
+  // Plain decoding's tokens, batched (the CPU engine's tokens do not depend on the batch:
+  // EngineTest.TokensDoNotDependOnBatchingOrPreemption).
+  const auto plain = RunAll(*MakeSpeculative(0), prompts, params);
 
   const int32_t bs = 4;
   // 48 target blocks of 4 (the self-draft's pool takes as much again).
