@@ -211,8 +211,6 @@ TEST(EngineGpu, BatchInvariantAloneEqualsBatchedEqualsSplit) {
   o.batch_invariant = true;
   auto prefill = *Engine::Create(*w, o);
   auto decode = *Engine::Create(*w, o);
-  const kv::KvLayout& layout = prefill->kv_layout();
-  std::vector<uint8_t> slice(layout.LayerBytes());
   for (int i : {0, 5, 63}) {
     SCOPED_TRACE(i);
     EXPECT_EQ(Generate(*w, "cuda", {batch[i]}, sp, true)[0], together[i]);
@@ -223,13 +221,7 @@ TEST(EngineGpu, BatchInvariantAloneEqualsBatchedEqualsSplit) {
       for (const auto& ev : StepOk(*prefill)) first = ev.token;
     auto did = decode->Reserve(static_cast<int64_t>(batch[i].size()) + 1);
     ASSERT_TRUE(did.ok()) << did.status();
-    const auto& src = prefill->BlockTable(pid);
-    for (size_t b = 0; b < src.size(); ++b) {
-      for (int32_t l = 0; l < layout.n_layers; ++l) {
-        ASSERT_TRUE(prefill->kv_storage().ReadLayer({{src[b]}}, l, slice.data()).ok());
-        ASSERT_TRUE(decode->WriteReservedKv(*did, l, static_cast<int32_t>(b), 1, slice).ok());
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(MoveKv(*prefill, pid, *decode, *did));
     EXPECT_TRUE(prefill->Release(pid));
     ASSERT_TRUE(decode->AdmitPrefilled(*did, batch[i], first, sp).ok());
     std::vector<int32_t> got = {first};

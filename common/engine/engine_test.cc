@@ -294,21 +294,10 @@ TEST_F(EngineTest, PrefillHereDecodeThereGivesTheSameTokens) {
     }
     EXPECT_EQ(prefill->Stats().held, static_cast<int32_t>(prompts.size()));
     std::map<kv::SeqId, size_t> which;
-    const kv::KvLayout& layout = prefill->kv_layout();
-    std::vector<uint8_t> slice(layout.LayerBytes());
     for (size_t i = 0; i < prompts.size(); ++i) {
       auto did = decode->Reserve(static_cast<int64_t>(prompts[i].size()) + 1);
       ASSERT_TRUE(did.ok()) << did.status();
-      const auto& src = prefill->BlockTable(pids[i]);
-      const auto& dst = decode->BlockTable(*did);
-      ASSERT_GE(dst.size(), src.size());
-      // What a transport does: read each layer of each block, write it on the other side.
-      for (size_t b = 0; b < src.size(); ++b) {
-        for (int32_t l = 0; l < layout.n_layers; ++l) {
-          ASSERT_TRUE(prefill->kv_storage().ReadLayer({{src[b]}}, l, slice.data()).ok());
-          ASSERT_TRUE(decode->WriteReservedKv(*did, l, static_cast<int32_t>(b), 1, slice).ok());
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(MoveKv(*prefill, pids[i], *decode, *did));
       EXPECT_TRUE(prefill->Release(pids[i]));
       ASSERT_TRUE(decode->AdmitPrefilled(*did, prompts[i], first[pids[i]], params[i]).ok());
       which[*did] = i;
@@ -1159,15 +1148,7 @@ TEST_F(ConstrainedTest, PrefillHereDecodeThereFollowsTheGrammar) {
   }
   auto did = decode->Reserve(static_cast<int64_t>(prompt.size()) + 1);
   ASSERT_TRUE(did.ok());
-  const kv::KvLayout& layout = prefill->kv_layout();
-  std::vector<uint8_t> slice(layout.LayerBytes());
-  const auto& src = prefill->BlockTable(*pid);
-  for (size_t b = 0; b < src.size(); ++b) {
-    for (int32_t l = 0; l < layout.n_layers; ++l) {
-      ASSERT_TRUE(prefill->kv_storage().ReadLayer({{src[b]}}, l, slice.data()).ok());
-      ASSERT_TRUE(decode->WriteReservedKv(*did, l, static_cast<int32_t>(b), 1, slice).ok());
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(MoveKv(*prefill, *pid, *decode, *did));
   EXPECT_TRUE(prefill->Release(*pid));
   ASSERT_TRUE(decode->AdmitPrefilled(*did, prompt, first, p).ok());
   auto out = Drain(*decode);

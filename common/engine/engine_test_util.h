@@ -3,6 +3,7 @@
 #define TANDEM_COMMON_ENGINE_ENGINE_TEST_UTIL_H_
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -16,6 +17,22 @@ inline std::vector<TokenEvent> StepOk(Engine& e) {
   std::vector<TokenEvent> events = e.Step();
   for (const TokenEvent& ev : events) EXPECT_TRUE(ev.error.ok()) << ev.error;
   return events;
+}
+
+// What a KV transport does between a prefill and a decode engine: every layer of every
+// block of `prefilled` (a finished kPrefillOnly sequence on `from`) is read and written
+// into the reservation `reserved` on `to` (wrap the call in ASSERT_NO_FATAL_FAILURE).
+inline void MoveKv(Engine& from, kv::SeqId prefilled, Engine& to, kv::SeqId reserved) {
+  const kv::KvLayout& layout = from.kv_layout();
+  std::vector<uint8_t> slice(layout.LayerBytes());
+  const auto& src = from.BlockTable(prefilled);
+  ASSERT_GE(to.BlockTable(reserved).size(), src.size());
+  for (size_t b = 0; b < src.size(); ++b) {
+    for (int32_t l = 0; l < layout.n_layers; ++l) {
+      ASSERT_TRUE(from.kv_storage().ReadLayer({{src[b]}}, l, slice.data()).ok());
+      ASSERT_TRUE(to.WriteReservedKv(reserved, l, static_cast<int32_t>(b), 1, slice).ok());
+    }
+  }
 }
 
 // Teacher-forced greedy agreement of two engines' logits for the same tokens: at each

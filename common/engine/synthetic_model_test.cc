@@ -233,15 +233,7 @@ TEST(FastMath, TokensDoNotDependOnBatchingOrWhereThePromptWasComputed) {
     }
     auto did = decode->Reserve(static_cast<int64_t>(prompts[i].size()) + 1);
     ASSERT_TRUE(did.ok()) << did.status();
-    const kv::KvLayout& layout = prefill->kv_layout();
-    std::vector<uint8_t> slice(layout.LayerBytes());
-    const auto& src = prefill->BlockTable(pid);
-    for (size_t b = 0; b < src.size(); ++b) {
-      for (int32_t l = 0; l < layout.n_layers; ++l) {
-        ASSERT_TRUE(prefill->kv_storage().ReadLayer({{src[b]}}, l, slice.data()).ok());
-        ASSERT_TRUE(decode->WriteReservedKv(*did, l, static_cast<int32_t>(b), 1, slice).ok());
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(MoveKv(*prefill, pid, *decode, *did));
     EXPECT_TRUE(prefill->Release(pid));
     ASSERT_TRUE(decode->AdmitPrefilled(*did, prompts[i], first, sp).ok());
     std::vector<int32_t> got = {first};

@@ -763,34 +763,32 @@ void MatMul(const float* x, int64_t m, const WeightMatrix& w, float* out, Thread
   MatMulGroup(x, m, {&w}, {&out}, pool);
 }
 
-void MatMulGroup(const float* x, int64_t m, std::initializer_list<const WeightMatrix*> ws,
-                 std::initializer_list<float* const*> outs, ThreadPool* pool) {
+MatrixGroup::MatrixGroup(std::initializer_list<const WeightMatrix*> ws,
+                         std::initializer_list<float* const*> outs) {
   TANDEM_CHECK(ws.size() == outs.size() && ws.size() <= 4);
-  const WeightMatrix* w[4];
-  float* o[4];
-  int64_t start[5] = {0};
-  int n = 0;
   for (const WeightMatrix* wi : ws) {
-    TANDEM_CHECK(MatMulSupports(wi->type));
     TANDEM_CHECK(wi->cols == (*ws.begin())->cols);
     w[n] = wi;
-    o[n] = *outs.begin()[n];
+    out[n] = *outs.begin()[n];
     start[n + 1] = start[n] + wi->rows;
     ++n;
   }
-  if (m <= 0 || start[n] == 0) return;
-  // Split the rows of all matrices as one range; a chunk boundary never changes any
-  // output's arithmetic. Matrix row counts are multiples of the grain in practice;
-  // when not, a chunk just covers a ragged piece of two matrices.
+}
+
+void MatMulGroup(const float* x, int64_t m, std::initializer_list<const WeightMatrix*> ws,
+                 std::initializer_list<float* const*> outs, ThreadPool* pool) {
+  const MatrixGroup group(ws, outs);
+  for (int i = 0; i < group.n; ++i) TANDEM_CHECK(MatMulSupports(group.w[i]->type));
+  if (m <= 0 || group.rows() == 0) return;
+  // Matrix row counts are multiples of the grain in practice.
   auto run = [&](int64_t b, int64_t e, int) {
-    for (int i = 0; i < n; ++i) {
-      const int64_t lo = std::max(b, start[i]), hi = std::min(e, start[i + 1]);
-      if (lo < hi) MatMulRange(x, m, *w[i], o[i], lo - start[i], hi - start[i]);
-    }
+    group.Split(b, e, [&](const WeightMatrix& w, float* o, int64_t lo, int64_t hi) {
+      MatMulRange(x, m, w, o, lo, hi);
+    });
   };
   const int64_t grain = m < kPanelMinM ? kMaxN : kPanelRows;
-  if (pool == nullptr) return run(0, start[n], 0);
-  pool->ParallelFor(start[n], run, grain);
+  if (pool == nullptr) return run(0, group.rows(), 0);
+  pool->ParallelFor(group.rows(), run, grain);
 }
 
 }  // namespace tandem::kernels

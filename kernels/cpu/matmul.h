@@ -26,6 +26,7 @@
 #ifndef TANDEM_KERNELS_CPU_MATMUL_H_
 #define TANDEM_KERNELS_CPU_MATMUL_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -54,6 +55,29 @@ void MatMulGroup(const float* x, int64_t m, std::initializer_list<const WeightMa
                  std::initializer_list<float* const*> outs, ThreadPool* pool);
 
 void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* out);
+
+// Up to four matrices of one input width as one range of output rows [0, rows()), which
+// one parallel loop splits (MatMulGroup, MatMulQ8Group): a chunk may cover a ragged
+// piece of two matrices, and where a chunk ends never changes any output's arithmetic.
+struct MatrixGroup {
+  MatrixGroup(std::initializer_list<const WeightMatrix*> ws,
+              std::initializer_list<float* const*> outs);
+  int64_t rows() const { return start[n]; }
+  // range(w, out, lo, hi) for the part of the group's rows [b, e) in each matrix, in
+  // that matrix's own row numbers.
+  template <typename Range>
+  void Split(int64_t b, int64_t e, Range&& range) const {
+    for (int i = 0; i < n; ++i) {
+      const int64_t lo = std::max(b, start[i]), hi = std::min(e, start[i + 1]);
+      if (lo < hi) range(*w[i], out[i], lo - start[i], hi - start[i]);
+    }
+  }
+
+  const WeightMatrix* w[4] = {};
+  float* out[4] = {};
+  int64_t start[5] = {0};
+  int n = 0;
+};
 
 // The instruction set MatMul uses on this machine ("avx512", "avx2" or "generic").
 const char* MatMulIsa();

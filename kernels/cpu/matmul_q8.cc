@@ -379,32 +379,21 @@ void MatMulQ8(const QuantizedRows& x, const WeightMatrix& w, float* out, ThreadP
 
 void MatMulQ8Group(const float* x, int64_t m, std::initializer_list<const WeightMatrix*> ws,
                    std::initializer_list<float* const*> outs, ThreadPool* pool) {
-  TANDEM_CHECK(ws.size() == outs.size() && ws.size() > 0 && ws.size() <= 4);
-  const int64_t k = (*ws.begin())->cols;
+  // One parallel loop over the rows of every matrix, as MatMulGroup splits them.
+  const MatrixGroup group(ws, outs);
+  TANDEM_CHECK(group.n > 0);
+  for (int i = 0; i < group.n; ++i) TANDEM_CHECK(Q8Supports(group.w[i]->type));
   thread_local QuantizedRows buffer;  // grows to the largest pass, then reused
   QuantizedRows& q = buffer;          // this thread's, also where the pool's threads read it
-  QuantizeRowsQ8(x, m, k, &q, pool);
-  // One parallel loop over the rows of every matrix, as MatMulGroup splits them.
-  const WeightMatrix* w[4];
-  float* o[4];
-  int64_t start[5] = {0};
-  int n = 0;
-  for (const WeightMatrix* wi : ws) {
-    TANDEM_CHECK(Q8Supports(wi->type) && wi->cols == k);
-    w[n] = wi;
-    o[n] = *outs.begin()[n];
-    start[n + 1] = start[n] + wi->rows;
-    ++n;
-  }
-  if (m <= 0 || start[n] == 0) return;
+  QuantizeRowsQ8(x, m, group.w[0]->cols, &q, pool);
+  if (m <= 0 || group.rows() == 0) return;
   auto run = [&](int64_t b, int64_t e, int) {
-    for (int i = 0; i < n; ++i) {
-      const int64_t lo = std::max(b, start[i]), hi = std::min(e, start[i + 1]);
-      if (lo < hi) Range(q, *w[i], o[i], lo - start[i], hi - start[i]);
-    }
+    group.Split(b, e, [&](const WeightMatrix& w, float* o, int64_t lo, int64_t hi) {
+      Range(q, w, o, lo, hi);
+    });
   };
-  if (pool == nullptr) return run(0, start[n], 0);
-  pool->ParallelFor(start[n], run, 4);
+  if (pool == nullptr) return run(0, group.rows(), 0);
+  pool->ParallelFor(group.rows(), run, 4);
 }
 
 }  // namespace tandem::kernels
