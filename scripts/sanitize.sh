@@ -40,13 +40,16 @@ TSAN_TESTS=(engine_test router_test http_server_test worker_fault_test stream_ou
 # through rejected, preempted and cancelled drafts (by prompt lookup; the same walk with
 # a draft model is Release-only, 3 min under ASan) and every transport fault test stay in.
 # Under TSan also the one test that asserts a rate (2,000 streams concurrent at once),
-# which TSan's slowdown breaks.
+# which TSan's slowdown breaks, and engine_test's long scheduling walks (6 min there):
+# they run on the same threads — the engine's compute pool — as the shorter tests TSan
+# keeps, only for more steps, and ASan runs them.
 declare -A GTEST_FILTER=(
   [engine_test]="-$(grep -v '^#' tests/full_model_numerics.txt | paste -sd:)"
   [peer_transport_test]="-PeerTransportTest.AnswersLikeOneEngineOverThePeerTransport:PeerTransportTest.ManyConcurrentRequestsPairInDescriptorOrder"
 )
 declare -A TSAN_FILTER=(
   [router_test]="-RouterRequestTest.ThousandsOfConcurrentStreamsAddNoThread"
+  [engine_test]="${GTEST_FILTER[engine_test]}:SpeculativeTest.BlocksStayConsistentThroughRejectionPreemptionAndCancel:SpeculativeTest.DraftProposalsEqualAFreshDraftsAfterAnyHistory:SpeculativeTest.ARequestCanOptOut:EngineTest.TheLowerPriorityGivesWayWhenMemoryRunsOut:EngineTest.PrefillHereDecodeThereGivesTheSameTokens:EngineTest.ShortPromptIsNotStuckBehindALongOne"
 )
 
 if ! command -v clang++ >/dev/null; then
