@@ -9,60 +9,26 @@
 #include <vector>
 
 #include "cli/exit_status.h"
-#include "common/engine/device_weights.h"
 #include "common/engine/loaded_model.h"
-#include "common/engine/model_executor.h"
+#include "common/engine/scorer.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "kernels/backend_factory.h"
 #include "kernels/cpu/matmul_q8.h"
-#include "kernels/kv_storage.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::cli {
 
 namespace {
 
-// One teacher-forced pass of a window on one math mode.
-class Scorer {
- public:
-  static absl::StatusOr<std::unique_ptr<Scorer>> Create(const engine::ModelWeights& w,
-                                                        kernels::CpuMath math, int threads,
-                                                        int32_t ctx) {
-    std::unique_ptr<Scorer> s(new Scorer());
-    s->backend_ = std::make_unique<kernels::CpuBackend>(
-        kernels::CpuBackendOptions{.num_threads = threads, .math = math});
-    ASSIGN_OR_RETURN(s->weights_, engine::DeviceWeights::Prepare(w, s->backend_.get()));
-    const model::ModelConfig& c = w.config();
-    const kv::KvLayout layout{static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
-                              static_cast<int32_t>(c.head_dim), 16, kv::KvDtype::kF32};
-    ASSIGN_OR_RETURN(s->kv_, kernels::KvStorage::Create(s->backend_.get(), layout,
-                                                        (ctx + 15) / 16 * layout.BlockBytes()));
-    ASSIGN_OR_RETURN(s->executor_, engine::ModelExecutor::Create(c, *s->weights_, s->backend_.get(),
-                                                                 s->kv_.get(), {ctx, 1, false}));
-    return s;
-  }
-
-  // Logits [rows][vocab] of the last `rows` positions of `tokens`.
-  absl::Status Run(const std::vector<int32_t>& tokens, int32_t rows, std::vector<float>* out) {
-    const int32_t n = static_cast<int32_t>(tokens.size());
-    std::vector<int32_t> table((n + 15) / 16);
-    for (size_t b = 0; b < table.size(); ++b) table[b] = static_cast<int32_t>(b);
-    engine::ForwardBatch batch;
-    batch.AddSequence(tokens, n, table, true, rows);
-    ASSIGN_OR_RETURN(const kernels::Tensor logits, executor_->Forward(batch));
-    out->resize(static_cast<size_t>(logits.elements()));
-    backend_->CopyToHost(*logits.buffer, logits.offset, logits.bytes(), out->data());
-    return backend_->Synchronize();
-  }
-
- private:
-  Scorer() = default;
-  std::unique_ptr<kernels::CpuBackend> backend_;
-  std::unique_ptr<engine::DeviceWeights> weights_;
-  std::unique_ptr<kernels::KvStorage> kv_;
-  std::unique_ptr<engine::ModelExecutor> executor_;
-};
+// A scorer on the CPU backend with `math`.
+absl::StatusOr<std::unique_ptr<engine::Scorer>> CpuScorer(const engine::ModelWeights& w,
+                                                          kernels::CpuMath math, int threads,
+                                                          int32_t ctx) {
+  ASSIGN_OR_RETURN(std::unique_ptr<kernels::Backend> backend,
+                   kernels::MakeBackend({.num_threads = threads, .cpu_math = math}));
+  return engine::Scorer::Create(w, std::move(backend), ctx);
+}
 
 // log Σ exp(x), in double.
 double LogSumExp(const float* x, int64_t n) {
@@ -112,9 +78,9 @@ int RunKldBench(const KldBenchOptions& o) {
     return Fail(absl::InvalidArgumentError(
         StrCat("bench kld: ", tokens->size(), " tokens, fewer than one window of ", ctx)));
   }
-  auto exact = Scorer::Create(*model->weights, kernels::CpuMath::kExact, o.threads, ctx);
+  auto exact = CpuScorer(*model->weights, kernels::CpuMath::kExact, o.threads, ctx);
   if (!exact.ok()) return Fail(exact.status());
-  auto fast = Scorer::Create(*model->weights, kernels::CpuMath::kFast, o.threads, ctx);
+  auto fast = CpuScorer(*model->weights, kernels::CpuMath::kFast, o.threads, ctx);
   if (!fast.ok()) return Fail(fast.status());
   const int64_t vocab = model->config.vocab_size;
   std::vector<double> kld;
@@ -125,8 +91,8 @@ int RunKldBench(const KldBenchOptions& o) {
   for (int64_t win = 0; win < windows; ++win) {
     const std::vector<int32_t> window(tokens->begin() + win * ctx,
                                       tokens->begin() + (win + 1) * ctx);
-    if (absl::Status st = (*exact)->Run(window, scored, &le); !st.ok()) return Fail(st);
-    if (absl::Status st = (*fast)->Run(window, scored, &lf); !st.ok()) return Fail(st);
+    if (absl::Status st = (*exact)->Logits(window, scored, &le); !st.ok()) return Fail(st);
+    if (absl::Status st = (*fast)->Logits(window, scored, &lf); !st.ok()) return Fail(st);
     for (int32_t r = 0; r < scored; ++r) {
       const float* e = le.data() + static_cast<int64_t>(r) * vocab;
       const float* f = lf.data() + static_cast<int64_t>(r) * vocab;

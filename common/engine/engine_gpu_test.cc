@@ -18,6 +18,7 @@
 
 #include "common/engine/engine.h"
 #include "common/engine/engine_test_util.h"
+#include "common/engine/scorer.h"
 #include "common/engine/synthetic_model.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
@@ -29,27 +30,12 @@ namespace {
 // Teacher-forced logits [n][vocab] of `tokens` in one pass on `device`.
 std::vector<float> AllLogits(const ModelWeights& w, const std::string& device,
                              const std::vector<int32_t>& tokens) {
-  auto backend = *kernels::MakeBackend({.device = device, .num_threads = 2});
-  auto dw = *DeviceWeights::Prepare(w, backend.get());
-  const auto& c = w.config();
-  auto kv = *kernels::KvStorage::Create(
-      backend.get(),
-      {static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
-       static_cast<int32_t>(c.head_dim), 16, kv::KvDtype::kF32},
-      int64_t{64} << 20);
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  auto exec = *ModelExecutor::Create(c, *dw, backend.get(), kv.get(), {n, 1});
-  ForwardBatch batch;
-  std::vector<int32_t> table((n + 15) / 16);
-  for (size_t b = 0; b < table.size(); ++b) table[b] = static_cast<int32_t>(b);
-  batch.AddSequence(tokens, n, table, false);
-  for (int32_t i = 0; i < n; ++i) batch.logit_rows.push_back(i);
-  auto logits = exec->Forward(batch);
-  EXPECT_TRUE(logits.ok()) << logits.status();
-  std::vector<float> host(static_cast<size_t>(logits->elements()));
-  backend->CopyToHost(*logits->buffer, logits->offset, logits->bytes(), host.data());
-  EXPECT_TRUE(backend->Synchronize().ok());
-  return host;
+  auto scorer = Scorer::Create(w, *kernels::MakeBackend({.device = device, .num_threads = 2}),
+                               static_cast<int32_t>(tokens.size()));
+  EXPECT_TRUE(scorer.ok()) << scorer.status();
+  std::vector<float> logits;
+  EXPECT_TRUE((*scorer)->Logits(tokens, 0, &logits).ok());
+  return logits;
 }
 
 std::vector<std::vector<int32_t>> Generate(const ModelWeights& w, const std::string& device,

@@ -14,6 +14,7 @@
 
 #include "common/engine/engine.h"
 #include "common/engine/engine_test_util.h"
+#include "common/engine/scorer.h"
 #include "common/model/dequantize.h"
 #include "common/model/gguf_file.h"
 #include "common/model/hf_directory.h"
@@ -33,45 +34,18 @@ using ::tandem::testing::DefaultModelPath;
 using ::tandem::testing::TestDataPath;
 using ::tandem::testing::TestDevice;
 
-// One executor over its own backend and KV storage, returning logits on the host.
-class HostExecutor {
- public:
-  HostExecutor(const ModelWeights& weights, kv::KvDtype dtype) {
-    backend_ = *kernels::MakeBackend({TestDevice(), 2});
-    dw_ = *DeviceWeights::Prepare(weights, backend_.get());
-    const auto& c = weights.config();
-    kv_ = *kernels::KvStorage::Create(
-        backend_.get(),
-        {static_cast<int32_t>(c.n_layers), static_cast<int32_t>(c.n_kv_heads),
-         static_cast<int32_t>(c.head_dim), 16, dtype},
-        int64_t{64} << 20);
-    exec_ = *ModelExecutor::Create(c, *dw_, backend_.get(), kv_.get(), {256, 4});
-  }
-  absl::Status Forward(const ForwardBatch& batch, std::vector<float>* logits) {
-    auto t = exec_->Forward(batch);
-    if (!t.ok()) return t.status();
-    logits->resize(static_cast<size_t>(t->elements()));
-    backend_->CopyToHost(*t->buffer, t->offset, t->bytes(), logits->data());
-    return backend_->Synchronize();
-  }
-
- private:
-  std::unique_ptr<kernels::Backend> backend_;
-  std::unique_ptr<DeviceWeights> dw_;
-  std::unique_ptr<kernels::KvStorage> kv_;
-  std::unique_ptr<ModelExecutor> exec_;
-};
+// A scorer on the test device (2 threads) for sequences of up to 2,048 tokens.
+std::unique_ptr<Scorer> TestScorer(const ModelWeights& weights, kv::KvDtype dtype) {
+  auto s = Scorer::Create(weights, *kernels::MakeBackend({TestDevice(), 2}), 2048, dtype);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return std::move(*s);
+}
 
 // Teacher-forced logits of the whole of `tokens` in one pass, [n][vocab].
-std::vector<float> AllLogits(HostExecutor& exec, const std::vector<int32_t>& tokens) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  ForwardBatch batch;
-  std::vector<int32_t> table((n + 15) / 16);
-  for (size_t b = 0; b < table.size(); ++b) table[b] = static_cast<int32_t>(b);
-  batch.AddSequence(tokens, static_cast<int32_t>(n), table, false);
-  for (int32_t r = 0; r < n; ++r) batch.logit_rows.push_back(r);
+std::vector<float> AllLogits(Scorer& scorer, const std::vector<int32_t>& tokens) {
   std::vector<float> logits;
-  EXPECT_TRUE(exec.Forward(batch, &logits).ok());
+  const absl::Status st = scorer.Logits(tokens, 0, &logits);
+  EXPECT_TRUE(st.ok()) << st;
   return logits;
 }
 
@@ -145,7 +119,7 @@ TEST_F(GoldenTest, TeacherForcedLogitsMatchTransformersAtEveryPosition) {
   const int n_prompts = static_cast<int>(*golden_->GetUint("n_prompts"));
   ASSERT_GE(n_prompts, 10);
   const auto sample_ids = TensorValues<int32_t>(*golden_, "sample_ids");
-  HostExecutor exec(*weights_, kv::KvDtype::kF32);
+  auto exec = TestScorer(*weights_, kv::KvDtype::kF32);
   double worst = 0;
   int64_t positions = 0;
   for (int i = 0; i < n_prompts; ++i) {
@@ -160,7 +134,7 @@ TEST_F(GoldenTest, TeacherForcedLogitsMatchTransformersAtEveryPosition) {
     const int64_t k_sample = static_cast<int64_t>(sample_ids.size());
 
     // One pass over the whole sequence, blocks 0..ceil(n/16)-1.
-    const std::vector<float> logits = AllLogits(exec, tokens);
+    const std::vector<float> logits = AllLogits(*exec, tokens);
     ASSERT_EQ(static_cast<int64_t>(logits.size()), n * vocab);
 
     for (int64_t pos = 0; pos < n; ++pos) {
@@ -209,6 +183,25 @@ std::vector<std::vector<int32_t>> Greedy(const ModelWeights& weights, const mode
 //   - free-running: how many tokens each engine generates before a first divergence
 //     (printed; every later position counts as lost);
 //   - the largest teacher-forced logit change, bounded by kBf16MaxLogitDelta.
+// The scorer's last rows are the tail of its every-position logits (the CPU's arithmetic
+// for a row does not depend on how many rows are asked for); an empty sequence or one
+// past what it was made for is refused.
+TEST_F(GoldenTest, ScorerGivesTheTailOfTheWholeAndRefusesWhatItCannotHold) {
+  auto scorer = Scorer::Create(*weights_, *kernels::MakeBackend({TestDevice(), 2}), 32);
+  ASSERT_TRUE(scorer.ok()) << scorer.status();
+  std::vector<int32_t> tokens(20);
+  for (int32_t i = 0; i < 20; ++i) tokens[static_cast<size_t>(i)] = 100 + 37 * i;
+  const int64_t vocab = weights_->config().vocab_size;
+  std::vector<float> all, last;
+  ASSERT_TRUE((*scorer)->Logits(tokens, 0, &all).ok());
+  ASSERT_TRUE((*scorer)->Logits(tokens, 5, &last).ok());
+  ASSERT_EQ(static_cast<int64_t>(all.size()), 20 * vocab);
+  EXPECT_EQ(last, std::vector<float>(all.end() - 5 * vocab, all.end()));
+  EXPECT_EQ((*scorer)->Logits(std::vector<int32_t>(33, 1), 0, &all).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*scorer)->Logits({}, 0, &all).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(GoldenTest, Bf16KvKeepsTheFloat32Continuations) {
   EngineOptions o;
   o.num_threads = 2;
@@ -225,7 +218,7 @@ TEST_F(GoldenTest, Bf16KvKeepsTheFloat32Continuations) {
     total += static_cast<int64_t>(f32[i].size());
   }
   const int64_t vocab = weights_->config().vocab_size;
-  HostExecutor a(*weights_, kv::KvDtype::kF32), b(*weights_, kv::KvDtype::kBF16);
+  auto a = TestScorer(*weights_, kv::KvDtype::kF32), b = TestScorer(*weights_, kv::KvDtype::kBF16);
   double worst = 0;
   GreedyAgreement agreement;
   for (int i = 0; i < static_cast<int>(f32.size()); ++i) {
@@ -233,7 +226,7 @@ TEST_F(GoldenTest, Bf16KvKeepsTheFloat32Continuations) {
     const int64_t n_prompt = static_cast<int64_t>(*golden_->GetUint(Key(i, "n_prompt")));
     std::vector<int32_t> tokens(golden.begin(), golden.begin() + n_prompt);
     tokens.insert(tokens.end(), f32[i].begin(), f32[i].end());
-    const auto la = AllLogits(a, tokens), lb = AllLogits(b, tokens);
+    const auto la = AllLogits(*a, tokens), lb = AllLogits(*b, tokens);
     for (size_t k = 0; k < la.size(); ++k)
       worst = std::max<double>(worst, std::fabs(la[k] - lb[k]));
     agreement.Add(la, lb, vocab, n_prompt - 1, static_cast<int64_t>(tokens.size()) - 1);
@@ -313,12 +306,12 @@ class ArchGoldenTest : public ::testing::TestWithParam<std::string> {
 TEST_P(ArchGoldenTest, LogitsMatchTransformersAtEveryPosition) {
   const int64_t vocab = weights_->config().vocab_size;
   const int n_prompts = static_cast<int>(*golden_->GetUint("n_prompts"));
-  HostExecutor exec(*weights_, kv::KvDtype::kF32);
+  auto exec = TestScorer(*weights_, kv::KvDtype::kF32);
   double worst = 0;
   for (int i = 0; i < n_prompts; ++i) {
     const auto tokens = TensorValues<int32_t>(*golden_, Key(i, "tokens"));
     const auto want = TensorValues<float>(*golden_, Key(i, "logits"));
-    const std::vector<float> got = AllLogits(exec, tokens);
+    const std::vector<float> got = AllLogits(*exec, tokens);
     ASSERT_EQ(got.size(), want.size());
     ASSERT_EQ(static_cast<int64_t>(got.size()), static_cast<int64_t>(tokens.size()) * vocab);
     for (size_t j = 0; j < got.size(); ++j) {
@@ -365,13 +358,14 @@ TEST_P(ArchGoldenTest, HuggingFaceDirectoryGivesTheGgufLogits) {
   ASSERT_NE(dir_weights, nullptr);
   EXPECT_TRUE(dir_file->assembled());
   EXPECT_EQ(dir_weights->config().architecture, Arch());
-  HostExecutor from_gguf(*weights_, kv::KvDtype::kF32), from_dir(*dir_weights, kv::KvDtype::kF32);
+  auto from_gguf = TestScorer(*weights_, kv::KvDtype::kF32),
+       from_dir = TestScorer(*dir_weights, kv::KvDtype::kF32);
   const int n_prompts = static_cast<int>(*golden_->GetUint("n_prompts"));
   double vs_gguf = 0, vs_transformers = 0;
   for (int i = 0; i < n_prompts; ++i) {
     const auto tokens = TensorValues<int32_t>(*golden_, Key(i, "tokens"));
     const auto want = TensorValues<float>(*golden_, Key(i, "logits"));
-    const std::vector<float> a = AllLogits(from_gguf, tokens), b = AllLogits(from_dir, tokens);
+    const std::vector<float> a = AllLogits(*from_gguf, tokens), b = AllLogits(*from_dir, tokens);
     ASSERT_EQ(a.size(), b.size());
     ASSERT_EQ(b.size(), want.size());
     for (size_t j = 0; j < b.size(); ++j) {
@@ -485,18 +479,18 @@ TEST_P(QuantTypeTest, ModelGivesTheLogitsOfItsFloat32Dequantization) {
   EXPECT_LE((*qw)->weight_bytes(), (*fw)->weight_bytes() / 2 + 64 * 1024);  // ≤ 16 bits a weight
 
   const int64_t vocab = config->vocab_size;
-  HostExecutor qe(**qw, kv::KvDtype::kF32), fe(**fw, kv::KvDtype::kF32);
+  auto qe = TestScorer(**qw, kv::KvDtype::kF32), fe = TestScorer(**fw, kv::KvDtype::kF32);
   std::mt19937 rng(3);
   for (int prompt = 0; prompt < 3; ++prompt) {
     std::vector<int32_t> tokens(9 + 13 * prompt);
     for (int32_t& id : tokens) id = static_cast<int32_t>(rng() % vocab);
     // Greedy on the dequantized twin, 8 tokens, then every position teacher-forced on both.
     for (int step = 0; step < 8; ++step) {
-      const std::vector<float> f = AllLogits(fe, tokens);
+      const std::vector<float> f = AllLogits(*fe, tokens);
       const float* last = f.data() + (tokens.size() - 1) * vocab;
       tokens.push_back(static_cast<int32_t>(std::max_element(last, last + vocab) - last));
     }
-    const std::vector<float> q = AllLogits(qe, tokens), f = AllLogits(fe, tokens);
+    const std::vector<float> q = AllLogits(*qe, tokens), f = AllLogits(*fe, tokens);
     ASSERT_EQ(q.size(), f.size());
     int64_t finite = 0;
     for (size_t i = 0; i < q.size(); ++i) {
