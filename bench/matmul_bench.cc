@@ -1,7 +1,9 @@
-// matmul_bench: the CPU matmul (kernels/cpu/matmul.h) per weight type, on random weights.
+// matmul_bench: the CPU matmul per weight type, on random weights: the float32 path
+// (kernels/cpu/matmul.h, `--cpu-math exact`) or the integer one (kernels/cpu/matmul_q8.h,
+// `--cpu-math fast`, the activations' quantization included in the time).
 //
 //   build/bin/matmul_bench [--types q4_0,q4_k,...] [--m 1,16,512] [--n 2048] [--k 2048]
-//                          [--threads 1] [--reps 5]
+//                          [--threads 1] [--reps 5] [--math exact|fast]
 //
 // For each type and batch height m: the best of `reps` timed calls of x[m][k] · W[n][k]ᵀ,
 // as µs per call, weight bytes read per second (what bounds decode, m = 1) and GFLOP/s
@@ -17,6 +19,7 @@
 
 #include "common/model/ggml_type.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_q8.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/quant_blocks.h"
 
@@ -50,6 +53,7 @@ int main(int argc, char** argv) {
   std::string ms = "1,16,512";
   int64_t n = 2048, k = 2048;
   int threads = 1, reps = 5;
+  bool fast = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -65,10 +69,13 @@ int main(int argc, char** argv) {
       threads = std::stoi(next());
     } else if (a == "--reps") {
       reps = std::stoi(next());
+    } else if (a == "--math" && (i + 1 < argc) &&
+               (std::string(argv[i + 1]) == "exact" || std::string(argv[i + 1]) == "fast")) {
+      fast = next() == "fast";
     } else {
       std::fprintf(stderr,
                    "usage: %s [--types q4_0,q4_k,...] [--m 1,16,512] [--n N] [--k K] "
-                   "[--threads T] [--reps R]\n",
+                   "[--threads T] [--reps R] [--math exact|fast]\n",
                    argv[0]);
       return 2;
     }
@@ -79,7 +86,9 @@ int main(int argc, char** argv) {
   }
   tandem::kernels::ThreadPool pool(threads);
   std::mt19937 rng(1);
-  std::printf("isa %s, n %lld, k %lld, %d thread(s), best of %d\n", tandem::kernels::MatMulIsa(),
+  std::printf("%s math, isa %s, n %lld, k %lld, %d thread(s), best of %d\n",
+              fast ? "fast" : "exact",
+              fast ? tandem::kernels::MatMulQ8Isa() : tandem::kernels::MatMulIsa(),
               static_cast<long long>(n), static_cast<long long>(k), threads, reps);
   std::printf("%-7s %5s %12s %12s %10s\n", "type", "m", "us/call", "weight GB/s", "GFLOP/s");
   for (const std::string& name : Split(types)) {
@@ -87,6 +96,10 @@ int main(int argc, char** argv) {
     if (!TypeByName(name, &type)) {
       std::fprintf(stderr, "unknown or unsupported type '%s'\n", name.c_str());
       return 2;
+    }
+    if (fast && !tandem::kernels::Q8Supports(type)) {
+      std::printf("%-7s (no integer path)\n", name.c_str());
+      continue;
     }
     std::vector<uint8_t> w;
     if (type == GgmlType::kF32) {
@@ -108,7 +121,12 @@ int main(int argc, char** argv) {
       double best = 1e30;
       for (int r = 0; r < reps + 1; ++r) {  // the first call warms caches and page tables
         const auto t0 = std::chrono::steady_clock::now();
-        tandem::kernels::MatMul(x.data(), m, matrix, out.data(), &pool);
+        if (fast) {
+          float* o = out.data();
+          tandem::kernels::MatMulQ8Group(x.data(), m, {&matrix}, {&o}, &pool);
+        } else {
+          tandem::kernels::MatMul(x.data(), m, matrix, out.data(), &pool);
+        }
         const double s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (r > 0) best = std::min(best, s);

@@ -188,6 +188,10 @@ int RunBench(const BenchOptions& o) {
     j["machine_read_gb_per_s"] = bw;
     j["machine_gemm_gflops"] = gemm;
     j["tg_bandwidth_bound_tokens_per_s"] = bw * 1e3 / weight_mb;
+    // How far decode is from its roof: the weights it streamed per second against what
+    // the machine streams.
+    j["tg_weight_gb_per_s"] = Median(tg) * weight_mb / 1e3;
+    j["tg_roof_fraction"] = Median(tg) * weight_mb / 1e3 / bw;
     j["pp_gemm_bound_tokens_per_s"] = gemm * 1e9 / (2 * params);
   }
   if (!sweep.empty()) {
@@ -206,8 +210,10 @@ int RunBench(const BenchOptions& o) {
           "  pp%-5d %8.1f tokens/s  (%.0f GFLOP/s; GEMM bound %.0f tokens/s at %.0f GFLOP/s)\n",
           o.prompt_tokens, Median(pp), pp_gflops, gemm * 1e9 / (2 * params), gemm);
       std::printf(
-          "  tg%-5d %8.1f tokens/s  (bandwidth bound %.0f tokens/s: %.1f GB/s over %.0f MB)\n",
-          o.gen_tokens, Median(tg), bw * 1e3 / weight_mb, bw, weight_mb);
+          "  tg%-5d %8.1f tokens/s  (weights read at %.1f GB/s, %.0f %% of the machine's %.1f "
+          "GB/s; bandwidth bound %.0f tokens/s over %.0f MB)\n",
+          o.gen_tokens, Median(tg), Median(tg) * weight_mb / 1e3,
+          100 * Median(tg) * weight_mb / 1e3 / bw, bw, bw * 1e3 / weight_mb, weight_mb);
     } else {
       std::printf("  pp%-5d %8.1f tokens/s  (%.0f GFLOP/s)\n", o.prompt_tokens, Median(pp),
                   pp_gflops);

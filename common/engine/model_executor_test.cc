@@ -22,6 +22,7 @@
 #include "common/util/half.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
+#include "kernels/cpu/matmul_q8.h"
 #include "kernels/kv_storage.h"
 #include "tests/gguf_builder.h"
 #include "tests/quant_blocks.h"
@@ -506,6 +507,61 @@ TEST_P(QuantTypeTest, ModelGivesTheLogitsOfItsFloat32Dequantization) {
   }
 }
 
+// The same models under --cpu-math fast (the integer path, kernels/cpu/matmul_q8.h), for
+// every type that has one: a position's logits do not depend on how many rows ran with
+// it (one row takes the decode tile, many the batch tiles: the same bits), and they stay
+// near exact math's without being its bits.
+class FastMathTypeTest : public ::testing::TestWithParam<model::GgmlType> {};
+
+TEST_P(FastMathTypeTest, BatchInvariantAndCloseToExact) {
+  const model::GgmlType type = GetParam();
+  ASSERT_TRUE(kernels::Q8Supports(type));
+  const std::string bytes = QuantModelFile(type, false);
+  auto file = model::GgufFile::Parse(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto config = model::ModelConfig::FromGguf(**file);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto weights = ModelWeights::Load(**file, *config);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  auto scorer = [&](kernels::CpuMath math) {
+    auto s = Scorer::Create(**weights, *kernels::MakeBackend({"cpu", 2, 0, false, math}), 512);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  };
+  auto fast = scorer(kernels::CpuMath::kFast), exact = scorer(kernels::CpuMath::kExact);
+  const int64_t vocab = config->vocab_size;
+  std::mt19937 rng(5);
+  std::vector<int32_t> tokens(40);
+  for (int32_t& id : tokens) id = static_cast<int32_t>(rng() % vocab);
+  const std::vector<float> all = AllLogits(*fast, tokens), ex = AllLogits(*exact, tokens);
+  ASSERT_EQ(all.size(), ex.size());
+  for (size_t n : {size_t{1}, size_t{2}, size_t{17}}) {  // one row; a pair; a ragged tile
+    const std::vector<float> prefix =
+        AllLogits(*fast, std::vector<int32_t>(tokens.begin(), tokens.begin() + n));
+    ASSERT_EQ(prefix.size(), n * vocab);
+    EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), all.begin())) << "first " << n << " rows";
+  }
+  EXPECT_NE(all, ex) << "fast math gave exact math's bits: did the integer path run?";
+  int same = 0;
+  double diff = 0, size = 0;
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    const float* f = all.data() + r * vocab;
+    const float* e = ex.data() + r * vocab;
+    same += std::max_element(f, f + vocab) - f == std::max_element(e, e + vocab) - e;
+    for (int64_t v = 0; v < vocab; ++v) {
+      diff += std::fabs(f[v] - e[v]);
+      size += std::fabs(e[v]);
+    }
+  }
+  // These random-byte models amplify small changes layer by layer (logits up to ~90), so
+  // the bounds are loose; the kernel-level bound is matmul_q8_test's, the quality on a
+  // real model `tandem bench kld`'s (docs/performance.md).
+  EXPECT_GE(same, 34) << "of 40 positions";
+  // (Measured: 1.0–5.5 % across the types; a wrong scale or sign gives ~100 %.)
+  EXPECT_LT(diff, 0.10 * size) << "mean |fast - exact| against mean |exact|";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Types, QuantTypeTest,
     ::testing::Values(model::GgmlType::kF16, model::GgmlType::kBF16, model::GgmlType::kQ8_0,
@@ -513,6 +569,14 @@ INSTANTIATE_TEST_SUITE_P(
                       model::GgmlType::kQ5_1, model::GgmlType::kIQ4_NL, model::GgmlType::kQ2_K,
                       model::GgmlType::kQ3_K, model::GgmlType::kQ4_K, model::GgmlType::kQ5_K,
                       model::GgmlType::kQ6_K, model::GgmlType::kIQ4_XS),
+    [](const auto& info) { return std::string(model::GgmlTypeName(info.param)); });
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, FastMathTypeTest,
+    ::testing::Values(model::GgmlType::kQ8_0, model::GgmlType::kQ4_0, model::GgmlType::kQ4_1,
+                      model::GgmlType::kQ5_0, model::GgmlType::kQ5_1, model::GgmlType::kIQ4_NL,
+                      model::GgmlType::kQ2_K, model::GgmlType::kQ3_K, model::GgmlType::kQ4_K,
+                      model::GgmlType::kQ5_K, model::GgmlType::kQ6_K, model::GgmlType::kIQ4_XS),
     [](const auto& info) { return std::string(model::GgmlTypeName(info.param)); });
 
 }  // namespace

@@ -25,8 +25,29 @@ float HalfAt(const uint8_t* p) {
   return HalfToFloat(h);
 }
 
-// Whether the type's values are d · q + m (a min per block; q unsigned) rather than d · q.
-constexpr bool HasMin(GgmlType t) { return t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1; }
+// Whether the type's values carry a min term (q unsigned) rather than being d · q alone.
+constexpr bool HasMin(GgmlType t) {
+  return t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1 || t == GgmlType::kQ4_K ||
+         t == GgmlType::kQ5_K || t == GgmlType::kQ2_K;
+}
+// Whether a 32-weight chunk has two integer scales, one per 16 (Q6_K, Q3_K, Q2_K).
+constexpr bool HasLaneScales(GgmlType t) {
+  return t == GgmlType::kQ6_K || t == GgmlType::kQ3_K || t == GgmlType::kQ2_K;
+}
+// 32-weight chunks per block: 1, or 8 for the super-blocks of 256.
+constexpr int ChunksPerBlock(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_XS:
+      return 8;
+    default:
+      return 1;
+  }
+}
 
 // A block's layout: where its quants and fifth bits start (ggml's).
 constexpr int QsOffset(GgmlType t) {
@@ -70,6 +91,90 @@ int32_t QuantAt(GgmlType type, const uint8_t* block, int e) {
   }
 }
 
+// Chunk c of a block as the integer arithmetic reads it (the header's w_e, c_h, n_h,
+// D, M), laid out as model::Dequantize decodes the same chunk.
+struct IntChunk {
+  int32_t w[32] = {};
+  int32_t scale[2] = {1, 1};  // c_h of elements 16h … 16h + 15
+  int32_t min[2] = {1, 1};    // n_h
+  float d = 0, dmin = 0;      // D, M
+};
+
+// `quants` false leaves w zero (the factors alone, for the vector paths' unpacking).
+IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
+  IntChunk u;
+  const int n = c / 4, p = c % 4;  // the 128-half and the quarter of it (Q6_K, Q3_K, Q2_K)
+  switch (type) {
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {
+      uint8_t sc, m;
+      model::KQuantScaleMin(b + 4, c, &sc, &m);
+      u.d = HalfAt(b) * static_cast<float>(sc);
+      u.dmin = -(HalfAt(b + 2) * static_cast<float>(m));
+      const bool five = type == GgmlType::kQ5_K;
+      const uint8_t* q = b + (five ? 48 : 16) + 32 * (c / 2);
+      for (int l = 0; l < 32 * quants; ++l) {
+        u.w[l] = (q[l] >> (4 * (c % 2))) & 15;
+        if (five) u.w[l] |= ((b[16 + l] >> c) & 1) << 4;
+      }
+      return u;
+    }
+    case GgmlType::kQ6_K: {
+      u.d = HalfAt(b + 208);
+      const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * n + 2 * p;
+      u.scale[0] = sc[0];
+      u.scale[1] = sc[1];
+      const uint8_t* ql = b + 64 * n + 32 * (p % 2);
+      const uint8_t* qh = b + 128 + 32 * n;
+      for (int l = 0; l < 32 * quants; ++l) {
+        u.w[l] = (((ql[l] >> (4 * (p / 2))) & 15) | (((qh[l] >> (2 * p)) & 3) << 4)) - 32;
+      }
+      return u;
+    }
+    case GgmlType::kQ3_K: {
+      u.d = HalfAt(b + 108);
+      const uint8_t* scales = b + 96;
+      for (int h = 0; h < 2; ++h) {
+        const int s = 2 * c + h;
+        u.scale[h] = (((scales[s % 8] >> (4 * (s / 8))) & 15) |
+                      (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4)) -
+                     32;
+      }
+      for (int l = 0; l < 32 * quants; ++l) {
+        u.w[l] = ((b[32 + 32 * n + l] >> (2 * p)) & 3) - (((b[l] >> c) & 1) ? 0 : 4);
+      }
+      return u;
+    }
+    case GgmlType::kQ2_K: {
+      u.d = HalfAt(b + 80);
+      u.dmin = -HalfAt(b + 82);
+      for (int h = 0; h < 2; ++h) {
+        u.scale[h] = b[2 * c + h] & 15;
+        u.min[h] = b[2 * c + h] >> 4;
+      }
+      for (int l = 0; l < 32 * quants; ++l) u.w[l] = (b[16 + 32 * n + l] >> (2 * p)) & 3;
+      return u;
+    }
+    case GgmlType::kIQ4_XS: {
+      uint16_t high;
+      std::memcpy(&high, b + 2, 2);
+      const int ls = ((b[4 + c / 2] >> (4 * (c % 2))) & 15) | (((high >> (2 * c)) & 3) << 4);
+      u.d = HalfAt(b) * static_cast<float>(ls - 32);
+      const uint8_t* qs = b + 8 + 16 * c;
+      for (int l = 0; l < 16 * quants; ++l) {
+        u.w[l] = model::kIq4Levels[qs[l] & 15];
+        u.w[l + 16] = model::kIq4Levels[qs[l] >> 4];
+      }
+      return u;
+    }
+    default:  // the blocks of 32
+      u.d = HalfAt(b);
+      if (HasMin(type)) u.dmin = HalfAt(b + 2);
+      for (int e = 0; e < 32 * quants; ++e) u.w[e] = QuantAt(type, b, e);
+      return u;
+  }
+}
+
 // One block of 32 values: its scale, quants and sums of each four quants.
 void QuantizeBlock(const float* x, int8_t* q, float* d, float* sums) {
   float amax = 0;
@@ -101,40 +206,120 @@ float SumLanes(const float* acc) {
 // products with a block of activations (maddubs on |w| and q·sign(w): no pair exceeds
 // 2 · 128 · 127, so nothing saturates).
 
-// A block's quants as QuantAt gives them: signed bytes, or unsigned ones for the types
-// with a min.
+// Chunk c of a block's quants as ChunkAt gives them: signed bytes, or unsigned ones for
+// the types with a min.
+TANDEM_AVX2 inline __m256i Load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+// 32 bytes each shifted right by `bits` (< 8) and masked to `mask`.
+TANDEM_AVX2 inline __m256i BitsAt(const uint8_t* p, int bits, char mask) {
+  return _mm256_and_si256(_mm256_srl_epi16(Load32(p), _mm_cvtsi32_si128(bits)),
+                          _mm256_set1_epi8(mask));
+}
+
 template <GgmlType T>
-TANDEM_AVX2 inline __m256i WeightBytes(const uint8_t* block) {
-  const uint8_t* qs = block + QsOffset(T);
+TANDEM_AVX2 inline __m256i ChunkBytes(const uint8_t* block, int c) {
+  const int n = c / 4, p = c % 4;
   if constexpr (T == GgmlType::kQ8_0) {
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+    return Load32(block + QsOffset(T));
   } else if constexpr (T == GgmlType::kQ4_0) {
-    return _mm256_sub_epi8(Nibbles(qs), _mm256_set1_epi8(8));
+    return _mm256_sub_epi8(Nibbles(block + QsOffset(T)), _mm256_set1_epi8(8));
   } else if constexpr (T == GgmlType::kQ4_1) {
-    return Nibbles(qs);
+    return Nibbles(block + QsOffset(T));
   } else if constexpr (T == GgmlType::kQ5_0) {
-    return _mm256_sub_epi8(_mm256_or_si256(Nibbles(qs), FifthBits(block + QhOffset(T))),
-                           _mm256_set1_epi8(16));
+    return _mm256_sub_epi8(
+        _mm256_or_si256(Nibbles(block + QsOffset(T)), FifthBits(block + QhOffset(T))),
+        _mm256_set1_epi8(16));
   } else if constexpr (T == GgmlType::kQ5_1) {
-    return _mm256_or_si256(Nibbles(qs), FifthBits(block + QhOffset(T)));
+    return _mm256_or_si256(Nibbles(block + QsOffset(T)), FifthBits(block + QhOffset(T)));
+  } else if constexpr (T == GgmlType::kIQ4_NL) {
+    return Iq4Levels(Nibbles(block + QsOffset(T)));
+  } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
+    const __m256i low =
+        BitsAt(block + (T == GgmlType::kQ5_K ? 48 : 16) + 32 * (c / 2), 4 * (c % 2), 15);
+    if constexpr (T == GgmlType::kQ4_K) {
+      return low;
+    } else {
+      const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << c));
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(Load32(block + 16), bit), bit);
+      return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
+  } else if constexpr (T == GgmlType::kQ6_K) {
+    const __m256i low = BitsAt(block + 64 * n + 32 * (p % 2), 4 * (p / 2), 15);
+    const __m256i high = _mm256_slli_epi16(BitsAt(block + 128 + 32 * n, 2 * p, 3), 4);
+    return _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32));
+  } else if constexpr (T == GgmlType::kQ3_K) {
+    const __m256i low = BitsAt(block + 32 + 32 * n, 2 * p, 3);
+    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << c));
+    const __m256i clear =
+        _mm256_cmpeq_epi8(_mm256_and_si256(Load32(block), bit), _mm256_setzero_si256());
+    return _mm256_sub_epi8(low, _mm256_and_si256(clear, _mm256_set1_epi8(4)));
+  } else if constexpr (T == GgmlType::kQ2_K) {
+    return BitsAt(block + 16 + 32 * n, 2 * p, 3);
   } else {
-    static_assert(T == GgmlType::kIQ4_NL);
-    return Iq4Levels(Nibbles(qs));
+    static_assert(T == GgmlType::kIQ4_XS);
+    return Iq4Levels(Nibbles(block + 8 + 16 * c));
   }
 }
 
-// The eight sums of four products w_e · q_e: maddubs on |w| and q · sign(w) for signed
-// quants, on w and q directly for unsigned ones (no pair exceeds 2 · 128 · 127, so
-// nothing saturates).
+// A block's float factors and integer scales, unpacked once for all its chunks (ChunkAt's
+// d, dmin, scale and min).
 template <GgmlType T>
-TANDEM_AVX2 inline __m256i FourProductSums(__m256i w, __m256i q) {
+struct BlockFactors {
+  static constexpr int kChunks = ChunksPerBlock(T);
+  float d[kChunks], dmin[kChunks];
+  __m256i scale[HasLaneScales(T) ? kChunks : 1];            // c_h in the int16 pairs of each half
+  __m256 min[HasLaneScales(T) && HasMin(T) ? kChunks : 1];  // n_h in each half's lanes
+
+  TANDEM_AVX2 void Load(const uint8_t* b) {
+    if constexpr (kChunks == 1) {
+      d[0] = Half(b);
+      if constexpr (HasMin(T)) dmin[0] = Half(b + 2);
+    } else if constexpr (HasLaneScales(T)) {
+      for (int c = 0; c < kChunks; ++c) {
+        const IntChunk u = ChunkAt(T, b, c, /*quants=*/false);
+        d[c] = u.d;
+        dmin[c] = u.dmin;
+        scale[c] = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(u.scale[1])),
+                                    _mm_set1_epi16(static_cast<int16_t>(u.scale[0])));
+        if constexpr (HasMin(T)) {
+          min[c] = _mm256_set_m128(_mm_set1_ps(static_cast<float>(u.min[1])),
+                                   _mm_set1_ps(static_cast<float>(u.min[0])));
+        }
+      }
+    } else if constexpr (T == GgmlType::kIQ4_XS) {
+      uint16_t high;
+      std::memcpy(&high, b + 2, 2);
+      const float dd = Half(b);
+      for (int c = 0; c < kChunks; ++c) {
+        const int ls = ((b[4 + c / 2] >> (4 * (c % 2))) & 15) | (((high >> (2 * c)) & 3) << 4);
+        d[c] = dd * static_cast<float>(ls - 32);
+      }
+    } else {  // Q4_K, Q5_K
+      const float dd = Half(b), dm = Half(b + 2);
+      for (int c = 0; c < kChunks; ++c) {
+        uint8_t sc, m;
+        model::KQuantScaleMin(b + 4, c, &sc, &m);
+        d[c] = dd * static_cast<float>(sc);
+        dmin[c] = -(dm * static_cast<float>(m));
+      }
+    }
+  }
+};
+
+// The eight lane products P_l = c_h · Σ_{e=4l}^{4l+3} w_e · q_e: maddubs on |w| and
+// q · sign(w) for signed quants, on w and q directly for unsigned ones (no pair exceeds
+// 2 · 128 · 127, so nothing saturates), then pairs summed with weights c_h (1 for the
+// types without lane scales).
+template <GgmlType T>
+TANDEM_AVX2 inline __m256i LaneProducts(__m256i w, __m256i q, __m256i scale) {
   __m256i pairs;
   if constexpr (HasMin(T)) {
     pairs = _mm256_maddubs_epi16(w, q);
   } else {
     pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
   }
-  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+  return _mm256_madd_epi16(pairs, scale);
 }
 
 TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d, float* sums) {
@@ -177,37 +362,45 @@ TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d,
 }
 
 // out[i][j] for MT rows of x and NT weight rows: two accumulators an output (lanes 0–7
-// for even blocks, 8–15 for odd ones), summed by ReduceAdd256x2.
+// for even chunks, 8–15 for odd ones), summed by ReduceAdd256x2.
 template <GgmlType T, int MT, int NT>
 TANDEM_AVX2 void TileAvx2(const QuantizedRows& x, int64_t i0, const uint8_t* const* wrows,
                           int64_t nb, float* out, int64_t ldo) {
+  constexpr int kChunks = ChunksPerBlock(T);
   const int64_t bb = BlockBytes(T);
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[MT][NT][2];
   for (int i = 0; i < MT; ++i) {
     for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
   }
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256i w[NT];
-    float dw[NT], mw[NT];
+  for (int64_t sb = 0; sb < nb / kChunks; ++sb) {
+    const uint8_t* blocks[NT];
+    BlockFactors<T> f[NT];
     for (int j = 0; j < NT; ++j) {
-      const uint8_t* block = wrows[j] + b * bb;
-      w[j] = WeightBytes<T>(block);
-      dw[j] = Half(block);
-      if constexpr (HasMin(T)) mw[j] = Half(block + 2);
+      blocks[j] = wrows[j] + sb * bb;
+      f[j].Load(blocks[j]);
     }
-    const int h = static_cast<int>(b & 1);
-    for (int i = 0; i < MT; ++i) {
-      const int64_t row = i0 + i;
-      const __m256i q = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
-      const float dx = x.d[static_cast<size_t>(row * nb + b)];
-      __m256 sums;
-      if constexpr (HasMin(T)) sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
-      for (int j = 0; j < NT; ++j) {
-        const __m256 p = _mm256_cvtepi32_ps(FourProductSums<T>(w[j], q));
-        acc[i][j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(dw[j] * dx), acc[i][j][h]);
-        if constexpr (HasMin(T)) {
-          acc[i][j][h] = _mm256_fmadd_ps(sums, _mm256_set1_ps(mw[j] * dx), acc[i][j][h]);
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t b = sb * kChunks + c;
+      __m256i w[NT];
+      for (int j = 0; j < NT; ++j) w[j] = ChunkBytes<T>(blocks[j], c);
+      const int h = static_cast<int>(b & 1);
+      for (int i = 0; i < MT; ++i) {
+        const int64_t row = i0 + i;
+        const __m256i q = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
+        const float dx = x.d[static_cast<size_t>(row * nb + b)];
+        __m256 sums;
+        if constexpr (HasMin(T)) sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
+        for (int j = 0; j < NT; ++j) {
+          const __m256i scale = HasLaneScales(T) ? f[j].scale[HasLaneScales(T) ? c : 0] : ones;
+          const __m256 p = _mm256_cvtepi32_ps(LaneProducts<T>(w[j], q, scale));
+          acc[i][j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(f[j].d[c] * dx), acc[i][j][h]);
+          if constexpr (HasMin(T)) {
+            __m256 m = sums;
+            if constexpr (HasLaneScales(T)) m = _mm256_mul_ps(sums, f[j].min[c]);
+            acc[i][j][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(f[j].dmin[c] * dx), acc[i][j][h]);
+          }
         }
       }
     }
@@ -217,42 +410,129 @@ TANDEM_AVX2 void TileAvx2(const QuantizedRows& x, int64_t i0, const uint8_t* con
   }
 }
 
+// A chunk decoded once for all the rows of a batch (RangeAvx2 with m > 1): its quants,
+// their magnitudes (the signed types' maddubs operand), the lane scales and mins and the
+// float factors, so that the rows' tiles only multiply.
+struct alignas(32) DecodedChunk {
+  __m256i w, wabs;
+  __m256i scale;  // c_h in the int16 pairs of each half (ones where there are none)
+  __m256 min;     // n_h in each half's lanes (types with lane scales and a min)
+  float d, dmin;
+};
+
+template <GgmlType T>
+TANDEM_AVX2 void DecodeRow(const uint8_t* row, int64_t nb, DecodedChunk* out) {
+  constexpr int kChunks = ChunksPerBlock(T);
+  const int64_t bb = BlockBytes(T);
+  for (int64_t sb = 0; sb < nb / kChunks; ++sb) {
+    const uint8_t* block = row + sb * bb;
+    BlockFactors<T> f;
+    f.Load(block);
+    for (int c = 0; c < kChunks; ++c) {
+      DecodedChunk& o = out[sb * kChunks + c];
+      o.w = ChunkBytes<T>(block, c);
+      o.wabs = _mm256_sign_epi8(o.w, o.w);
+      o.scale = HasLaneScales(T) ? f.scale[HasLaneScales(T) ? c : 0] : _mm256_set1_epi16(1);
+      if constexpr (HasLaneScales(T) && HasMin(T)) o.min = f.min[c];
+      o.d = f.d[c];
+      o.dmin = HasMin(T) ? f.dmin[c] : 0.0f;
+    }
+  }
+}
+
+// TileAvx2's arithmetic on decoded chunks: the same operations in the same order.
+template <bool kMin, bool kLaneMin, int MT, int NT>
+TANDEM_AVX2 void DecodedTileAvx2(const QuantizedRows& x, int64_t i0,
+                                 const DecodedChunk* const* rows, int64_t nb, float* out,
+                                 int64_t ldo) {
+  __m256 acc[MT][NT][2];
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const int h = static_cast<int>(b & 1);
+    for (int i = 0; i < MT; ++i) {
+      const int64_t row = i0 + i;
+      const __m256i q = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
+      const float dx = x.d[static_cast<size_t>(row * nb + b)];
+      __m256 sums;
+      if constexpr (kMin) sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
+      for (int j = 0; j < NT; ++j) {
+        const DecodedChunk& c = rows[j][b];
+        const __m256i pairs = kMin ? _mm256_maddubs_epi16(c.w, q)
+                                   : _mm256_maddubs_epi16(c.wabs, _mm256_sign_epi8(q, c.w));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, c.scale));
+        acc[i][j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(c.d * dx), acc[i][j][h]);
+        if constexpr (kMin) {
+          const __m256 m = kLaneMin ? _mm256_mul_ps(sums, c.min) : sums;
+          acc[i][j][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(c.dmin * dx), acc[i][j][h]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(acc[i][j][0], acc[i][j][1]);
+  }
+}
+
+// Rows n0 … n1 of W against m > 1 rows of x: two weight rows decoded at a time, then
+// 2 × 2 tiles down the batch.
+template <GgmlType T>
+TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out,
+                                int64_t n0, int64_t n1) {
+  constexpr bool kMin = HasMin(T), kLaneMin = HasMin(T) && HasLaneScales(T);
+  const int64_t nb = w.cols / kQ8Block, m = x.rows, n = w.rows;
+  thread_local std::vector<DecodedChunk> buffer;  // grows to the widest matrix, then reused
+  if (buffer.size() < static_cast<size_t>(2 * nb)) buffer.resize(static_cast<size_t>(2 * nb));
+  for (int64_t j = n0; j < n1; j += 2) {
+    const int nt = static_cast<int>(std::min<int64_t>(2, n1 - j));
+    const DecodedChunk* rows[2] = {buffer.data(), buffer.data() + nb};
+    for (int t = 0; t < nt; ++t)
+      DecodeRow<T>(w.data + (j + t) * w.RowBytes(), nb, buffer.data() + t * nb);
+    int64_t i = 0;
+    for (; i + 2 <= m; i += 2) {
+      if (nt == 2) {
+        DecodedTileAvx2<kMin, kLaneMin, 2, 2>(x, i, rows, nb, out + i * n + j, n);
+      } else {
+        DecodedTileAvx2<kMin, kLaneMin, 2, 1>(x, i, rows, nb, out + i * n + j, n);
+      }
+    }
+    if (i < m) {
+      if (nt == 2) {
+        DecodedTileAvx2<kMin, kLaneMin, 1, 2>(x, i, rows, nb, out + i * n + j, n);
+      } else {
+        DecodedTileAvx2<kMin, kLaneMin, 1, 1>(x, i, rows, nb, out + i * n + j, n);
+      }
+    }
+  }
+}
+
 template <GgmlType T>
 TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                            int64_t n1) {
   const int64_t nb = w.cols / kQ8Block, m = x.rows, n = w.rows;
+  if (m > 1) return BatchRangeAvx2<T>(x, w, out, n0, n1);
+  // Decode (m = 1): 1 row × 4 weight rows, decoded on the fly.
   const size_t rb = w.RowBytes();
-  // Decode (m = 1): 1 row × 4 weight rows; else 2 × 2 (eight accumulators either way).
-  constexpr int kNt1 = 4, kMt = 2, kNt = 2;
-  for (int64_t j = n0; j < n1;) {
-    const int nt = static_cast<int>(std::min<int64_t>(m == 1 ? kNt1 : kNt, n1 - j));
-    const uint8_t* rows[kNt1];
+  for (int64_t j = n0; j < n1; j += 4) {
+    const int nt = static_cast<int>(std::min<int64_t>(4, n1 - j));
+    const uint8_t* rows[4];
     for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
-    for (int64_t i = 0; i < m;) {
-      const int mt = static_cast<int>(std::min<int64_t>(m == 1 ? 1 : kMt, m - i));
-      float* o = out + i * n + j;
-      if (mt == 1) {
-        switch (nt) {
-          case 4:
-            TileAvx2<T, 1, 4>(x, i, rows, nb, o, n);
-            break;
-          case 3:
-            TileAvx2<T, 1, 3>(x, i, rows, nb, o, n);
-            break;
-          case 2:
-            TileAvx2<T, 1, 2>(x, i, rows, nb, o, n);
-            break;
-          default:
-            TileAvx2<T, 1, 1>(x, i, rows, nb, o, n);
-        }
-      } else if (nt == 2) {
-        TileAvx2<T, 2, 2>(x, i, rows, nb, o, n);
-      } else {
-        TileAvx2<T, 2, 1>(x, i, rows, nb, o, n);
-      }
-      i += mt;
+    float* o = out + j;
+    switch (nt) {
+      case 4:
+        TileAvx2<T, 1, 4>(x, 0, rows, nb, o, n);
+        break;
+      case 3:
+        TileAvx2<T, 1, 3>(x, 0, rows, nb, o, n);
+        break;
+      case 2:
+        TileAvx2<T, 1, 2>(x, 0, rows, nb, o, n);
+        break;
+      default:
+        TileAvx2<T, 1, 1>(x, 0, rows, nb, o, n);
     }
-    j += nt;
   }
 }
 
@@ -260,25 +540,27 @@ TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float*
 void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                   int64_t n1) {
   const int64_t nb = w.cols / kQ8Block, bb = BlockBytes(w.type);
+  const int per_block = ChunksPerBlock(w.type);
+  const bool has_min = HasMin(w.type);
   for (int64_t i = 0; i < x.rows; ++i) {
     const int8_t* q = x.q.data() + i * x.cols;
     for (int64_t j = n0; j < n1; ++j) {
       const uint8_t* row = w.data + j * w.RowBytes();
       float acc[16] = {};
       for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* block = row + b * bb;
+        const IntChunk u =
+            ChunkAt(w.type, row + (b / per_block) * bb, static_cast<int>(b % per_block));
         const float dx = x.d[static_cast<size_t>(i * nb + b)];
-        const float s = HalfAt(block) * dx;
-        const float sm = HasMin(w.type) ? HalfAt(block + 2) * dx : 0.0f;
+        const float s = u.d * dx, sm = u.dmin * dx;
         for (int l = 0; l < 8; ++l) {
           int32_t p = 0, qsum = 0;
           for (int e = 4 * l; e < 4 * l + 4; ++e) {
-            p += QuantAt(w.type, block, e) * q[b * kQ8Block + e];
+            p += u.w[e] * q[b * kQ8Block + e];
             qsum += q[b * kQ8Block + e];
           }
           float& a = acc[8 * (b & 1) + l];
-          a = std::fma(static_cast<float>(p), s, a);
-          if (HasMin(w.type)) a = std::fma(static_cast<float>(qsum), sm, a);
+          a = std::fma(static_cast<float>(u.scale[l / 4] * p), s, a);
+          if (has_min) a = std::fma(static_cast<float>(u.min[l / 4] * qsum), sm, a);
         }
       }
       out[i * w.rows + j] = SumLanes(acc);
@@ -289,18 +571,24 @@ void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int
 void Range(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0, int64_t n1) {
   if (!HaveAvx2Fma()) return RangeGeneric(x, w, out, n0, n1);
   switch (w.type) {
-    case GgmlType::kQ8_0:
-      return RangeAvx2<GgmlType::kQ8_0>(x, w, out, n0, n1);
-    case GgmlType::kQ4_0:
-      return RangeAvx2<GgmlType::kQ4_0>(x, w, out, n0, n1);
-    case GgmlType::kQ4_1:
-      return RangeAvx2<GgmlType::kQ4_1>(x, w, out, n0, n1);
-    case GgmlType::kQ5_0:
-      return RangeAvx2<GgmlType::kQ5_0>(x, w, out, n0, n1);
-    case GgmlType::kQ5_1:
-      return RangeAvx2<GgmlType::kQ5_1>(x, w, out, n0, n1);
+#define TANDEM_Q8_CASE(T) \
+  case GgmlType::k##T:    \
+    return RangeAvx2<GgmlType::k##T>(x, w, out, n0, n1);
+    TANDEM_Q8_CASE(Q8_0)
+    TANDEM_Q8_CASE(Q4_0)
+    TANDEM_Q8_CASE(Q4_1)
+    TANDEM_Q8_CASE(Q5_0)
+    TANDEM_Q8_CASE(Q5_1)
+    TANDEM_Q8_CASE(IQ4_NL)
+    TANDEM_Q8_CASE(Q2_K)
+    TANDEM_Q8_CASE(Q3_K)
+    TANDEM_Q8_CASE(Q4_K)
+    TANDEM_Q8_CASE(Q5_K)
+    TANDEM_Q8_CASE(Q6_K)
+    TANDEM_Q8_CASE(IQ4_XS)
+#undef TANDEM_Q8_CASE
     default:
-      return RangeAvx2<GgmlType::kIQ4_NL>(x, w, out, n0, n1);
+      TANDEM_CHECK(false);
   }
 }
 
@@ -335,6 +623,12 @@ bool Q8Supports(GgmlType type) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_XS:
       return true;
     default:
       return false;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/model/dequantize.h"
+#include "common/util/half.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/vec_math.h"
@@ -27,7 +28,11 @@ using model::GgmlType;
 using ::tandem::kernels::testing::Noise;
 
 constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                               GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL};
+                               GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL,
+                               GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
+                               GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS};
+
+bool Fits(GgmlType type, int64_t k) { return k % model::Traits(type).block_size == 0; }
 
 // Activations with the hard cases mixed in: an all-zero block, a block of tiny values,
 // a huge block, exact ties of x · 127 / max (k ≥ 128).
@@ -93,7 +98,9 @@ TEST(MatMulQ8, QuantizationEqualsTheScalarStatement) {
 TEST(MatMulQ8, EveryPathGivesTheBitsOfTheScalarStatement) {
   std::mt19937 rng(2);
   for (GgmlType type : kTypes) {
-    for (int64_t k : {32, 96, 1024, 4128}) {
+    // The blocks of 32 at 32, 96, 1024, 4128; the super-blocks of 256 at 256, 1024, 4352.
+    for (int64_t k : {32, 96, 256, 1024, 4128, 4352}) {
+      if (!Fits(type, k) || (k == 256 && model::Traits(type).block_size == 32)) continue;
       for (int64_t n : {1, 5, 17, 64}) {
         const auto wbytes = ::tandem::testing::RandomQuantRows(type, n, k, 0.05f, rng);
         const WeightMatrix w{type, n, k, wbytes.data()};
@@ -131,8 +138,10 @@ TEST(MatMulQ8, ErrorAgainstFloatActivationsStaysWithinTheQuantizationBound) {
     const auto x = Activations(m, k, rng);
     std::vector<float> exact(m * n), fast(m * n);
     MatMulReference(x.data(), m, w, exact.data());
-    float* pf = fast.data();
-    MatMulQ8Group(x.data(), m, {&w}, {&pf}, nullptr);
+    // The scalar statement (which every path equals, above) against float math.
+    QuantizedRows q;
+    QuantizeRowsQ8Reference(x.data(), m, k, &q);
+    MatMulQ8Reference(q, w, fast.data());
     std::vector<float> row(k);
     double worst_ratio = 0;
     for (int64_t j = 0; j < n; ++j) {
@@ -184,17 +193,18 @@ TEST(MatMulQ8, ARowsOutputsDoNotDependOnTheOtherRowsAndGroupsEqualSeparateCalls)
 }
 
 // The CPU backend under --cpu-math fast: a group whose matrices all have the integer
-// path takes it (x quantized once), a group with one that has not (Q4_K here) takes the
+// path takes it (x quantized once), a group with one that has not (F16 here) takes the
 // float path for all, and exact math never takes it.
 TEST(CpuBackendFastMath, TakesTheIntegerPathWhereTheWholeGroupHasIt) {
   std::mt19937 rng(5);
   const int64_t m = 3, n = 24, k = 256;
   const auto q8 = ::tandem::testing::RandomQuantRows(GgmlType::kQ8_0, n, k, 0.05f, rng);
   const auto q4 = ::tandem::testing::RandomQuantRows(GgmlType::kQ4_0, n, k, 0.05f, rng);
-  const auto qk = ::tandem::testing::RandomQuantRows(GgmlType::kQ4_K, n, k, 0.002f, rng);
+  std::vector<uint16_t> qk;  // F16 weights: no integer path
+  for (float v : Noise(n * k, rng, 0.05f)) qk.push_back(FloatToHalf(v));
   const auto x = Activations(m, k, rng);
   const WeightMatrix w8{GgmlType::kQ8_0, n, k, q8.data()}, w4{GgmlType::kQ4_0, n, k, q4.data()},
-      wk{GgmlType::kQ4_K, n, k, qk.data()};
+      wk{GgmlType::kF16, n, k, reinterpret_cast<const uint8_t*>(qk.data())};
   // What each path gives, computed here.
   auto integer = [&](const WeightMatrix& w) {
     std::vector<float> out(m * n);
@@ -219,7 +229,7 @@ TEST(CpuBackendFastMath, TakesTheIntegerPathWhereTheWholeGroupHasIt) {
     auto [xb, xt] = tensor(x.data(), GgmlType::kF32, m, k);
     auto [b8, t8] = tensor(q8.data(), GgmlType::kQ8_0, n, k);
     auto [b4, t4] = tensor(q4.data(), GgmlType::kQ4_0, n, k);
-    auto [bk, tk] = tensor(qk.data(), GgmlType::kQ4_K, n, k);
+    auto [bk, tk] = tensor(qk.data(), GgmlType::kF16, n, k);
     std::vector<float> o0(m * n), o1(m * n), o2(m * n);
     auto [ob0, ot0] = tensor(o0.data(), GgmlType::kF32, m, n);
     auto [ob1, ot1] = tensor(o1.data(), GgmlType::kF32, m, n);
@@ -231,7 +241,7 @@ TEST(CpuBackendFastMath, TakesTheIntegerPathWhereTheWholeGroupHasIt) {
     EXPECT_EQ(o1, fast ? integer(w4) : floats(w4)) << CpuMathName(math);
     b.MatMul3(xt, t8, ot0, t4, ot1, tk, ot2);
     ASSERT_TRUE(b.Synchronize().ok());
-    EXPECT_EQ(o0, floats(w8)) << CpuMathName(math);  // the group has a Q4_K: floats for all
+    EXPECT_EQ(o0, floats(w8)) << CpuMathName(math);  // the group has an F16: floats for all
     EXPECT_EQ(o2, floats(wk)) << CpuMathName(math);
   }
 }
