@@ -86,7 +86,7 @@ void PrintSupport(const model::GgufFile& f) {
   }
   std::printf(
       "  --cpu-math fast   integer dot products (%s) for %s of %s of matrices "
-      "(Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL); the rest, and --cpu-math exact, in float32\n",
+      "(every block-quantized type); the rest, and --cpu-math exact, in float32\n",
       kernels::MatMulQ8Isa(), HumanBytes(integer_bytes).c_str(), HumanBytes(matrix_bytes).c_str());
 }
 

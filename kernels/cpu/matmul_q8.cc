@@ -35,6 +35,10 @@ constexpr bool HasLaneScales(GgmlType t) {
   return t == GgmlType::kQ6_K || t == GgmlType::kQ3_K || t == GgmlType::kQ2_K;
 }
 // 32-weight chunks per block: 1, or 8 for the super-blocks of 256.
+// Whether the min term is summed per chunk into its own eight lanes (lane c mod 8, the
+// chunk's total quant sum times M · d_x) rather than per four quants: Q4_K and Q5_K,
+// whose min is one per chunk.
+constexpr bool HasChunkMins(GgmlType t) { return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K; }
 constexpr int ChunksPerBlock(GgmlType t) {
   switch (t) {
     case GgmlType::kQ2_K:
@@ -100,7 +104,28 @@ struct IntChunk {
   float d = 0, dmin = 0;      // D, M
 };
 
-// `quants` false leaves w zero (the factors alone, for the vector paths' unpacking).
+// The integer scales c_h (and mins n_h) of chunk c's two halves, for the types with lane
+// scales (Q6_K, Q3_K, Q2_K).
+void LaneScales(GgmlType type, const uint8_t* b, int c, int32_t* scale, int32_t* min) {
+  for (int h = 0; h < 2; ++h) {
+    const int s = 2 * c + h;  // the 16-element sub-block
+    switch (type) {
+      case GgmlType::kQ6_K:
+        scale[h] = reinterpret_cast<const int8_t*>(b + 192)[s];
+        break;
+      case GgmlType::kQ3_K:
+        scale[h] = (((b[96 + s % 8] >> (4 * (s / 8))) & 15) |
+                    (((b[104 + s % 4] >> (2 * (s / 4))) & 3) << 4)) -
+                   32;
+        break;
+      default:  // Q2_K
+        scale[h] = b[s] & 15;
+        min[h] = b[s] >> 4;
+    }
+  }
+}
+
+// `quants` false leaves w zero (the factors alone).
 IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
   IntChunk u;
   const int n = c / 4, p = c % 4;  // the 128-half and the quarter of it (Q6_K, Q3_K, Q2_K)
@@ -121,9 +146,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
     }
     case GgmlType::kQ6_K: {
       u.d = HalfAt(b + 208);
-      const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * n + 2 * p;
-      u.scale[0] = sc[0];
-      u.scale[1] = sc[1];
+      LaneScales(type, b, c, u.scale, u.min);
       const uint8_t* ql = b + 64 * n + 32 * (p % 2);
       const uint8_t* qh = b + 128 + 32 * n;
       for (int l = 0; l < 32 * quants; ++l) {
@@ -133,13 +156,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
     }
     case GgmlType::kQ3_K: {
       u.d = HalfAt(b + 108);
-      const uint8_t* scales = b + 96;
-      for (int h = 0; h < 2; ++h) {
-        const int s = 2 * c + h;
-        u.scale[h] = (((scales[s % 8] >> (4 * (s / 8))) & 15) |
-                      (((scales[8 + s % 4] >> (2 * (s / 4))) & 3) << 4)) -
-                     32;
-      }
+      LaneScales(type, b, c, u.scale, u.min);
       for (int l = 0; l < 32 * quants; ++l) {
         u.w[l] = ((b[32 + 32 * n + l] >> (2 * p)) & 3) - (((b[l] >> c) & 1) ? 0 : 4);
       }
@@ -148,10 +165,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
     case GgmlType::kQ2_K: {
       u.d = HalfAt(b + 80);
       u.dmin = -HalfAt(b + 82);
-      for (int h = 0; h < 2; ++h) {
-        u.scale[h] = b[2 * c + h] & 15;
-        u.min[h] = b[2 * c + h] >> 4;
-      }
+      LaneScales(type, b, c, u.scale, u.min);
       for (int l = 0; l < 32 * quants; ++l) u.w[l] = (b[16 + 32 * n + l] >> (2 * p)) & 3;
       return u;
     }
@@ -190,6 +204,15 @@ void QuantizeBlock(const float* x, int8_t* q, float* d, float* sums) {
   for (int l = 0; l < 8; ++l)
     sums[l] = static_cast<float>(q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
   *d = amax / 127.0f;
+}
+
+// Each block's quant sum from its lane sums (exact integers in float).
+void FillBlockSums(const float* sums, int64_t nb, float* block_sums) {
+  for (int64_t b = 0; b < nb; ++b) {
+    float t = 0;
+    for (int l = 0; l < 8; ++l) t += sums[8 * b + l];
+    block_sums[b] = t;
+  }
 }
 
 // The 16 lanes summed as ReduceAdd256x2 sums them.
@@ -262,12 +285,28 @@ TANDEM_AVX2 inline __m256i ChunkBytes(const uint8_t* block, int c) {
   }
 }
 
+// Q4_K / Q5_K's eight 6-bit scales (bytes 0–7) and mins (bytes 8–15) from the 12 packed
+// bytes, four at a time in 32-bit words: scales 0–3 and mins 0–3 are the low six bits of
+// bytes 0–3 and 4–7; scales and mins 4–7 take their low four bits from the nibbles of
+// bytes 8–11 and their top two from the top bits of bytes 0–3 and 4–7
+// (model::KQuantScaleMin states the same one at a time).
+inline __m128i KScalesAndMins(const uint8_t* packed) {
+  uint32_t w[3];
+  std::memcpy(w, packed, 12);
+  const uint32_t sc_lo = w[0] & 0x3F3F3F3Fu, m_lo = w[1] & 0x3F3F3F3Fu;
+  const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
+  return _mm_set_epi32(static_cast<int>(m_hi), static_cast<int>(m_lo), static_cast<int>(sc_hi),
+                       static_cast<int>(sc_lo));
+}
+
 // A block's float factors and integer scales, unpacked once for all its chunks (ChunkAt's
 // d, dmin, scale and min).
 template <GgmlType T>
 struct BlockFactors {
   static constexpr int kChunks = ChunksPerBlock(T);
-  float d[kChunks], dmin[kChunks];
+  alignas(32) float d[kChunks];
+  alignas(32) float dmin[kChunks];
   __m256i scale[HasLaneScales(T) ? kChunks : 1];            // c_h in the int16 pairs of each half
   __m256 min[HasLaneScales(T) && HasMin(T) ? kChunks : 1];  // n_h in each half's lanes
 
@@ -276,15 +315,18 @@ struct BlockFactors {
       d[0] = Half(b);
       if constexpr (HasMin(T)) dmin[0] = Half(b + 2);
     } else if constexpr (HasLaneScales(T)) {
+      const float dd = Half(b + (T == GgmlType::kQ6_K ? 208 : T == GgmlType::kQ3_K ? 108 : 80));
+      const float dm = T == GgmlType::kQ2_K ? -Half(b + 82) : 0.0f;
       for (int c = 0; c < kChunks; ++c) {
-        const IntChunk u = ChunkAt(T, b, c, /*quants=*/false);
-        d[c] = u.d;
-        dmin[c] = u.dmin;
-        scale[c] = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(u.scale[1])),
-                                    _mm_set1_epi16(static_cast<int16_t>(u.scale[0])));
+        int32_t sc[2], mn[2] = {1, 1};
+        LaneScales(T, b, c, sc, mn);
+        d[c] = dd;
+        dmin[c] = dm;
+        scale[c] = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(sc[1])),
+                                    _mm_set1_epi16(static_cast<int16_t>(sc[0])));
         if constexpr (HasMin(T)) {
-          min[c] = _mm256_set_m128(_mm_set1_ps(static_cast<float>(u.min[1])),
-                                   _mm_set1_ps(static_cast<float>(u.min[0])));
+          min[c] = _mm256_set_m128(_mm_set1_ps(static_cast<float>(mn[1])),
+                                   _mm_set1_ps(static_cast<float>(mn[0])));
         }
       }
     } else if constexpr (T == GgmlType::kIQ4_XS) {
@@ -295,14 +337,12 @@ struct BlockFactors {
         const int ls = ((b[4 + c / 2] >> (4 * (c % 2))) & 15) | (((high >> (2 * c)) & 3) << 4);
         d[c] = dd * static_cast<float>(ls - 32);
       }
-    } else {  // Q4_K, Q5_K
-      const float dd = Half(b), dm = Half(b + 2);
-      for (int c = 0; c < kChunks; ++c) {
-        uint8_t sc, m;
-        model::KQuantScaleMin(b + 4, c, &sc, &m);
-        d[c] = dd * static_cast<float>(sc);
-        dmin[c] = -(dm * static_cast<float>(m));
-      }
+    } else {  // Q4_K, Q5_K: d · sc and −(dmin · m), eight at once
+      const __m128i bytes = KScalesAndMins(b + 4);
+      const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+      const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
+      _mm256_store_ps(d, _mm256_mul_ps(_mm256_set1_ps(Half(b)), sc));
+      _mm256_store_ps(dmin, _mm256_mul_ps(_mm256_set1_ps(-Half(b + 2)), mn));
     }
   }
 };
@@ -361,53 +401,87 @@ TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d,
   }
 }
 
-// out[i][j] for MT rows of x and NT weight rows: two accumulators an output (lanes 0–7
-// for even chunks, 8–15 for odd ones), summed by ReduceAdd256x2.
-template <GgmlType T, int MT, int NT>
-TANDEM_AVX2 void TileAvx2(const QuantizedRows& x, int64_t i0, const uint8_t* const* wrows,
-                          int64_t nb, float* out, int64_t ldo) {
+#define TANDEM_AVX2_INLINE TANDEM_AVX2 __attribute__((always_inline)) inline
+
+// How far ahead of the block being read decode prefetches its weight row (bytes): one
+// stream per core, kept ahead of the hardware prefetcher.
+constexpr int64_t kPrefetchAhead = 1024;
+
+// One chunk of x's row (q, its 32 quants; sums, its lane sums) against chunk c of a
+// weight block, into `acc` (the caller names the even or the odd set at compile time, so
+// that it stays in a register); fd = D · d_x and fm = M · d_x, rounded once each.
+template <GgmlType T>
+TANDEM_AVX2_INLINE void ChunkStep(const int8_t* q, const float* sums, const uint8_t* block, int c,
+                                  const BlockFactors<T>& f, float fd, float fm, __m256& acc) {
+  const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  __m256i scale;
+  if constexpr (HasLaneScales(T)) {
+    scale = f.scale[c];
+  } else {
+    scale = _mm256_set1_epi16(1);
+  }
+  const __m256 p = _mm256_cvtepi32_ps(LaneProducts<T>(ChunkBytes<T>(block, c), qv, scale));
+  acc = _mm256_fmadd_ps(p, _mm256_set1_ps(fd), acc);
+  if constexpr (HasMin(T) && !HasChunkMins(T)) {
+    __m256 m = _mm256_loadu_ps(sums);
+    if constexpr (HasLaneScales(T)) m = _mm256_mul_ps(m, f.min[c]);
+    acc = _mm256_fmadd_ps(m, _mm256_set1_ps(fm), acc);
+  }
+}
+
+// out = row i of x · one weight row (decode: one weight stream per thread), two
+// accumulators (lanes 0–7 for even chunks, 8–15 for odd ones) summed by ReduceAdd256x2.
+template <GgmlType T>
+TANDEM_AVX2 float RowDotAvx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow, int64_t nb) {
   constexpr int kChunks = ChunksPerBlock(T);
   const int64_t bb = BlockBytes(T);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[MT][NT][2];
-  for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
-  }
-  for (int64_t sb = 0; sb < nb / kChunks; ++sb) {
-    const uint8_t* blocks[NT];
-    BlockFactors<T> f[NT];
-    for (int j = 0; j < NT; ++j) {
-      blocks[j] = wrows[j] + sb * bb;
-      f[j].Load(blocks[j]);
+  const int8_t* q = x.q.data() + i * x.cols;
+  const float* dx = x.d.data() + i * nb;
+  const float* sums = x.sums.data() + i * nb * 8;
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+  BlockFactors<T> f;
+  if constexpr (kChunks == 1) {  // blocks of 32: two at a time, even then odd
+    int64_t b = 0;
+    for (; b < nb; b += 2) {
+      const uint8_t* block = wrow + b * bb;
+      _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchAhead), _MM_HINT_T0);
+      f.Load(block);
+      ChunkStep<T>(q + b * kQ8Block, sums + b * 8, block, 0, f, f.d[0] * dx[b],
+                   HasMin(T) ? f.dmin[0] * dx[b] : 0.0f, even);
+      if (b + 1 == nb) break;
+      f.Load(block + bb);
+      ChunkStep<T>(q + (b + 1) * kQ8Block, sums + (b + 1) * 8, block + bb, 0, f, f.d[0] * dx[b + 1],
+                   HasMin(T) ? f.dmin[0] * dx[b + 1] : 0.0f, odd);
     }
-    for (int c = 0; c < kChunks; ++c) {
-      const int64_t b = sb * kChunks + c;
-      __m256i w[NT];
-      for (int j = 0; j < NT; ++j) w[j] = ChunkBytes<T>(blocks[j], c);
-      const int h = static_cast<int>(b & 1);
-      for (int i = 0; i < MT; ++i) {
-        const int64_t row = i0 + i;
-        const __m256i q = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
-        const float dx = x.d[static_cast<size_t>(row * nb + b)];
-        __m256 sums;
-        if constexpr (HasMin(T)) sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
-        for (int j = 0; j < NT; ++j) {
-          const __m256i scale = HasLaneScales(T) ? f[j].scale[HasLaneScales(T) ? c : 0] : ones;
-          const __m256 p = _mm256_cvtepi32_ps(LaneProducts<T>(w[j], q, scale));
-          acc[i][j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(f[j].d[c] * dx), acc[i][j][h]);
-          if constexpr (HasMin(T)) {
-            __m256 m = sums;
-            if constexpr (HasLaneScales(T)) m = _mm256_mul_ps(sums, f[j].min[c]);
-            acc[i][j][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(f[j].dmin[c] * dx), acc[i][j][h]);
-          }
-        }
+  } else {  // super-blocks: factors once, times the eight chunks' d_x at once
+    for (int64_t sb = 0; sb < nb / kChunks; ++sb) {
+      const uint8_t* block = wrow + sb * bb;
+      _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchAhead), _MM_HINT_T0);
+      f.Load(block);
+      const int64_t b0 = sb * kChunks;
+      alignas(32) float fd[kChunks], fm[kChunks];
+      const __m256 dxs = _mm256_loadu_ps(dx + b0);
+      _mm256_store_ps(fd, _mm256_mul_ps(_mm256_load_ps(f.d), dxs));
+      if constexpr (HasChunkMins(T)) {
+        mins = _mm256_fmadd_ps(_mm256_loadu_ps(x.block_sums.data() + i * nb + b0),
+                               _mm256_mul_ps(_mm256_load_ps(f.dmin), dxs), mins);
+      } else if constexpr (HasMin(T)) {
+        _mm256_store_ps(fm, _mm256_mul_ps(_mm256_load_ps(f.dmin), dxs));
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < kChunks; c += 2) {
+        const int64_t b = b0 + c;
+        ChunkStep<T>(q + b * kQ8Block, sums + b * 8, block, c, f, fd[c],
+                     HasMin(T) && !HasChunkMins(T) ? fm[c] : 0.0f, even);
+        ChunkStep<T>(q + (b + 1) * kQ8Block, sums + (b + 1) * 8, block, c + 1, f, fd[c + 1],
+                     HasMin(T) && !HasChunkMins(T) ? fm[c + 1] : 0.0f, odd);
       }
     }
   }
-  for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(acc[i][j][0], acc[i][j][1]);
+  if constexpr (HasChunkMins(T)) {
+    return ReduceAdd256x2(even, odd) + ReduceAdd256x2(mins, _mm256_setzero_ps());
   }
+  return ReduceAdd256x2(even, odd);
 }
 
 // A chunk decoded once for all the rows of a batch (RangeAvx2 with m > 1): its quants,
@@ -420,8 +494,10 @@ struct alignas(32) DecodedChunk {
   float d, dmin;
 };
 
+// Chunk factors decoded into `out` and, for the types with chunk mins, each chunk's
+// dmin into `dmins` (contiguous, for eight at a time).
 template <GgmlType T>
-TANDEM_AVX2 void DecodeRow(const uint8_t* row, int64_t nb, DecodedChunk* out) {
+TANDEM_AVX2 void DecodeRow(const uint8_t* row, int64_t nb, DecodedChunk* out, float* dmins) {
   constexpr int kChunks = ChunksPerBlock(T);
   const int64_t bb = BlockBytes(T);
   for (int64_t sb = 0; sb < nb / kChunks; ++sb) {
@@ -432,47 +508,80 @@ TANDEM_AVX2 void DecodeRow(const uint8_t* row, int64_t nb, DecodedChunk* out) {
       DecodedChunk& o = out[sb * kChunks + c];
       o.w = ChunkBytes<T>(block, c);
       o.wabs = _mm256_sign_epi8(o.w, o.w);
-      o.scale = HasLaneScales(T) ? f.scale[HasLaneScales(T) ? c : 0] : _mm256_set1_epi16(1);
+      if constexpr (HasLaneScales(T)) {
+        o.scale = f.scale[c];
+      } else {
+        o.scale = _mm256_set1_epi16(1);
+      }
       if constexpr (HasLaneScales(T) && HasMin(T)) o.min = f.min[c];
       o.d = f.d[c];
       o.dmin = HasMin(T) ? f.dmin[c] : 0.0f;
+      dmins[sb * kChunks + c] = o.dmin;
     }
   }
 }
 
-// TileAvx2's arithmetic on decoded chunks: the same operations in the same order.
-template <bool kMin, bool kLaneMin, int MT, int NT>
-TANDEM_AVX2 void DecodedTileAvx2(const QuantizedRows& x, int64_t i0,
-                                 const DecodedChunk* const* rows, int64_t nb, float* out,
-                                 int64_t ldo) {
-  __m256 acc[MT][NT][2];
+// One chunk b of MT rows of x against NT decoded weight rows, into one accumulator set.
+template <GgmlType T, int MT, int NT>
+TANDEM_AVX2_INLINE void DecodedStep(const QuantizedRows& x, int64_t i0,
+                                    const DecodedChunk* const* rows, int64_t nb, int64_t b,
+                                    __m256 (&acc)[MT][NT]) {
   for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
-  }
-  for (int64_t b = 0; b < nb; ++b) {
-    const int h = static_cast<int>(b & 1);
-    for (int i = 0; i < MT; ++i) {
-      const int64_t row = i0 + i;
-      const __m256i q = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
-      const float dx = x.d[static_cast<size_t>(row * nb + b)];
-      __m256 sums;
-      if constexpr (kMin) sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
-      for (int j = 0; j < NT; ++j) {
-        const DecodedChunk& c = rows[j][b];
-        const __m256i pairs = kMin ? _mm256_maddubs_epi16(c.w, q)
-                                   : _mm256_maddubs_epi16(c.wabs, _mm256_sign_epi8(q, c.w));
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, c.scale));
-        acc[i][j][h] = _mm256_fmadd_ps(p, _mm256_set1_ps(c.d * dx), acc[i][j][h]);
-        if constexpr (kMin) {
-          const __m256 m = kLaneMin ? _mm256_mul_ps(sums, c.min) : sums;
-          acc[i][j][h] = _mm256_fmadd_ps(m, _mm256_set1_ps(c.dmin * dx), acc[i][j][h]);
-        }
+    const int64_t row = i0 + i;
+    const __m256i q = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
+    const float dx = x.d[static_cast<size_t>(row * nb + b)];
+    __m256 sums;
+    if constexpr (HasMin(T) && !HasChunkMins(T)) {
+      sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
+    }
+    for (int j = 0; j < NT; ++j) {
+      const DecodedChunk& c = rows[j][b];
+      const __m256i pairs = HasMin(T) ? _mm256_maddubs_epi16(c.w, q)
+                                      : _mm256_maddubs_epi16(c.wabs, _mm256_sign_epi8(q, c.w));
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, c.scale));
+      acc[i][j] = _mm256_fmadd_ps(p, _mm256_set1_ps(c.d * dx), acc[i][j]);
+      if constexpr (HasMin(T) && !HasChunkMins(T)) {
+        const __m256 m = HasLaneScales(T) ? _mm256_mul_ps(sums, c.min) : sums;
+        acc[i][j] = _mm256_fmadd_ps(m, _mm256_set1_ps(c.dmin * dx), acc[i][j]);
       }
     }
   }
+}
+
+// RowDotAvx2's arithmetic on decoded chunks, MT rows of x × NT weight rows: the same
+// operations in the same order.
+template <GgmlType T, int MT, int NT>
+TANDEM_AVX2 void DecodedTileAvx2(const QuantizedRows& x, int64_t i0,
+                                 const DecodedChunk* const* rows, const float* const* dmins,
+                                 int64_t nb, float* out, int64_t ldo) {
+  __m256 even[MT][NT], odd[MT][NT], mins[MT][NT];
   for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(acc[i][j][0], acc[i][j][1]);
+    for (int j = 0; j < NT; ++j) even[i][j] = odd[i][j] = mins[i][j] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; b += 2) {
+    if constexpr (HasChunkMins(T)) {
+      if (b % 8 == 0) {
+        for (int i = 0; i < MT; ++i) {
+          const int64_t at = (i0 + i) * nb + b;
+          const __m256 bs = _mm256_loadu_ps(x.block_sums.data() + at);
+          const __m256 dx = _mm256_loadu_ps(x.d.data() + at);
+          for (int j = 0; j < NT; ++j) {
+            mins[i][j] =
+                _mm256_fmadd_ps(bs, _mm256_mul_ps(_mm256_loadu_ps(dmins[j] + b), dx), mins[i][j]);
+          }
+        }
+      }
+    }
+    DecodedStep<T, MT, NT>(x, i0, rows, nb, b, even);
+    if (b + 1 < nb) DecodedStep<T, MT, NT>(x, i0, rows, nb, b + 1, odd);
+  }
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) {
+      float v = ReduceAdd256x2(even[i][j], odd[i][j]);
+      if constexpr (HasChunkMins(T)) v += ReduceAdd256x2(mins[i][j], _mm256_setzero_ps());
+      out[i * ldo + j] = v;
+    }
   }
 }
 
@@ -481,28 +590,34 @@ TANDEM_AVX2 void DecodedTileAvx2(const QuantizedRows& x, int64_t i0,
 template <GgmlType T>
 TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out,
                                 int64_t n0, int64_t n1) {
-  constexpr bool kMin = HasMin(T), kLaneMin = HasMin(T) && HasLaneScales(T);
   const int64_t nb = w.cols / kQ8Block, m = x.rows, n = w.rows;
-  thread_local std::vector<DecodedChunk> buffer;  // grows to the widest matrix, then reused
-  if (buffer.size() < static_cast<size_t>(2 * nb)) buffer.resize(static_cast<size_t>(2 * nb));
+  thread_local std::vector<DecodedChunk> buffer;  // grow to the widest matrix, then reused
+  thread_local std::vector<float> dmin_buffer;
+  if (buffer.size() < static_cast<size_t>(2 * nb)) {
+    buffer.resize(static_cast<size_t>(2 * nb));
+    dmin_buffer.resize(static_cast<size_t>(2 * nb));
+  }
+  const DecodedChunk* rows[2] = {buffer.data(), buffer.data() + nb};
+  const float* dmins[2] = {dmin_buffer.data(), dmin_buffer.data() + nb};
   for (int64_t j = n0; j < n1; j += 2) {
     const int nt = static_cast<int>(std::min<int64_t>(2, n1 - j));
-    const DecodedChunk* rows[2] = {buffer.data(), buffer.data() + nb};
-    for (int t = 0; t < nt; ++t)
-      DecodeRow<T>(w.data + (j + t) * w.RowBytes(), nb, buffer.data() + t * nb);
+    for (int t = 0; t < nt; ++t) {
+      DecodeRow<T>(w.data + (j + t) * w.RowBytes(), nb, buffer.data() + t * nb,
+                   dmin_buffer.data() + t * nb);
+    }
     int64_t i = 0;
     for (; i + 2 <= m; i += 2) {
       if (nt == 2) {
-        DecodedTileAvx2<kMin, kLaneMin, 2, 2>(x, i, rows, nb, out + i * n + j, n);
+        DecodedTileAvx2<T, 2, 2>(x, i, rows, dmins, nb, out + i * n + j, n);
       } else {
-        DecodedTileAvx2<kMin, kLaneMin, 2, 1>(x, i, rows, nb, out + i * n + j, n);
+        DecodedTileAvx2<T, 2, 1>(x, i, rows, dmins, nb, out + i * n + j, n);
       }
     }
     if (i < m) {
       if (nt == 2) {
-        DecodedTileAvx2<kMin, kLaneMin, 1, 2>(x, i, rows, nb, out + i * n + j, n);
+        DecodedTileAvx2<T, 1, 2>(x, i, rows, dmins, nb, out + i * n + j, n);
       } else {
-        DecodedTileAvx2<kMin, kLaneMin, 1, 1>(x, i, rows, nb, out + i * n + j, n);
+        DecodedTileAvx2<T, 1, 1>(x, i, rows, dmins, nb, out + i * n + j, n);
       }
     }
   }
@@ -511,29 +626,11 @@ TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, f
 template <GgmlType T>
 TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                            int64_t n1) {
-  const int64_t nb = w.cols / kQ8Block, m = x.rows, n = w.rows;
+  const int64_t nb = w.cols / kQ8Block, m = x.rows;
   if (m > 1) return BatchRangeAvx2<T>(x, w, out, n0, n1);
-  // Decode (m = 1): 1 row × 4 weight rows, decoded on the fly.
+  // Decode (m = 1): one weight row at a time, decoded on the fly.
   const size_t rb = w.RowBytes();
-  for (int64_t j = n0; j < n1; j += 4) {
-    const int nt = static_cast<int>(std::min<int64_t>(4, n1 - j));
-    const uint8_t* rows[4];
-    for (int t = 0; t < nt; ++t) rows[t] = w.data + (j + t) * rb;
-    float* o = out + j;
-    switch (nt) {
-      case 4:
-        TileAvx2<T, 1, 4>(x, 0, rows, nb, o, n);
-        break;
-      case 3:
-        TileAvx2<T, 1, 3>(x, 0, rows, nb, o, n);
-        break;
-      case 2:
-        TileAvx2<T, 1, 2>(x, 0, rows, nb, o, n);
-        break;
-      default:
-        TileAvx2<T, 1, 1>(x, 0, rows, nb, o, n);
-    }
-  }
+  for (int64_t j = n0; j < n1; ++j) out[j] = RowDotAvx2<T>(x, 0, w.data + j * rb, nb);
 }
 
 // The portable path: the reference's arithmetic over a range of weight rows.
@@ -541,12 +638,12 @@ void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int
                   int64_t n1) {
   const int64_t nb = w.cols / kQ8Block, bb = BlockBytes(w.type);
   const int per_block = ChunksPerBlock(w.type);
-  const bool has_min = HasMin(w.type);
+  const bool chunk_mins = HasChunkMins(w.type), lane_mins = HasMin(w.type) && !chunk_mins;
   for (int64_t i = 0; i < x.rows; ++i) {
     const int8_t* q = x.q.data() + i * x.cols;
     for (int64_t j = n0; j < n1; ++j) {
       const uint8_t* row = w.data + j * w.RowBytes();
-      float acc[16] = {};
+      float acc[16] = {}, mins[16] = {};  // mins: lanes 0–7 only
       for (int64_t b = 0; b < nb; ++b) {
         const IntChunk u =
             ChunkAt(w.type, row + (b / per_block) * bb, static_cast<int>(b % per_block));
@@ -560,10 +657,14 @@ void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int
           }
           float& a = acc[8 * (b & 1) + l];
           a = std::fma(static_cast<float>(u.scale[l / 4] * p), s, a);
-          if (has_min) a = std::fma(static_cast<float>(u.min[l / 4] * qsum), sm, a);
+          if (lane_mins) a = std::fma(static_cast<float>(u.min[l / 4] * qsum), sm, a);
+        }
+        if (chunk_mins) {
+          float& a = mins[b % 8];
+          a = std::fma(x.block_sums[static_cast<size_t>(i * nb + b)], sm, a);
         }
       }
-      out[i * w.rows + j] = SumLanes(acc);
+      out[i * w.rows + j] = chunk_mins ? SumLanes(acc) + SumLanes(mins) : SumLanes(acc);
     }
   }
 }
@@ -598,10 +699,14 @@ void QuantizeRow(const float* x, int64_t i, QuantizedRows* out) {
   int8_t* q = out->q.data() + i * k;
   float* d = out->d.data() + i * nb;
   float* sums = out->sums.data() + i * nb * 8;
-  if (HaveAvx2Fma()) return QuantizeRowAvx2(x + i * k, k, q, d, sums);
-  for (int64_t b = 0; b < nb; ++b) {
-    QuantizeBlock(x + i * k + b * kQ8Block, q + b * kQ8Block, d + b, sums + 8 * b);
+  if (HaveAvx2Fma()) {
+    QuantizeRowAvx2(x + i * k, k, q, d, sums);
+  } else {
+    for (int64_t b = 0; b < nb; ++b) {
+      QuantizeBlock(x + i * k + b * kQ8Block, q + b * kQ8Block, d + b, sums + 8 * b);
+    }
   }
+  FillBlockSums(sums, nb, out->block_sums.data() + i * nb);
 }
 
 void Prepare(QuantizedRows* out, int64_t m, int64_t k) {
@@ -611,6 +716,7 @@ void Prepare(QuantizedRows* out, int64_t m, int64_t k) {
   const size_t blocks = static_cast<size_t>(m * (k / kQ8Block));
   if (out->d.size() < blocks) out->d.resize(blocks);
   if (out->sums.size() < 8 * blocks) out->sums.resize(8 * blocks);
+  if (out->block_sums.size() < blocks) out->block_sums.resize(blocks);
 }
 
 }  // namespace
@@ -646,6 +752,7 @@ void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows
       QuantizeBlock(x + i * k + b * kQ8Block, out->q.data() + i * k + b * kQ8Block,
                     out->d.data() + i * nb + b, out->sums.data() + (i * nb + b) * 8);
     }
+    FillBlockSums(out->sums.data() + i * nb * 8, nb, out->block_sums.data() + i * nb);
   }
 }
 
