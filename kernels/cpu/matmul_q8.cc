@@ -34,11 +34,12 @@ constexpr bool HasMin(GgmlType t) {
 constexpr bool HasLaneScales(GgmlType t) {
   return t == GgmlType::kQ6_K || t == GgmlType::kQ3_K || t == GgmlType::kQ2_K;
 }
-// 32-weight chunks per block: 1, or 8 for the super-blocks of 256.
 // Whether the min term is summed per chunk into its own eight lanes (lane c mod 8, the
 // chunk's total quant sum times M · d_x) rather than per four quants: Q4_K and Q5_K,
 // whose min is one per chunk.
 constexpr bool HasChunkMins(GgmlType t) { return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K; }
+// 32-weight chunks per block: 8 for the super-blocks of 256 (the types with an integer
+// path there), 1 otherwise.
 constexpr int ChunksPerBlock(GgmlType t) {
   switch (t) {
     case GgmlType::kQ2_K:
@@ -317,16 +318,40 @@ struct BlockFactors {
     } else if constexpr (HasLaneScales(T)) {
       const float dd = Half(b + (T == GgmlType::kQ6_K ? 208 : T == GgmlType::kQ3_K ? 108 : 80));
       const float dm = T == GgmlType::kQ2_K ? -Half(b + 82) : 0.0f;
+      // The sixteen 16-weight scales (and Q2_K's mins) as bytes, then for chunk c its two
+      // spread over the halves: one shuffle and one widening each.
+      const __m128i nibble = _mm_set1_epi8(15);
+      __m128i scales, mins = _mm_setzero_si128();
+      if constexpr (T == GgmlType::kQ6_K) {
+        scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+      } else if constexpr (T == GgmlType::kQ3_K) {
+        // Low four bits: the nibbles of bytes 96–103 (low ones for 0–7, high for 8–15);
+        // top two: bits 2·(s / 4) of byte 104 + s mod 4; minus 32.
+        const __m128i lo8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 96));
+        const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(lo8, nibble),
+                                              _mm_and_si128(_mm_srli_epi16(lo8, 4), nibble));
+        uint32_t hw;
+        std::memcpy(&hw, b + 104, 4);
+        const __m128i hi = _mm_set_epi32(
+            static_cast<int>((hw >> 6) & 0x03030303u), static_cast<int>((hw >> 4) & 0x03030303u),
+            static_cast<int>((hw >> 2) & 0x03030303u), static_cast<int>(hw & 0x03030303u));
+        scales = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+      } else {  // Q2_K: a scale (low nibble) and a min (high) per byte
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+        scales = _mm_and_si128(bytes, nibble);
+        mins = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+      }
       for (int c = 0; c < kChunks; ++c) {
-        int32_t sc[2], mn[2] = {1, 1};
-        LaneScales(T, b, c, sc, mn);
         d[c] = dd;
         dmin[c] = dm;
-        scale[c] = _mm256_set_m128i(_mm_set1_epi16(static_cast<int16_t>(sc[1])),
-                                    _mm_set1_epi16(static_cast<int16_t>(sc[0])));
+        const __m128i pick = _mm_setr_epi8(2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c,
+                                           2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
+                                           2 * c + 1, 2 * c + 1, 2 * c + 1);
+        scale[c] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
         if constexpr (HasMin(T)) {
-          min[c] = _mm256_set_m128(_mm_set1_ps(static_cast<float>(mn[1])),
-                                   _mm_set1_ps(static_cast<float>(mn[0])));
+          const __m128i pick4 = _mm_setr_epi8(2 * c, 2 * c, 2 * c, 2 * c, 2 * c + 1, 2 * c + 1,
+                                              2 * c + 1, 2 * c + 1, 0, 0, 0, 0, 0, 0, 0, 0);
+          min[c] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(mins, pick4)));
         }
       }
     } else if constexpr (T == GgmlType::kIQ4_XS) {
@@ -407,6 +432,13 @@ TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d,
 // stream per core, kept ahead of the hardware prefetcher.
 constexpr int64_t kPrefetchAhead = 1024;
 
+// The f16 at p, p + stride, … p + 7·stride as eight floats (exact).
+TANDEM_AVX2_INLINE __m256 Halves8(const uint8_t* p, int64_t stride) {
+  uint16_t h[8];
+  for (int e = 0; e < 8; ++e) std::memcpy(&h[e], p + e * stride, 2);
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+}
+
 // One chunk of x's row (q, its 32 quants; sums, its lane sums) against chunk c of a
 // weight block, into `acc` (the caller names the even or the odd set at compile time, so
 // that it stays in a register); fd = D · d_x and fm = M · d_x, rounded once each.
@@ -440,18 +472,36 @@ TANDEM_AVX2 float RowDotAvx2(const QuantizedRows& x, int64_t i, const uint8_t* w
   const float* sums = x.sums.data() + i * nb * 8;
   __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
   BlockFactors<T> f;
-  if constexpr (kChunks == 1) {  // blocks of 32: two at a time, even then odd
+  if constexpr (kChunks == 1) {
+    // Blocks of 32, eight at a time: their f16 scales (and mins) gathered and times d_x
+    // in one vector each, then the blocks two by two, even then odd.
     int64_t b = 0;
-    for (; b < nb; b += 2) {
+    for (; b + 8 <= nb; b += 8) {
+      const uint8_t* group = wrow + b * bb;
+      _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 64), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 128), _MM_HINT_T0);
+      alignas(32) float fd[8], fm[8];
+      const __m256 dxs = _mm256_loadu_ps(dx + b);
+      _mm256_store_ps(fd, _mm256_mul_ps(Halves8(group, bb), dxs));
+      if constexpr (HasMin(T)) _mm256_store_ps(fm, _mm256_mul_ps(Halves8(group + 2, bb), dxs));
+#pragma GCC unroll 4
+      for (int c = 0; c < 8; c += 2) {
+        ChunkStep<T>(q + (b + c) * kQ8Block, sums + (b + c) * 8, group + c * bb, 0, f, fd[c],
+                     HasMin(T) ? fm[c] : 0.0f, even);
+        ChunkStep<T>(q + (b + c + 1) * kQ8Block, sums + (b + c + 1) * 8, group + (c + 1) * bb, 0, f,
+                     fd[c + 1], HasMin(T) ? fm[c + 1] : 0.0f, odd);
+      }
+    }
+    for (; b < nb; ++b) {  // the rest one by one (b keeps its parity)
       const uint8_t* block = wrow + b * bb;
-      _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchAhead), _MM_HINT_T0);
       f.Load(block);
-      ChunkStep<T>(q + b * kQ8Block, sums + b * 8, block, 0, f, f.d[0] * dx[b],
-                   HasMin(T) ? f.dmin[0] * dx[b] : 0.0f, even);
-      if (b + 1 == nb) break;
-      f.Load(block + bb);
-      ChunkStep<T>(q + (b + 1) * kQ8Block, sums + (b + 1) * 8, block + bb, 0, f, f.d[0] * dx[b + 1],
-                   HasMin(T) ? f.dmin[0] * dx[b + 1] : 0.0f, odd);
+      const float fd = f.d[0] * dx[b], fm = HasMin(T) ? f.dmin[0] * dx[b] : 0.0f;
+      if (b % 2 == 0) {
+        ChunkStep<T>(q + b * kQ8Block, sums + b * 8, block, 0, f, fd, fm, even);
+      } else {
+        ChunkStep<T>(q + b * kQ8Block, sums + b * 8, block, 0, f, fd, fm, odd);
+      }
     }
   } else {  // super-blocks: factors once, times the eight chunks' d_x at once
     for (int64_t sb = 0; sb < nb / kChunks; ++sb) {
@@ -729,15 +779,9 @@ bool Q8Supports(GgmlType type) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
-    case GgmlType::kQ2_K:
-    case GgmlType::kQ3_K:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-    case GgmlType::kIQ4_XS:
       return true;
     default:
-      return false;
+      return ChunksPerBlock(type) == 8;  // Q2_K … Q6_K, IQ4_XS
   }
 }
 
