@@ -38,6 +38,10 @@ using Clock = std::chrono::steady_clock;
 // How long a restarted child must stay up before its crashes stop counting as a loop.
 constexpr auto kStableUptime = std::chrono::seconds(60);
 constexpr auto kMaxRestartBackoff = std::chrono::seconds(30);
+// How much lower in OS priority prefill workers run when workers share the cores: at
+// nice 10 a busy thread gets about a tenth of a core against a nice-0 one (CFS weights
+// 110 against 1024).
+constexpr int kPrefillNice = 10;
 
 struct Child {
   std::string name;  // "prefill-0", "decode-1", "router"
@@ -48,6 +52,7 @@ struct Child {
   int http_port = 0;
   Subprocess process;
   Clock::time_point started;
+  int nice = 0;  // OS niceness added at start (prefill workers: decode keeps priority)
   int quick_deaths = 0;                         // in a row, each within kStableUptime of its start
   std::optional<Clock::time_point> restart_at;  // dead, to be restarted then
 };
@@ -94,7 +99,9 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--endpoints-file", o->endpoints_file,
                   "Once ready, write every process's gRPC and HTTP ports here (JSON)");
   cmd->add_option("--threads-per-worker", o->threads_per_worker,
-                  "Compute threads per worker (0: the cores shared out)")
+                  "Compute threads per worker (0: every worker may use every core, prefill "
+                  "workers at a lower OS priority so that decode keeps priority; N: N each, "
+                  "all at one priority)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-bytes", o->decode_kv_cache_bytes,
                   "KV cache per decode worker (0: 512 MiB, or what one --max-model-len request "
@@ -232,15 +239,20 @@ int RunServe(const ServeOptions& o) {
                                               absl::Hex(RandomNonZero64(), absl::kZeroPad16));
     setenv("TANDEM_INTERNAL_KEY", internal.c_str(), 1);
   }
+  // Workers on one machine share its cores. By default each may use all of them: one
+  // with work while the other idles (its pool sleeps after ~1 ms) gets the whole
+  // machine, so a lone stream decodes as fast as `tandem generate`; when both have work
+  // the prefill workers, started kPrefillNice lower in OS priority, yield the cores to
+  // decode (docs/architecture.md, "Sharing one machine").
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = o.threads_per_worker > 0
-                          ? o.threads_per_worker
-                          : std::max(1, cores / (o.prefill_workers + o.decode_workers));
+  const bool share = o.threads_per_worker <= 0 && o.device != "cuda";
+  const int threads = o.threads_per_worker > 0 ? o.threads_per_worker : cores;
 
   std::deque<Child> workers;
   auto add_worker = [&](const std::string& role, int i, int64_t kv_bytes) {
     Child& c = workers.emplace_back();
     c.name = StrCat(role, "-", i);
+    if (share && role == "prefill") c.nice = kPrefillNice;
     c.port_file = StrCat(run_dir, "/", c.name, ".port");
     c.log = StrCat(run_dir, "/", c.name, ".log");
     c.args = {StrCat(bin, "/tandem-", role, "-worker"),
@@ -288,7 +300,7 @@ int RunServe(const ServeOptions& o) {
   LogRelay relay;
   auto start = [&relay](Child* c) {
     relay.Add(c->name, c->log);
-    c->process.Start(c->args, c->log);
+    c->process.Start(c->args, c->log, c->nice);
     c->started = Clock::now();
   };
   auto stop_all = [&](Child* router) {

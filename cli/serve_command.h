@@ -33,7 +33,7 @@ struct ServeOptions {
   std::string metrics_prefix = "tandem:";
   std::string served_model_name;
   std::string endpoints_file;  // JSON: every process's ports, once ready
-  int threads_per_worker = 0;  // 0: the machine's cores shared out among the workers
+  int threads_per_worker = 0;  // 0: every worker may use every core, prefill at lower priority
   // 0: 512 MiB per decode worker and 256 MiB per prefill worker, or more where one
   // request of --max-model-len tokens needs more. Set explicitly, a pool too small for
   // one such request is refused at start.

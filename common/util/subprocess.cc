@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,7 +25,8 @@ Subprocess::~Subprocess() {
   }
 }
 
-bool Subprocess::Start(const std::vector<std::string>& args, const std::string& log_path) {
+bool Subprocess::Start(const std::vector<std::string>& args, const std::string& log_path,
+                       int nice) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -43,6 +45,7 @@ bool Subprocess::Start(const std::vector<std::string>& args, const std::string& 
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+  if (nice > 0) setpriority(PRIO_PROCESS, 0, getpriority(PRIO_PROCESS, 0) + nice);
   if (!log_path.empty()) {
     const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
