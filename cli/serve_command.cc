@@ -52,8 +52,8 @@ struct Child {
   int http_port = 0;
   Subprocess process;
   Clock::time_point started;
-  int nice = 0;  // OS niceness added at start (prefill workers: decode keeps priority)
-  int quick_deaths = 0;                         // in a row, each within kStableUptime of its start
+  int nice = 0;          // OS niceness added at start (prefill workers: decode keeps priority)
+  int quick_deaths = 0;  // in a row, each within kStableUptime of its start
   std::optional<Clock::time_point> restart_at;  // dead, to be restarted then
 };
 

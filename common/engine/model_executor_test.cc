@@ -557,9 +557,11 @@ TEST_P(FastMathTypeTest, BatchInvariantAndCloseToExact) {
   // These random-byte models amplify small changes layer by layer (logits up to ~90), so
   // the bounds are loose; the kernel-level bound is matmul_q8_test's, the quality on a
   // real model `tandem bench kld`'s (docs/performance.md).
-  EXPECT_GE(same, 34) << "of 40 positions";
-  // (Measured: 1.0–5.5 % across the types; a wrong scale or sign gives ~100 %.)
-  EXPECT_LT(diff, 0.10 * size) << "mean |fast - exact| against mean |exact|";
+  // (Measured: the same top token at 32–40 of 40 positions, mean difference 1.0–11 %
+  // across the types, IQ4_XS and Q6_K the furthest — their activations share one scale
+  // per 256; a wrong scale or sign gives ~100 % and top tokens at chance.)
+  EXPECT_GE(same, 30) << "of 40 positions";
+  EXPECT_LT(diff, 0.15 * size) << "mean |fast - exact| against mean |exact|";
 }
 
 INSTANTIATE_TEST_SUITE_P(

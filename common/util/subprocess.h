@@ -26,8 +26,7 @@ class Subprocess {
   // args[0] is the program's path. stdout/stderr are inherited, or redirected to
   // `log_path` (appended) when it is set. `nice` > 0 lowers the child's OS scheduling
   // priority by that much (nice(2)) before it runs the program.
-  bool Start(const std::vector<std::string>& args, const std::string& log_path = "",
-             int nice = 0);
+  bool Start(const std::vector<std::string>& args, const std::string& log_path = "", int nice = 0);
 
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }

@@ -34,9 +34,8 @@ constexpr bool HasMin(GgmlType t) {
 constexpr bool HasLaneScales(GgmlType t) {
   return t == GgmlType::kQ6_K || t == GgmlType::kQ3_K || t == GgmlType::kQ2_K;
 }
-// Whether the min term is summed per chunk into its own eight lanes (lane c mod 8, the
-// chunk's total quant sum times M · d_x) rather than per four quants: Q4_K and Q5_K,
-// whose min is one per chunk.
+// Whether the min is one per chunk (Q4_K, Q5_K: summed per chunk into lanes of its own)
+// rather than per 16 weights (Q2_K) or per block (Q4_1, Q5_1).
 constexpr bool HasChunkMins(GgmlType t) { return t == GgmlType::kQ4_K || t == GgmlType::kQ5_K; }
 // 32-weight chunks per block: 8 for the super-blocks of 256 (the types with an integer
 // path there), 1 otherwise.
@@ -135,8 +134,10 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
     case GgmlType::kQ5_K: {
       uint8_t sc, m;
       model::KQuantScaleMin(b + 4, c, &sc, &m);
-      u.d = HalfAt(b) * static_cast<float>(sc);
-      u.dmin = -(HalfAt(b + 2) * static_cast<float>(m));
+      u.d = HalfAt(b);
+      u.dmin = -HalfAt(b + 2);
+      u.scale[0] = u.scale[1] = sc;
+      u.min[0] = u.min[1] = m;
       const bool five = type == GgmlType::kQ5_K;
       const uint8_t* q = b + (five ? 48 : 16) + 32 * (c / 2);
       for (int l = 0; l < 32 * quants; ++l) {
@@ -174,7 +175,8 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
       uint16_t high;
       std::memcpy(&high, b + 2, 2);
       const int ls = ((b[4 + c / 2] >> (4 * (c % 2))) & 15) | (((high >> (2 * c)) & 3) << 4);
-      u.d = HalfAt(b) * static_cast<float>(ls - 32);
+      u.d = HalfAt(b);
+      u.scale[0] = u.scale[1] = ls - 32;
       const uint8_t* qs = b + 8 + 16 * c;
       for (int l = 0; l < 16 * quants; ++l) {
         u.w[l] = model::kIq4Levels[qs[l] & 15];
@@ -190,29 +192,32 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
   }
 }
 
-// One block of 32 values: its scale, quants and sums of each four quants.
-void QuantizeBlock(const float* x, int8_t* q, float* d, float* sums) {
+// n values quantized with one scale: d = max|x| / 127, q = x · (127 / max|x|) rounded to
+// nearest, ties to even; all zeros when max|x| < kTiny.
+void QuantizeBlock(const float* x, int64_t n, int8_t* q, float* d) {
   float amax = 0;
-  for (int e = 0; e < kQ8Block; ++e) amax = std::max(amax, std::fabs(x[e]));
+  for (int64_t e = 0; e < n; ++e) amax = std::max(amax, std::fabs(x[e]));
   if (!(amax >= kTiny)) {
-    std::memset(q, 0, kQ8Block);
-    std::fill(sums, sums + 8, 0.0f);
+    std::memset(q, 0, static_cast<size_t>(n));
     *d = 0;
     return;
   }
   const float inv = 127.0f / amax;
-  for (int e = 0; e < kQ8Block; ++e) q[e] = static_cast<int8_t>(std::nearbyint(x[e] * inv));
-  for (int l = 0; l < 8; ++l)
-    sums[l] = static_cast<float>(q[4 * l] + q[4 * l + 1] + q[4 * l + 2] + q[4 * l + 3]);
+  for (int64_t e = 0; e < n; ++e) q[e] = static_cast<int8_t>(std::nearbyint(x[e] * inv));
   *d = amax / 127.0f;
 }
 
-// Each block's quant sum from its lane sums (exact integers in float).
-void FillBlockSums(const float* sums, int64_t nb, float* block_sums) {
-  for (int64_t b = 0; b < nb; ++b) {
-    float t = 0;
-    for (int l = 0; l < 8; ++l) t += sums[8 * b + l];
-    block_sums[b] = t;
+// A row's sums of each four quants and of each 32 (exact integers in float).
+void FillSums(const int8_t* q, int64_t k, float* sums, float* block_sums) {
+  for (int64_t b = 0; b < k / kQ8Block; ++b) {
+    int32_t total = 0;
+    for (int l = 0; l < 8; ++l) {
+      const int8_t* f = q + b * kQ8Block + 4 * l;
+      const int32_t s = f[0] + f[1] + f[2] + f[3];
+      sums[8 * b + l] = static_cast<float>(s);
+      total += s;
+    }
+    block_sums[b] = static_cast<float>(total);
   }
 }
 
@@ -226,6 +231,92 @@ float SumLanes(const float* acc) {
 }
 
 // ---------------------------------------------------------------------------------
+// The scalar statement (MatMulQ8Reference, and the path of machines without AVX2).
+
+// The blocks of 32: a chunk's lanes into the 16 float lanes, chunk by chunk.
+void RangeGeneric32(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
+                    int64_t n1) {
+  const int64_t nb = w.cols / kQ8Block, bb = BlockBytes(w.type);
+  for (int64_t i = 0; i < x.rows; ++i) {
+    const int8_t* q = x.q.data() + i * x.cols;
+    for (int64_t j = n0; j < n1; ++j) {
+      const uint8_t* row = w.data + j * w.RowBytes();
+      float acc[16] = {};
+      for (int64_t b = 0; b < nb; ++b) {
+        const IntChunk u = ChunkAt(w.type, row + b * bb, 0);
+        const float dx = x.d[static_cast<size_t>(i * nb + b)];
+        const float s = u.d * dx, sm = u.dmin * dx;
+        for (int l = 0; l < 8; ++l) {
+          int32_t p = 0, qsum = 0;
+          for (int e = 4 * l; e < 4 * l + 4; ++e) {
+            p += u.w[e] * q[b * kQ8Block + e];
+            qsum += q[b * kQ8Block + e];
+          }
+          float& a = acc[8 * (b & 1) + l];
+          a = std::fma(static_cast<float>(p), s, a);
+          if (HasMin(w.type)) a = std::fma(static_cast<float>(qsum), sm, a);
+        }
+      }
+      out[i * w.rows + j] = SumLanes(acc);
+    }
+  }
+}
+
+// The super-blocks of 256: a super-block's chunks summed as integers, then one float
+// step per super-block.
+void RangeGeneric256(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
+                     int64_t n1) {
+  const int64_t nsb = w.cols / kQ8SuperBlock, bb = BlockBytes(w.type);
+  const bool lane_mins = HasMin(w.type) && !HasChunkMins(w.type);
+  for (int64_t i = 0; i < x.rows; ++i) {
+    const int8_t* q = x.q.data() + i * x.cols;
+    for (int64_t j = n0; j < n1; ++j) {
+      const uint8_t* row = w.data + j * w.RowBytes();
+      float acc[16] = {}, mins[16] = {};  // mins: lanes 0–7 only
+      for (int64_t sb = 0; sb < nsb; ++sb) {
+        int32_t lanes[8] = {}, lane_min[8] = {}, chunk_min[8] = {};
+        float d = 0, dmin = 0;
+        for (int c = 0; c < 8; ++c) {
+          const IntChunk u = ChunkAt(w.type, row + sb * bb, c);
+          d = u.d;
+          dmin = u.dmin;
+          const int8_t* qc = q + (sb * 8 + c) * kQ8Block;
+          int32_t total = 0;
+          for (int l = 0; l < 8; ++l) {
+            int32_t p = 0, qsum = 0;
+            for (int e = 4 * l; e < 4 * l + 4; ++e) {
+              p += u.w[e] * qc[e];
+              qsum += qc[e];
+            }
+            lanes[l] += u.scale[l / 4] * p;
+            lane_min[l] += u.min[l / 4] * qsum;
+            total += qsum;
+          }
+          chunk_min[c] = u.min[0] * total;
+        }
+        const float dx = x.d[static_cast<size_t>(i * nsb + sb)];
+        const float s = d * dx, sm = dmin * dx;
+        for (int l = 0; l < 8; ++l) {
+          float& a = acc[8 * (sb & 1) + l];
+          a = std::fma(static_cast<float>(lanes[l]), s, a);
+          if (lane_mins) a = std::fma(static_cast<float>(lane_min[l]), sm, a);
+        }
+        if (HasChunkMins(w.type)) {
+          for (int c = 0; c < 8; ++c)
+            mins[c] = std::fma(static_cast<float>(chunk_min[c]), sm, mins[c]);
+        }
+      }
+      out[i * w.rows + j] = HasChunkMins(w.type) ? SumLanes(acc) + SumLanes(mins) : SumLanes(acc);
+    }
+  }
+}
+
+void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
+                  int64_t n1) {
+  if (ChunksPerBlock(w.type) == 8) return RangeGeneric256(x, w, out, n0, n1);
+  RangeGeneric32(x, w, out, n0, n1);
+}
+
 // AVX2: a block's 32 weights as signed bytes, and the eight exact sums of four
 // products with a block of activations (maddubs on |w| and q·sign(w): no pair exceeds
 // 2 · 128 · 127, so nothing saturates).
@@ -301,73 +392,85 @@ inline __m128i KScalesAndMins(const uint8_t* packed) {
                        static_cast<int>(sc_lo));
 }
 
-// A block's float factors and integer scales, unpacked once for all its chunks (ChunkAt's
-// d, dmin, scale and min).
+// Which bytes of a super-block's scales each chunk's int16 pairs take: bytes 2c and
+// 2c + 1 (a scale per 16 weights: Q6_K, Q3_K, Q2_K) or byte c for both halves (a scale
+// per 32: Q4_K, Q5_K, IQ4_XS).
+struct PickTable {
+  alignas(16) int8_t v[8][16];
+};
+constexpr PickTable MakePicks(bool per_half) {
+  PickTable t{};
+  for (int c = 0; c < 8; ++c) {
+    for (int e = 0; e < 16; ++e) t.v[c][e] = static_cast<int8_t>(per_half ? 2 * c + e / 8 : c);
+  }
+  return t;
+}
+constexpr PickTable kPickHalves = MakePicks(true), kPickChunk = MakePicks(false);
+
+// A super-block's factors, unpacked once for its eight chunks: d and M (ChunkAt's D and
+// M), each chunk's integer scales c_h as int16 pairs (the madd operand), Q2_K's mins n_h
+// the same way, and Q4_K/Q5_K's chunk mins as floats.
 template <GgmlType T>
-struct BlockFactors {
-  static constexpr int kChunks = ChunksPerBlock(T);
-  alignas(32) float d[kChunks];
-  alignas(32) float dmin[kChunks];
-  __m256i scale[HasLaneScales(T) ? kChunks : 1];            // c_h in the int16 pairs of each half
-  __m256 min[HasLaneScales(T) && HasMin(T) ? kChunks : 1];  // n_h in each half's lanes
+struct alignas(32) SuperFactors {
+  float d = 0, dmin = 0;
+  __m256i scale[8];
+  __m256i min[8];    // Q2_K
+  __m256 chunk_min;  // Q4_K, Q5_K: m_c in lane c
 
   TANDEM_AVX2 void Load(const uint8_t* b) {
-    if constexpr (kChunks == 1) {
-      d[0] = Half(b);
-      if constexpr (HasMin(T)) dmin[0] = Half(b + 2);
-    } else if constexpr (HasLaneScales(T)) {
-      const float dd = Half(b + (T == GgmlType::kQ6_K ? 208 : T == GgmlType::kQ3_K ? 108 : 80));
-      const float dm = T == GgmlType::kQ2_K ? -Half(b + 82) : 0.0f;
-      // The sixteen 16-weight scales (and Q2_K's mins) as bytes, then for chunk c its two
-      // spread over the halves: one shuffle and one widening each.
-      const __m128i nibble = _mm_set1_epi8(15);
-      __m128i scales, mins = _mm_setzero_si128();
-      if constexpr (T == GgmlType::kQ6_K) {
-        scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
-      } else if constexpr (T == GgmlType::kQ3_K) {
-        // Low four bits: the nibbles of bytes 96–103 (low ones for 0–7, high for 8–15);
-        // top two: bits 2·(s / 4) of byte 104 + s mod 4; minus 32.
-        const __m128i lo8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 96));
-        const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(lo8, nibble),
-                                              _mm_and_si128(_mm_srli_epi16(lo8, 4), nibble));
-        uint32_t hw;
-        std::memcpy(&hw, b + 104, 4);
-        const __m128i hi = _mm_set_epi32(
-            static_cast<int>((hw >> 6) & 0x03030303u), static_cast<int>((hw >> 4) & 0x03030303u),
-            static_cast<int>((hw >> 2) & 0x03030303u), static_cast<int>(hw & 0x03030303u));
-        scales = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
-      } else {  // Q2_K: a scale (low nibble) and a min (high) per byte
-        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
-        scales = _mm_and_si128(bytes, nibble);
-        mins = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-      }
-      for (int c = 0; c < kChunks; ++c) {
-        d[c] = dd;
-        dmin[c] = dm;
-        const __m128i pick = _mm_setr_epi8(2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c,
-                                           2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
-                                           2 * c + 1, 2 * c + 1, 2 * c + 1);
-        scale[c] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
-        if constexpr (HasMin(T)) {
-          const __m128i pick4 = _mm_setr_epi8(2 * c, 2 * c, 2 * c, 2 * c, 2 * c + 1, 2 * c + 1,
-                                              2 * c + 1, 2 * c + 1, 0, 0, 0, 0, 0, 0, 0, 0);
-          min[c] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(mins, pick4)));
-        }
-      }
+    const __m128i nibble = _mm_set1_epi8(15);
+    // The scales as bytes, then each chunk's spread over its int16 pairs: for chunk c
+    // bytes 2c (first half) and 2c + 1 (second), or byte c for both halves.
+    __m128i scales, mins = _mm_setzero_si128();
+    constexpr bool kPerHalf = HasLaneScales(T);
+    if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
+      d = Half(b);
+      dmin = -Half(b + 2);
+      const __m128i bytes = KScalesAndMins(b + 4);
+      scales = bytes;
+      chunk_min = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
     } else if constexpr (T == GgmlType::kIQ4_XS) {
+      d = Half(b);
       uint16_t high;
       std::memcpy(&high, b + 2, 2);
-      const float dd = Half(b);
-      for (int c = 0; c < kChunks; ++c) {
-        const int ls = ((b[4 + c / 2] >> (4 * (c % 2))) & 15) | (((high >> (2 * c)) & 3) << 4);
-        d[c] = dd * static_cast<float>(ls - 32);
+      alignas(16) int8_t ls[16] = {};
+      for (int c = 0; c < 8; ++c) {
+        ls[c] = static_cast<int8_t>(
+            (((b[4 + c / 2] >> (4 * (c % 2))) & 15) | (((high >> (2 * c)) & 3) << 4)) - 32);
       }
-    } else {  // Q4_K, Q5_K: d · sc and −(dmin · m), eight at once
-      const __m128i bytes = KScalesAndMins(b + 4);
-      const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
-      const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
-      _mm256_store_ps(d, _mm256_mul_ps(_mm256_set1_ps(Half(b)), sc));
-      _mm256_store_ps(dmin, _mm256_mul_ps(_mm256_set1_ps(-Half(b + 2)), mn));
+      scales = _mm_load_si128(reinterpret_cast<const __m128i*>(ls));
+    } else if constexpr (T == GgmlType::kQ6_K) {
+      d = Half(b + 208);
+      scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    } else if constexpr (T == GgmlType::kQ3_K) {
+      d = Half(b + 108);
+      // Low four bits: the nibbles of bytes 96–103 (low ones for 0–7, high for 8–15);
+      // top two: bits 2·(s / 4) of byte 104 + s mod 4; minus 32.
+      const __m128i lo8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 96));
+      const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(lo8, nibble),
+                                            _mm_and_si128(_mm_srli_epi16(lo8, 4), nibble));
+      uint32_t hw;
+      std::memcpy(&hw, b + 104, 4);
+      const __m128i hi = _mm_set_epi32(
+          static_cast<int>((hw >> 6) & 0x03030303u), static_cast<int>((hw >> 4) & 0x03030303u),
+          static_cast<int>((hw >> 2) & 0x03030303u), static_cast<int>(hw & 0x03030303u));
+      scales = _mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32));
+    } else {
+      static_assert(T == GgmlType::kQ2_K);
+      d = Half(b + 80);
+      dmin = -Half(b + 82);
+      const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+      scales = _mm_and_si128(bytes, nibble);
+      mins = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
+    }
+    const PickTable& picks = kPerHalf ? kPickHalves : kPickChunk;
+    for (int c = 0; c < 8; ++c) {
+      const __m128i pick = _mm_load_si128(reinterpret_cast<const __m128i*>(picks.v[c]));
+      // Signed bytes (Q4_K/Q5_K's six unsigned bits are below 64).
+      scale[c] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
+      if constexpr (T == GgmlType::kQ2_K) {
+        min[c] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(mins, pick));
+      }
     }
   }
 };
@@ -387,41 +490,40 @@ TANDEM_AVX2 inline __m256i LaneProducts(__m256i w, __m256i q, __m256i scale) {
   return _mm256_madd_epi16(pairs, scale);
 }
 
-TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int8_t* q, float* d, float* sums) {
+// Rows of x quantized on AVX2, `block` values (32 or 256) to a scale: QuantizeBlock's
+// arithmetic.
+TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int64_t block, int8_t* q, float* d) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (int64_t b = 0; b < k / kQ8Block; ++b) {
-    const float* xb = x + b * kQ8Block;
-    __m256 v[4];
+  for (int64_t b = 0; b < k / block; ++b) {
+    const float* xb = x + b * block;
     __m256 m = _mm256_setzero_ps();
-    for (int r = 0; r < 4; ++r) {
-      v[r] = _mm256_loadu_ps(xb + 8 * r);
-      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[r]));
+    for (int64_t e = 0; e < block; e += 8) {
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + e)));
     }
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_permute_ps(h, 0x4E));
     h = _mm_max_ps(h, _mm_permute_ps(h, 0xB1));
     const float amax = _mm_cvtss_f32(h);
-    int8_t* qb = q + b * kQ8Block;
+    int8_t* qb = q + b * block;
     if (!(amax >= kTiny)) {
-      std::memset(qb, 0, kQ8Block);
-      std::memset(sums + 8 * b, 0, 8 * sizeof(float));
+      std::memset(qb, 0, static_cast<size_t>(block));
       d[b] = 0;
       continue;
     }
     const __m256 inv = _mm256_set1_ps(127.0f / amax);
-    __m256i i32[4];
-    for (int r = 0; r < 4; ++r) i32[r] = _mm256_cvtps_epi32(_mm256_mul_ps(v[r], inv));
-    // Pack to 32 bytes; the packs interleave 128-bit lanes, the permute restores order.
-    const __m256i i16 = _mm256_packs_epi32(i32[0], i32[1]);
-    const __m256i j16 = _mm256_packs_epi32(i32[2], i32[3]);
-    const __m256i i8 = _mm256_packs_epi16(i16, j16);
-    const __m256i bytes =
-        _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), bytes);
-    // Σ of each four quants, for the types with a min.
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes);
-    _mm256_storeu_ps(sums + 8 * b,
-                     _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1))));
+    for (int64_t e = 0; e < block; e += kQ8Block) {
+      __m256i i32[4];
+      for (int r = 0; r < 4; ++r) {
+        i32[r] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xb + e + 8 * r), inv));
+      }
+      // Pack to 32 bytes; the packs interleave 128-bit lanes, the permute restores order.
+      const __m256i i16 = _mm256_packs_epi32(i32[0], i32[1]);
+      const __m256i j16 = _mm256_packs_epi32(i32[2], i32[3]);
+      const __m256i i8 = _mm256_packs_epi16(i16, j16);
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(qb + e),
+          _mm256_permutevar8x32_epi32(i8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
     d[b] = amax / 127.0f;
   }
 }
@@ -439,93 +541,181 @@ TANDEM_AVX2_INLINE __m256 Halves8(const uint8_t* p, int64_t stride) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
-// One chunk of x's row (q, its 32 quants; sums, its lane sums) against chunk c of a
-// weight block, into `acc` (the caller names the even or the odd set at compile time, so
-// that it stays in a register); fd = D · d_x and fm = M · d_x, rounded once each.
+// ---------------------------------------------------------------------------------
+// AVX2, the blocks of 32.
+
+// One block of x's row (q, its 32 quants; sums, its lane sums) against a weight block,
+// into `acc` (the caller names the even or the odd set at compile time, so that it stays
+// in a register); fd = D · d_x and fm = M · d_x, rounded once each.
 template <GgmlType T>
-TANDEM_AVX2_INLINE void ChunkStep(const int8_t* q, const float* sums, const uint8_t* block, int c,
-                                  const BlockFactors<T>& f, float fd, float fm, __m256& acc) {
+TANDEM_AVX2_INLINE void BlockStep(const int8_t* q, const float* sums, const uint8_t* block,
+                                  float fd, float fm, __m256& acc) {
   const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  __m256i scale;
-  if constexpr (HasLaneScales(T)) {
-    scale = f.scale[c];
-  } else {
-    scale = _mm256_set1_epi16(1);
-  }
-  const __m256 p = _mm256_cvtepi32_ps(LaneProducts<T>(ChunkBytes<T>(block, c), qv, scale));
+  const __m256 p =
+      _mm256_cvtepi32_ps(LaneProducts<T>(ChunkBytes<T>(block, 0), qv, _mm256_set1_epi16(1)));
   acc = _mm256_fmadd_ps(p, _mm256_set1_ps(fd), acc);
-  if constexpr (HasMin(T) && !HasChunkMins(T)) {
-    __m256 m = _mm256_loadu_ps(sums);
-    if constexpr (HasLaneScales(T)) m = _mm256_mul_ps(m, f.min[c]);
-    acc = _mm256_fmadd_ps(m, _mm256_set1_ps(fm), acc);
-  }
+  if constexpr (HasMin(T)) acc = _mm256_fmadd_ps(_mm256_loadu_ps(sums), _mm256_set1_ps(fm), acc);
 }
 
 // out = row i of x · one weight row (decode: one weight stream per thread), two
-// accumulators (lanes 0–7 for even chunks, 8–15 for odd ones) summed by ReduceAdd256x2.
+// accumulators (lanes 0–7 for even blocks, 8–15 for odd ones) summed by ReduceAdd256x2.
+// Blocks eight at a time: their f16 scales (and mins) gathered and times d_x in one
+// vector each, then the blocks two by two.
 template <GgmlType T>
-TANDEM_AVX2 float RowDotAvx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow, int64_t nb) {
-  constexpr int kChunks = ChunksPerBlock(T);
+TANDEM_AVX2 float RowDot32Avx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow, int64_t nb) {
   const int64_t bb = BlockBytes(T);
   const int8_t* q = x.q.data() + i * x.cols;
   const float* dx = x.d.data() + i * nb;
   const float* sums = x.sums.data() + i * nb * 8;
+  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    const uint8_t* group = wrow + b * bb;
+    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 128), _MM_HINT_T0);
+    alignas(32) float fd[8], fm[8];
+    const __m256 dxs = _mm256_loadu_ps(dx + b);
+    _mm256_store_ps(fd, _mm256_mul_ps(Halves8(group, bb), dxs));
+    if constexpr (HasMin(T)) _mm256_store_ps(fm, _mm256_mul_ps(Halves8(group + 2, bb), dxs));
+#pragma GCC unroll 4
+    for (int c = 0; c < 8; c += 2) {
+      BlockStep<T>(q + (b + c) * kQ8Block, sums + (b + c) * 8, group + c * bb, fd[c],
+                   HasMin(T) ? fm[c] : 0.0f, even);
+      BlockStep<T>(q + (b + c + 1) * kQ8Block, sums + (b + c + 1) * 8, group + (c + 1) * bb,
+                   fd[c + 1], HasMin(T) ? fm[c + 1] : 0.0f, odd);
+    }
+  }
+  for (; b < nb; ++b) {  // the rest one by one (b keeps its parity)
+    const uint8_t* block = wrow + b * bb;
+    const float fd = Half(block) * dx[b], fm = HasMin(T) ? Half(block + 2) * dx[b] : 0.0f;
+    if (b % 2 == 0) {
+      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, even);
+    } else {
+      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, odd);
+    }
+  }
+  return ReduceAdd256x2(even, odd);
+}
+
+// A block decoded once for all the rows of a batch (m > 1): its quants, their
+// magnitudes (the signed types' maddubs operand) and factors, so that the rows' tiles
+// only multiply.
+struct alignas(32) DecodedBlock {
+  __m256i w, wabs;
+  float d, dmin;
+};
+
+template <GgmlType T>
+TANDEM_AVX2 void DecodeRow32(const uint8_t* row, int64_t nb, DecodedBlock* out) {
+  const int64_t bb = BlockBytes(T);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* block = row + b * bb;
+    DecodedBlock& o = out[b];
+    o.w = ChunkBytes<T>(block, 0);
+    o.wabs = _mm256_sign_epi8(o.w, o.w);
+    o.d = Half(block);
+    o.dmin = HasMin(T) ? Half(block + 2) : 0.0f;
+  }
+}
+
+// One block b of MT rows of x against NT decoded weight rows, into one accumulator set.
+template <GgmlType T, int MT, int NT>
+TANDEM_AVX2_INLINE void DecodedStep32(const QuantizedRows& x, int64_t i0,
+                                      const DecodedBlock* const* rows, int64_t nb, int64_t b,
+                                      __m256 (&acc)[MT][NT]) {
+  for (int i = 0; i < MT; ++i) {
+    const int64_t row = i0 + i;
+    const __m256i q = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
+    const float dx = x.d[static_cast<size_t>(row * nb + b)];
+    __m256 sums;
+    if constexpr (HasMin(T)) sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
+    for (int j = 0; j < NT; ++j) {
+      const DecodedBlock& c = rows[j][b];
+      const __m256i pairs = HasMin(T) ? _mm256_maddubs_epi16(c.w, q)
+                                      : _mm256_maddubs_epi16(c.wabs, _mm256_sign_epi8(q, c.w));
+      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+      acc[i][j] = _mm256_fmadd_ps(p, _mm256_set1_ps(c.d * dx), acc[i][j]);
+      if constexpr (HasMin(T)) {
+        acc[i][j] = _mm256_fmadd_ps(sums, _mm256_set1_ps(c.dmin * dx), acc[i][j]);
+      }
+    }
+  }
+}
+
+// RowDot32Avx2's arithmetic on decoded blocks, MT rows of x × NT weight rows.
+template <GgmlType T, int MT, int NT>
+TANDEM_AVX2 void DecodedTile32Avx2(const QuantizedRows& x, int64_t i0,
+                                   const DecodedBlock* const* rows, int64_t nb, float* out,
+                                   int64_t ldo) {
+  __m256 even[MT][NT], odd[MT][NT];
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) even[i][j] = odd[i][j] = _mm256_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; b += 2) {
+    DecodedStep32<T, MT, NT>(x, i0, rows, nb, b, even);
+    if (b + 1 < nb) DecodedStep32<T, MT, NT>(x, i0, rows, nb, b + 1, odd);
+  }
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(even[i][j], odd[i][j]);
+  }
+}
+
+// ---------------------------------------------------------------------------------
+// AVX2, the super-blocks of 256.
+
+// One chunk of x's row against chunk c of a super-block, into the integer lanes (and
+// Q2_K's min lanes).
+template <GgmlType T>
+TANDEM_AVX2_INLINE void ChunkStep256(const int8_t* q, const uint8_t* block, int c,
+                                     const SuperFactors<T>& f, __m256i& lanes, __m256i& mins) {
+  const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  lanes = _mm256_add_epi32(lanes, LaneProducts<T>(ChunkBytes<T>(block, c), qv, f.scale[c]));
+  if constexpr (T == GgmlType::kQ2_K) {
+    const __m256i qsums = _mm256_maddubs_epi16(_mm256_set1_epi8(1), qv);
+    mins = _mm256_add_epi32(mins, _mm256_madd_epi16(qsums, f.min[c]));
+  }
+}
+
+// A super-block's lanes into the float accumulators: acc ← fma(I, d · d_x, acc), then
+// Q2_K's mins, then Q4_K/Q5_K's chunk mins into their own lanes.
+template <GgmlType T>
+TANDEM_AVX2_INLINE void SuperBlockFloat(const SuperFactors<T>& f, float dx, __m256i lanes,
+                                        __m256i lane_mins, const float* block_sums, __m256& acc,
+                                        __m256& mins) {
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(f.d * dx), acc);
+  if constexpr (T == GgmlType::kQ2_K) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_mins), _mm256_set1_ps(f.dmin * dx), acc);
+  }
+  if constexpr (HasChunkMins(T)) {
+    mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(block_sums), f.chunk_min),
+                           _mm256_set1_ps(f.dmin * dx), mins);
+  }
+}
+
+template <GgmlType T>
+TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow,
+                                int64_t nsb) {
+  const int64_t bb = BlockBytes(T);
+  const int8_t* q = x.q.data() + i * x.cols;
+  const float* dx = x.d.data() + i * nsb;
+  const float* block_sums = x.block_sums.data() + i * nsb * 8;
   __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
-  BlockFactors<T> f;
-  if constexpr (kChunks == 1) {
-    // Blocks of 32, eight at a time: their f16 scales (and mins) gathered and times d_x
-    // in one vector each, then the blocks two by two, even then odd.
-    int64_t b = 0;
-    for (; b + 8 <= nb; b += 8) {
-      const uint8_t* group = wrow + b * bb;
-      _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 64), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 128), _MM_HINT_T0);
-      alignas(32) float fd[8], fm[8];
-      const __m256 dxs = _mm256_loadu_ps(dx + b);
-      _mm256_store_ps(fd, _mm256_mul_ps(Halves8(group, bb), dxs));
-      if constexpr (HasMin(T)) _mm256_store_ps(fm, _mm256_mul_ps(Halves8(group + 2, bb), dxs));
-#pragma GCC unroll 4
-      for (int c = 0; c < 8; c += 2) {
-        ChunkStep<T>(q + (b + c) * kQ8Block, sums + (b + c) * 8, group + c * bb, 0, f, fd[c],
-                     HasMin(T) ? fm[c] : 0.0f, even);
-        ChunkStep<T>(q + (b + c + 1) * kQ8Block, sums + (b + c + 1) * 8, group + (c + 1) * bb, 0, f,
-                     fd[c + 1], HasMin(T) ? fm[c + 1] : 0.0f, odd);
-      }
+  SuperFactors<T> f;
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* block = wrow + sb * bb;
+    _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchAhead), _MM_HINT_T0);
+    f.Load(block);
+    __m256i lanes = _mm256_setzero_si256(), lane_mins = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      ChunkStep256<T>(q + (sb * 8 + c) * kQ8Block, block, c, f, lanes, lane_mins);
     }
-    for (; b < nb; ++b) {  // the rest one by one (b keeps its parity)
-      const uint8_t* block = wrow + b * bb;
-      f.Load(block);
-      const float fd = f.d[0] * dx[b], fm = HasMin(T) ? f.dmin[0] * dx[b] : 0.0f;
-      if (b % 2 == 0) {
-        ChunkStep<T>(q + b * kQ8Block, sums + b * 8, block, 0, f, fd, fm, even);
-      } else {
-        ChunkStep<T>(q + b * kQ8Block, sums + b * 8, block, 0, f, fd, fm, odd);
-      }
-    }
-  } else {  // super-blocks: factors once, times the eight chunks' d_x at once
-    for (int64_t sb = 0; sb < nb / kChunks; ++sb) {
-      const uint8_t* block = wrow + sb * bb;
-      _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchAhead), _MM_HINT_T0);
-      f.Load(block);
-      const int64_t b0 = sb * kChunks;
-      alignas(32) float fd[kChunks], fm[kChunks];
-      const __m256 dxs = _mm256_loadu_ps(dx + b0);
-      _mm256_store_ps(fd, _mm256_mul_ps(_mm256_load_ps(f.d), dxs));
-      if constexpr (HasChunkMins(T)) {
-        mins = _mm256_fmadd_ps(_mm256_loadu_ps(x.block_sums.data() + i * nb + b0),
-                               _mm256_mul_ps(_mm256_load_ps(f.dmin), dxs), mins);
-      } else if constexpr (HasMin(T)) {
-        _mm256_store_ps(fm, _mm256_mul_ps(_mm256_load_ps(f.dmin), dxs));
-      }
-#pragma GCC unroll 4
-      for (int c = 0; c < kChunks; c += 2) {
-        const int64_t b = b0 + c;
-        ChunkStep<T>(q + b * kQ8Block, sums + b * 8, block, c, f, fd[c],
-                     HasMin(T) && !HasChunkMins(T) ? fm[c] : 0.0f, even);
-        ChunkStep<T>(q + (b + 1) * kQ8Block, sums + (b + 1) * 8, block, c + 1, f, fd[c + 1],
-                     HasMin(T) && !HasChunkMins(T) ? fm[c + 1] : 0.0f, odd);
-      }
+    if (sb % 2 == 0) {
+      SuperBlockFloat<T>(f, dx[sb], lanes, lane_mins, block_sums + sb * 8, even, mins);
+    } else {
+      SuperBlockFloat<T>(f, dx[sb], lanes, lane_mins, block_sums + sb * 8, odd, mins);
     }
   }
   if constexpr (HasChunkMins(T)) {
@@ -534,97 +724,79 @@ TANDEM_AVX2 float RowDotAvx2(const QuantizedRows& x, int64_t i, const uint8_t* w
   return ReduceAdd256x2(even, odd);
 }
 
-// A chunk decoded once for all the rows of a batch (RangeAvx2 with m > 1): its quants,
-// their magnitudes (the signed types' maddubs operand), the lane scales and mins and the
-// float factors, so that the rows' tiles only multiply.
+// A chunk of a super-block decoded once for all the rows of a batch, and the
+// super-block's own factors.
 struct alignas(32) DecodedChunk {
   __m256i w, wabs;
-  __m256i scale;  // c_h in the int16 pairs of each half (ones where there are none)
-  __m256 min;     // n_h in each half's lanes (types with lane scales and a min)
-  float d, dmin;
+  __m256i scale, min;
+};
+template <GgmlType T>
+struct alignas(32) DecodedSuper {
+  SuperFactors<T> f;
 };
 
-// Chunk factors decoded into `out` and, for the types with chunk mins, each chunk's
-// dmin into `dmins` (contiguous, for eight at a time).
 template <GgmlType T>
-TANDEM_AVX2 void DecodeRow(const uint8_t* row, int64_t nb, DecodedChunk* out, float* dmins) {
-  constexpr int kChunks = ChunksPerBlock(T);
+TANDEM_AVX2 void DecodeRow256(const uint8_t* row, int64_t nsb, DecodedChunk* chunks,
+                              DecodedSuper<T>* supers) {
   const int64_t bb = BlockBytes(T);
-  for (int64_t sb = 0; sb < nb / kChunks; ++sb) {
+  for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* block = row + sb * bb;
-    BlockFactors<T> f;
+    SuperFactors<T>& f = supers[sb].f;
     f.Load(block);
-    for (int c = 0; c < kChunks; ++c) {
-      DecodedChunk& o = out[sb * kChunks + c];
+    for (int c = 0; c < 8; ++c) {
+      DecodedChunk& o = chunks[sb * 8 + c];
       o.w = ChunkBytes<T>(block, c);
       o.wabs = _mm256_sign_epi8(o.w, o.w);
-      if constexpr (HasLaneScales(T)) {
-        o.scale = f.scale[c];
-      } else {
-        o.scale = _mm256_set1_epi16(1);
-      }
-      if constexpr (HasLaneScales(T) && HasMin(T)) o.min = f.min[c];
-      o.d = f.d[c];
-      o.dmin = HasMin(T) ? f.dmin[c] : 0.0f;
-      dmins[sb * kChunks + c] = o.dmin;
+      o.scale = f.scale[c];
+      if constexpr (T == GgmlType::kQ2_K) o.min = f.min[c];
     }
   }
 }
 
-// One chunk b of MT rows of x against NT decoded weight rows, into one accumulator set.
+// RowDot256Avx2's arithmetic on decoded chunks, MT rows of x × NT weight rows; the float
+// accumulators live in memory (touched once per super-block), the integer ones in
+// registers.
 template <GgmlType T, int MT, int NT>
-TANDEM_AVX2_INLINE void DecodedStep(const QuantizedRows& x, int64_t i0,
-                                    const DecodedChunk* const* rows, int64_t nb, int64_t b,
-                                    __m256 (&acc)[MT][NT]) {
-  for (int i = 0; i < MT; ++i) {
-    const int64_t row = i0 + i;
-    const __m256i q = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
-    const float dx = x.d[static_cast<size_t>(row * nb + b)];
-    __m256 sums;
-    if constexpr (HasMin(T) && !HasChunkMins(T)) {
-      sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
-    }
-    for (int j = 0; j < NT; ++j) {
-      const DecodedChunk& c = rows[j][b];
-      const __m256i pairs = HasMin(T) ? _mm256_maddubs_epi16(c.w, q)
-                                      : _mm256_maddubs_epi16(c.wabs, _mm256_sign_epi8(q, c.w));
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, c.scale));
-      acc[i][j] = _mm256_fmadd_ps(p, _mm256_set1_ps(c.d * dx), acc[i][j]);
-      if constexpr (HasMin(T) && !HasChunkMins(T)) {
-        const __m256 m = HasLaneScales(T) ? _mm256_mul_ps(sums, c.min) : sums;
-        acc[i][j] = _mm256_fmadd_ps(m, _mm256_set1_ps(c.dmin * dx), acc[i][j]);
-      }
-    }
-  }
-}
-
-// RowDotAvx2's arithmetic on decoded chunks, MT rows of x × NT weight rows: the same
-// operations in the same order.
-template <GgmlType T, int MT, int NT>
-TANDEM_AVX2 void DecodedTileAvx2(const QuantizedRows& x, int64_t i0,
-                                 const DecodedChunk* const* rows, const float* const* dmins,
-                                 int64_t nb, float* out, int64_t ldo) {
+TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
+                                    const DecodedChunk* const* rows,
+                                    const DecodedSuper<T>* const* supers, int64_t nsb, float* out,
+                                    int64_t ldo) {
   __m256 even[MT][NT], odd[MT][NT], mins[MT][NT];
   for (int i = 0; i < MT; ++i) {
     for (int j = 0; j < NT; ++j) even[i][j] = odd[i][j] = mins[i][j] = _mm256_setzero_ps();
   }
-  for (int64_t b = 0; b < nb; b += 2) {
-    if constexpr (HasChunkMins(T)) {
-      if (b % 8 == 0) {
-        for (int i = 0; i < MT; ++i) {
-          const int64_t at = (i0 + i) * nb + b;
-          const __m256 bs = _mm256_loadu_ps(x.block_sums.data() + at);
-          const __m256 dx = _mm256_loadu_ps(x.d.data() + at);
-          for (int j = 0; j < NT; ++j) {
-            mins[i][j] =
-                _mm256_fmadd_ps(bs, _mm256_mul_ps(_mm256_loadu_ps(dmins[j] + b), dx), mins[i][j]);
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m256i lanes[MT][NT], lane_mins[MT][NT];
+    for (int i = 0; i < MT; ++i) {
+      for (int j = 0; j < NT; ++j) lanes[i][j] = lane_mins[i][j] = _mm256_setzero_si256();
+    }
+    for (int c = 0; c < 8; ++c) {
+      const int64_t b = sb * 8 + c;
+      for (int i = 0; i < MT; ++i) {
+        const __m256i q = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(x.q.data() + (i0 + i) * x.cols + b * kQ8Block));
+        __m256i qsums;
+        if constexpr (T == GgmlType::kQ2_K) qsums = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+        for (int j = 0; j < NT; ++j) {
+          const DecodedChunk& dc = rows[j][b];
+          const __m256i pairs = HasMin(T)
+                                    ? _mm256_maddubs_epi16(dc.w, q)
+                                    : _mm256_maddubs_epi16(dc.wabs, _mm256_sign_epi8(q, dc.w));
+          lanes[i][j] = _mm256_add_epi32(lanes[i][j], _mm256_madd_epi16(pairs, dc.scale));
+          if constexpr (T == GgmlType::kQ2_K) {
+            lane_mins[i][j] = _mm256_add_epi32(lane_mins[i][j], _mm256_madd_epi16(qsums, dc.min));
           }
         }
       }
     }
-    DecodedStep<T, MT, NT>(x, i0, rows, nb, b, even);
-    if (b + 1 < nb) DecodedStep<T, MT, NT>(x, i0, rows, nb, b + 1, odd);
+    for (int i = 0; i < MT; ++i) {
+      const float dx = x.d[static_cast<size_t>((i0 + i) * nsb + sb)];
+      const float* bs = x.block_sums.data() + ((i0 + i) * nsb + sb) * 8;
+      for (int j = 0; j < NT; ++j) {
+        __m256& acc = sb % 2 == 0 ? even[i][j] : odd[i][j];
+        SuperBlockFloat<T>(supers[j][sb].f, dx, lanes[i][j], lane_mins[i][j], bs, acc, mins[i][j]);
+      }
+    }
   }
   for (int i = 0; i < MT; ++i) {
     for (int j = 0; j < NT; ++j) {
@@ -635,40 +807,64 @@ TANDEM_AVX2 void DecodedTileAvx2(const QuantizedRows& x, int64_t i0,
   }
 }
 
+// ---------------------------------------------------------------------------------
+// Ranges of weight rows.
+
 // Rows n0 … n1 of W against m > 1 rows of x: two weight rows decoded at a time, then
 // 2 × 2 tiles down the batch.
 template <GgmlType T>
 TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out,
                                 int64_t n0, int64_t n1) {
-  const int64_t nb = w.cols / kQ8Block, m = x.rows, n = w.rows;
-  thread_local std::vector<DecodedChunk> buffer;  // grow to the widest matrix, then reused
-  thread_local std::vector<float> dmin_buffer;
-  if (buffer.size() < static_cast<size_t>(2 * nb)) {
-    buffer.resize(static_cast<size_t>(2 * nb));
-    dmin_buffer.resize(static_cast<size_t>(2 * nb));
-  }
-  const DecodedChunk* rows[2] = {buffer.data(), buffer.data() + nb};
-  const float* dmins[2] = {dmin_buffer.data(), dmin_buffer.data() + nb};
-  for (int64_t j = n0; j < n1; j += 2) {
-    const int nt = static_cast<int>(std::min<int64_t>(2, n1 - j));
-    for (int t = 0; t < nt; ++t) {
-      DecodeRow<T>(w.data + (j + t) * w.RowBytes(), nb, buffer.data() + t * nb,
-                   dmin_buffer.data() + t * nb);
-    }
+  const int64_t m = x.rows, n = w.rows;
+  auto tiles = [&](auto&& tile, int64_t j, int nt) {
     int64_t i = 0;
-    for (; i + 2 <= m; i += 2) {
-      if (nt == 2) {
-        DecodedTileAvx2<T, 2, 2>(x, i, rows, dmins, nb, out + i * n + j, n);
-      } else {
-        DecodedTileAvx2<T, 2, 1>(x, i, rows, dmins, nb, out + i * n + j, n);
+    for (; i + 2 <= m; i += 2) tile(i, 2, nt, out + i * n + j);
+    if (i < m) tile(i, 1, nt, out + i * n + j);
+  };
+  if constexpr (ChunksPerBlock(T) == 1) {
+    const int64_t nb = w.cols / kQ8Block;
+    thread_local std::vector<DecodedBlock> buffer;  // grows to the widest matrix, then reused
+    if (buffer.size() < static_cast<size_t>(2 * nb)) buffer.resize(static_cast<size_t>(2 * nb));
+    const DecodedBlock* rows[2] = {buffer.data(), buffer.data() + nb};
+    for (int64_t j = n0; j < n1; j += 2) {
+      const int nt = static_cast<int>(std::min<int64_t>(2, n1 - j));
+      for (int t = 0; t < nt; ++t) {
+        DecodeRow32<T>(w.data + (j + t) * w.RowBytes(), nb, buffer.data() + t * nb);
       }
+      tiles(
+          [&](int64_t i, int mt, int nt2, float* o) TANDEM_AVX2 {
+            if (mt == 2 && nt2 == 2) return DecodedTile32Avx2<T, 2, 2>(x, i, rows, nb, o, n);
+            if (mt == 2) return DecodedTile32Avx2<T, 2, 1>(x, i, rows, nb, o, n);
+            if (nt2 == 2) return DecodedTile32Avx2<T, 1, 2>(x, i, rows, nb, o, n);
+            DecodedTile32Avx2<T, 1, 1>(x, i, rows, nb, o, n);
+          },
+          j, nt);
     }
-    if (i < m) {
-      if (nt == 2) {
-        DecodedTileAvx2<T, 1, 2>(x, i, rows, dmins, nb, out + i * n + j, n);
-      } else {
-        DecodedTileAvx2<T, 1, 1>(x, i, rows, dmins, nb, out + i * n + j, n);
+  } else {
+    const int64_t nsb = w.cols / kQ8SuperBlock;
+    thread_local std::vector<DecodedChunk> buffer;
+    thread_local std::vector<DecodedSuper<T>> super_buffer;
+    if (buffer.size() < static_cast<size_t>(16 * nsb)) buffer.resize(static_cast<size_t>(16 * nsb));
+    if (super_buffer.size() < static_cast<size_t>(2 * nsb)) {
+      super_buffer.resize(static_cast<size_t>(2 * nsb));
+    }
+    const DecodedChunk* rows[2] = {buffer.data(), buffer.data() + 8 * nsb};
+    const DecodedSuper<T>* supers[2] = {super_buffer.data(), super_buffer.data() + nsb};
+    for (int64_t j = n0; j < n1; j += 2) {
+      const int nt = static_cast<int>(std::min<int64_t>(2, n1 - j));
+      for (int t = 0; t < nt; ++t) {
+        DecodeRow256<T>(w.data + (j + t) * w.RowBytes(), nsb, buffer.data() + t * 8 * nsb,
+                        super_buffer.data() + t * nsb);
       }
+      tiles(
+          [&](int64_t i, int mt, int nt2, float* o) TANDEM_AVX2 {
+            if (mt == 2 && nt2 == 2)
+              return DecodedTile256Avx2<T, 2, 2>(x, i, rows, supers, nsb, o, n);
+            if (mt == 2) return DecodedTile256Avx2<T, 2, 1>(x, i, rows, supers, nsb, o, n);
+            if (nt2 == 2) return DecodedTile256Avx2<T, 1, 2>(x, i, rows, supers, nsb, o, n);
+            DecodedTile256Avx2<T, 1, 1>(x, i, rows, supers, nsb, o, n);
+          },
+          j, nt);
     }
   }
 }
@@ -676,45 +872,14 @@ TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, f
 template <GgmlType T>
 TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                            int64_t n1) {
-  const int64_t nb = w.cols / kQ8Block, m = x.rows;
-  if (m > 1) return BatchRangeAvx2<T>(x, w, out, n0, n1);
+  if (x.rows > 1) return BatchRangeAvx2<T>(x, w, out, n0, n1);
   // Decode (m = 1): one weight row at a time, decoded on the fly.
   const size_t rb = w.RowBytes();
-  for (int64_t j = n0; j < n1; ++j) out[j] = RowDotAvx2<T>(x, 0, w.data + j * rb, nb);
-}
-
-// The portable path: the reference's arithmetic over a range of weight rows.
-void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
-                  int64_t n1) {
-  const int64_t nb = w.cols / kQ8Block, bb = BlockBytes(w.type);
-  const int per_block = ChunksPerBlock(w.type);
-  const bool chunk_mins = HasChunkMins(w.type), lane_mins = HasMin(w.type) && !chunk_mins;
-  for (int64_t i = 0; i < x.rows; ++i) {
-    const int8_t* q = x.q.data() + i * x.cols;
-    for (int64_t j = n0; j < n1; ++j) {
-      const uint8_t* row = w.data + j * w.RowBytes();
-      float acc[16] = {}, mins[16] = {};  // mins: lanes 0–7 only
-      for (int64_t b = 0; b < nb; ++b) {
-        const IntChunk u =
-            ChunkAt(w.type, row + (b / per_block) * bb, static_cast<int>(b % per_block));
-        const float dx = x.d[static_cast<size_t>(i * nb + b)];
-        const float s = u.d * dx, sm = u.dmin * dx;
-        for (int l = 0; l < 8; ++l) {
-          int32_t p = 0, qsum = 0;
-          for (int e = 4 * l; e < 4 * l + 4; ++e) {
-            p += u.w[e] * q[b * kQ8Block + e];
-            qsum += q[b * kQ8Block + e];
-          }
-          float& a = acc[8 * (b & 1) + l];
-          a = std::fma(static_cast<float>(u.scale[l / 4] * p), s, a);
-          if (lane_mins) a = std::fma(static_cast<float>(u.min[l / 4] * qsum), sm, a);
-        }
-        if (chunk_mins) {
-          float& a = mins[b % 8];
-          a = std::fma(x.block_sums[static_cast<size_t>(i * nb + b)], sm, a);
-        }
-      }
-      out[i * w.rows + j] = chunk_mins ? SumLanes(acc) + SumLanes(mins) : SumLanes(acc);
+  for (int64_t j = n0; j < n1; ++j) {
+    if constexpr (ChunksPerBlock(T) == 1) {
+      out[j] = RowDot32Avx2<T>(x, 0, w.data + j * rb, w.cols / kQ8Block);
+    } else {
+      out[j] = RowDot256Avx2<T>(x, 0, w.data + j * rb, w.cols / kQ8SuperBlock);
     }
   }
 }
@@ -745,23 +910,24 @@ void Range(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0
 
 // Row i of x into row i of `out` (shaped by Prepare).
 void QuantizeRow(const float* x, int64_t i, QuantizedRows* out) {
-  const int64_t k = out->cols, nb = k / kQ8Block;
+  const int64_t k = out->cols, nd = k / out->block, nb = k / kQ8Block;
   int8_t* q = out->q.data() + i * k;
-  float* d = out->d.data() + i * nb;
-  float* sums = out->sums.data() + i * nb * 8;
+  float* d = out->d.data() + i * nd;
   if (HaveAvx2Fma()) {
-    QuantizeRowAvx2(x + i * k, k, q, d, sums);
+    QuantizeRowAvx2(x + i * k, k, out->block, q, d);
   } else {
-    for (int64_t b = 0; b < nb; ++b) {
-      QuantizeBlock(x + i * k + b * kQ8Block, q + b * kQ8Block, d + b, sums + 8 * b);
+    for (int64_t b = 0; b < nd; ++b) {
+      QuantizeBlock(x + i * k + b * out->block, out->block, q + b * out->block, d + b);
     }
   }
-  FillBlockSums(sums, nb, out->block_sums.data() + i * nb);
+  FillSums(q, k, out->sums.data() + i * nb * 8, out->block_sums.data() + i * nb);
 }
 
-void Prepare(QuantizedRows* out, int64_t m, int64_t k) {
+void Prepare(QuantizedRows* out, int64_t m, int64_t k, int64_t block) {
+  TANDEM_CHECK((block == kQ8Block || block == kQ8SuperBlock) && k % block == 0);
   out->rows = m;
   out->cols = k;
+  out->block = block;
   if (out->q.size() < static_cast<size_t>(m * k)) out->q.resize(static_cast<size_t>(m * k));
   const size_t blocks = static_cast<size_t>(m * (k / kQ8Block));
   if (out->d.size() < blocks) out->d.resize(blocks);
@@ -785,24 +951,29 @@ bool Q8Supports(GgmlType type) {
   }
 }
 
+int64_t Q8ActivationBlock(GgmlType type) {
+  return ChunksPerBlock(type) == 8 ? kQ8SuperBlock : kQ8Block;
+}
+
 const char* MatMulQ8Isa() { return HaveAvx2Fma() ? "avx2" : "generic"; }
 
-void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows* out) {
-  TANDEM_CHECK(k % kQ8Block == 0);
-  Prepare(out, m, k);
-  const int64_t nb = k / kQ8Block;
+void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows* out,
+                             int64_t block) {
+  Prepare(out, m, k, block);
+  const int64_t nd = k / block, nb = k / kQ8Block;
   for (int64_t i = 0; i < m; ++i) {
-    for (int64_t b = 0; b < nb; ++b) {
-      QuantizeBlock(x + i * k + b * kQ8Block, out->q.data() + i * k + b * kQ8Block,
-                    out->d.data() + i * nb + b, out->sums.data() + (i * nb + b) * 8);
+    for (int64_t b = 0; b < nd; ++b) {
+      QuantizeBlock(x + i * k + b * block, block, out->q.data() + i * k + b * block,
+                    out->d.data() + i * nd + b);
     }
-    FillBlockSums(out->sums.data() + i * nb * 8, nb, out->block_sums.data() + i * nb);
+    FillSums(out->q.data() + i * k, k, out->sums.data() + i * nb * 8,
+             out->block_sums.data() + i * nb);
   }
 }
 
-void QuantizeRowsQ8(const float* x, int64_t m, int64_t k, QuantizedRows* out, ThreadPool* pool) {
-  TANDEM_CHECK(k % kQ8Block == 0);
-  Prepare(out, m, k);
+void QuantizeRowsQ8(const float* x, int64_t m, int64_t k, QuantizedRows* out, ThreadPool* pool,
+                    int64_t block) {
+  Prepare(out, m, k, block);
   auto rows = [&](int64_t r0, int64_t r1, int) {
     for (int64_t i = r0; i < r1; ++i) QuantizeRow(x, i, out);
   };
@@ -810,13 +981,21 @@ void QuantizeRowsQ8(const float* x, int64_t m, int64_t k, QuantizedRows* out, Th
   pool->ParallelFor(m, rows, 1);
 }
 
+namespace {
+void CheckShapes(const QuantizedRows& x, const WeightMatrix& w) {
+  TANDEM_CHECK(Q8Supports(w.type) && w.cols == x.cols &&
+               w.cols % model::Traits(w.type).block_size == 0 &&
+               x.block == Q8ActivationBlock(w.type));
+}
+}  // namespace
+
 void MatMulQ8Reference(const QuantizedRows& x, const WeightMatrix& w, float* out) {
-  TANDEM_CHECK(Q8Supports(w.type) && w.cols == x.cols && w.cols % kQ8Block == 0);
+  CheckShapes(x, w);
   RangeGeneric(x, w, out, 0, w.rows);
 }
 
 void MatMulQ8(const QuantizedRows& x, const WeightMatrix& w, float* out, ThreadPool* pool) {
-  TANDEM_CHECK(Q8Supports(w.type) && w.cols == x.cols && w.cols % kQ8Block == 0);
+  CheckShapes(x, w);
   auto run = [&](int64_t b, int64_t e, int) { Range(x, w, out, b, e); };
   if (pool == nullptr) return run(0, w.rows, 0);
   pool->ParallelFor(w.rows, run, 4);
@@ -824,17 +1003,27 @@ void MatMulQ8(const QuantizedRows& x, const WeightMatrix& w, float* out, ThreadP
 
 void MatMulQ8Group(const float* x, int64_t m, std::initializer_list<const WeightMatrix*> ws,
                    std::initializer_list<float* const*> outs, ThreadPool* pool) {
-  // One parallel loop over the rows of every matrix, as MatMulGroup splits them.
+  // One parallel loop over the rows of every matrix, as MatMulGroup splits them; x
+  // quantized once in each activation block the group's types need.
   const MatrixGroup group(ws, outs);
   TANDEM_CHECK(group.n > 0);
-  for (int i = 0; i < group.n; ++i) TANDEM_CHECK(Q8Supports(group.w[i]->type));
-  thread_local QuantizedRows buffer;  // grows to the largest pass, then reused
-  QuantizedRows& q = buffer;          // this thread's, also where the pool's threads read it
-  QuantizeRowsQ8(x, m, group.w[0]->cols, &q, pool);
+  bool need32 = false, need256 = false;
+  for (int i = 0; i < group.n; ++i) {
+    TANDEM_CHECK(Q8Supports(group.w[i]->type));
+    (Q8ActivationBlock(group.w[i]->type) == kQ8Block ? need32 : need256) = true;
+  }
+  // This thread's buffers (grown to the largest pass, then reused), also where the
+  // pool's threads read them.
+  thread_local QuantizedRows rows32, rows256;
+  const int64_t k = group.w[0]->cols;
+  if (need32) QuantizeRowsQ8(x, m, k, &rows32, pool, kQ8Block);
+  if (need256) QuantizeRowsQ8(x, m, k, &rows256, pool, kQ8SuperBlock);
   if (m <= 0 || group.rows() == 0) return;
+  QuantizedRows* q32 = &rows32;
+  QuantizedRows* q256 = &rows256;
   auto run = [&](int64_t b, int64_t e, int) {
     group.Split(b, e, [&](const WeightMatrix& w, float* o, int64_t lo, int64_t hi) {
-      Range(q, w, o, lo, hi);
+      Range(Q8ActivationBlock(w.type) == kQ8Block ? *q32 : *q256, w, o, lo, hi);
     });
   };
   if (pool == nullptr) return run(0, group.rows(), 0);
