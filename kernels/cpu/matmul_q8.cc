@@ -770,20 +770,21 @@ TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
     for (int i = 0; i < MT; ++i) {
       for (int j = 0; j < NT; ++j) lanes[i][j] = lane_mins[i][j] = _mm256_setzero_si256();
     }
+    // A weight chunk held in registers while it meets the MT rows (integer sums: any
+    // order gives the same lanes).
     for (int c = 0; c < 8; ++c) {
       const int64_t b = sb * 8 + c;
-      for (int i = 0; i < MT; ++i) {
-        const __m256i q = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(x.q.data() + (i0 + i) * x.cols + b * kQ8Block));
-        __m256i qsums;
-        if constexpr (T == GgmlType::kQ2_K) qsums = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
-        for (int j = 0; j < NT; ++j) {
-          const DecodedChunk& dc = rows[j][b];
-          const __m256i pairs = HasMin(T)
-                                    ? _mm256_maddubs_epi16(dc.w, q)
-                                    : _mm256_maddubs_epi16(dc.wabs, _mm256_sign_epi8(q, dc.w));
-          lanes[i][j] = _mm256_add_epi32(lanes[i][j], _mm256_madd_epi16(pairs, dc.scale));
+      for (int j = 0; j < NT; ++j) {
+        const DecodedChunk& dc = rows[j][b];
+        const __m256i w = dc.w, wabs = dc.wabs, scale = dc.scale;
+        for (int i = 0; i < MT; ++i) {
+          const __m256i q = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(x.q.data() + (i0 + i) * x.cols + b * kQ8Block));
+          const __m256i pairs = HasMin(T) ? _mm256_maddubs_epi16(w, q)
+                                          : _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(q, w));
+          lanes[i][j] = _mm256_add_epi32(lanes[i][j], _mm256_madd_epi16(pairs, scale));
           if constexpr (T == GgmlType::kQ2_K) {
+            const __m256i qsums = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
             lane_mins[i][j] = _mm256_add_epi32(lane_mins[i][j], _mm256_madd_epi16(qsums, dc.min));
           }
         }
@@ -811,13 +812,16 @@ TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
 // Ranges of weight rows.
 
 // Rows n0 … n1 of W against m > 1 rows of x: two weight rows decoded at a time, then
-// 2 × 2 tiles down the batch.
+// tiles down the batch (2 × 2 for the blocks of 32, whose float steps take the
+// registers; 4 × 2 for the super-blocks, whose chunks only add integers).
 template <GgmlType T>
 TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out,
                                 int64_t n0, int64_t n1) {
   const int64_t m = x.rows, n = w.rows;
-  auto tiles = [&](auto&& tile, int64_t j, int nt) {
+  // Tiles of `wide` rows (4 or 2), then of 2, then 1, down the batch.
+  auto tiles = [&](auto&& tile, int64_t j, int nt, int wide) {
     int64_t i = 0;
+    for (; i + wide <= m; i += wide) tile(i, wide, nt, out + i * n + j);
     for (; i + 2 <= m; i += 2) tile(i, 2, nt, out + i * n + j);
     if (i < m) tile(i, 1, nt, out + i * n + j);
   };
@@ -838,7 +842,7 @@ TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, f
             if (nt2 == 2) return DecodedTile32Avx2<T, 1, 2>(x, i, rows, nb, o, n);
             DecodedTile32Avx2<T, 1, 1>(x, i, rows, nb, o, n);
           },
-          j, nt);
+          j, nt, 2);
     }
   } else {
     const int64_t nsb = w.cols / kQ8SuperBlock;
@@ -858,13 +862,17 @@ TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, f
       }
       tiles(
           [&](int64_t i, int mt, int nt2, float* o) TANDEM_AVX2 {
+            if (mt == 4 && nt2 == 2) {
+              return DecodedTile256Avx2<T, 4, 2>(x, i, rows, supers, nsb, o, n);
+            }
+            if (mt == 4) return DecodedTile256Avx2<T, 4, 1>(x, i, rows, supers, nsb, o, n);
             if (mt == 2 && nt2 == 2)
               return DecodedTile256Avx2<T, 2, 2>(x, i, rows, supers, nsb, o, n);
             if (mt == 2) return DecodedTile256Avx2<T, 2, 1>(x, i, rows, supers, nsb, o, n);
             if (nt2 == 2) return DecodedTile256Avx2<T, 1, 2>(x, i, rows, supers, nsb, o, n);
             DecodedTile256Avx2<T, 1, 1>(x, i, rows, supers, nsb, o, n);
           },
-          j, nt);
+          j, nt, T == GgmlType::kQ2_K ? 2 : 4);  // Q2_K: twice the integer lanes
     }
   }
 }

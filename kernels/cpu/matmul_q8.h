@@ -38,8 +38,9 @@
 //
 // AVX2: decode (m = 1) streams one weight row per thread, decoding each chunk on the
 // fly (a super-block's factors unpacked once, its chunks summed in integer lanes); a
-// batch (m > 1) decodes two weight rows once into a buffer and runs 2 × 2 tiles of rows
-// down it.
+// batch (m > 1) decodes two weight rows once into a buffer and runs tiles of rows down
+// it (2 × 2 for the blocks of 32; 4 × 2 for the super-blocks, whose chunks only add
+// integers).
 //
 // Thread-safe for distinct outputs; MatMulQ8Group quantizes x into per-thread buffers
 // that grow once and are reused.

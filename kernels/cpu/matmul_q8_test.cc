@@ -229,7 +229,7 @@ TEST(MatMulQ8, IntegersEqualFloatMathOnTheQuantizedActivations) {
     std::vector<double> xq(m * k);
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t e = 0; e < k; ++e) {
-        xq[i * k + e] = double{q.q[i * k + e]} * q.d[i * (k / block) + e / block];
+        xq[i * k + e] = static_cast<double>(q.q[i * k + e]) * q.d[i * (k / block) + e / block];
       }
     }
     std::vector<float> fast(m * n);
