@@ -125,8 +125,7 @@ void LaneScales(GgmlType type, const uint8_t* b, int c, int32_t* scale, int32_t*
   }
 }
 
-// `quants` false leaves w zero (the factors alone).
-IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
+IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c) {
   IntChunk u;
   const int n = c / 4, p = c % 4;  // the 128-half and the quarter of it (Q6_K, Q3_K, Q2_K)
   switch (type) {
@@ -140,7 +139,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
       u.min[0] = u.min[1] = m;
       const bool five = type == GgmlType::kQ5_K;
       const uint8_t* q = b + (five ? 48 : 16) + 32 * (c / 2);
-      for (int l = 0; l < 32 * quants; ++l) {
+      for (int l = 0; l < 32; ++l) {
         u.w[l] = (q[l] >> (4 * (c % 2))) & 15;
         if (five) u.w[l] |= ((b[16 + l] >> c) & 1) << 4;
       }
@@ -151,7 +150,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
       LaneScales(type, b, c, u.scale, u.min);
       const uint8_t* ql = b + 64 * n + 32 * (p % 2);
       const uint8_t* qh = b + 128 + 32 * n;
-      for (int l = 0; l < 32 * quants; ++l) {
+      for (int l = 0; l < 32; ++l) {
         u.w[l] = (((ql[l] >> (4 * (p / 2))) & 15) | (((qh[l] >> (2 * p)) & 3) << 4)) - 32;
       }
       return u;
@@ -159,7 +158,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
     case GgmlType::kQ3_K: {
       u.d = HalfAt(b + 108);
       LaneScales(type, b, c, u.scale, u.min);
-      for (int l = 0; l < 32 * quants; ++l) {
+      for (int l = 0; l < 32; ++l) {
         u.w[l] = ((b[32 + 32 * n + l] >> (2 * p)) & 3) - (((b[l] >> c) & 1) ? 0 : 4);
       }
       return u;
@@ -168,7 +167,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
       u.d = HalfAt(b + 80);
       u.dmin = -HalfAt(b + 82);
       LaneScales(type, b, c, u.scale, u.min);
-      for (int l = 0; l < 32 * quants; ++l) u.w[l] = (b[16 + 32 * n + l] >> (2 * p)) & 3;
+      for (int l = 0; l < 32; ++l) u.w[l] = (b[16 + 32 * n + l] >> (2 * p)) & 3;
       return u;
     }
     case GgmlType::kIQ4_XS: {
@@ -178,7 +177,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
       u.d = HalfAt(b);
       u.scale[0] = u.scale[1] = ls - 32;
       const uint8_t* qs = b + 8 + 16 * c;
-      for (int l = 0; l < 16 * quants; ++l) {
+      for (int l = 0; l < 16; ++l) {
         u.w[l] = model::kIq4Levels[qs[l] & 15];
         u.w[l + 16] = model::kIq4Levels[qs[l] >> 4];
       }
@@ -187,7 +186,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c, bool quants = true) {
     default:  // the blocks of 32
       u.d = HalfAt(b);
       if (HasMin(type)) u.dmin = HalfAt(b + 2);
-      for (int e = 0; e < 32 * quants; ++e) u.w[e] = QuantAt(type, b, e);
+      for (int e = 0; e < 32; ++e) u.w[e] = QuantAt(type, b, e);
       return u;
   }
 }
@@ -724,24 +723,20 @@ TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t
   return ReduceAdd256x2(even, odd);
 }
 
-// A chunk of a super-block decoded once for all the rows of a batch, and the
-// super-block's own factors.
+// A chunk of a super-block decoded once for all the rows of a batch (its super-block's
+// factors are a SuperFactors of their own).
 struct alignas(32) DecodedChunk {
   __m256i w, wabs;
   __m256i scale, min;
 };
-template <GgmlType T>
-struct alignas(32) DecodedSuper {
-  SuperFactors<T> f;
-};
 
 template <GgmlType T>
 TANDEM_AVX2 void DecodeRow256(const uint8_t* row, int64_t nsb, DecodedChunk* chunks,
-                              DecodedSuper<T>* supers) {
+                              SuperFactors<T>* supers) {
   const int64_t bb = BlockBytes(T);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* block = row + sb * bb;
-    SuperFactors<T>& f = supers[sb].f;
+    SuperFactors<T>& f = supers[sb];
     f.Load(block);
     for (int c = 0; c < 8; ++c) {
       DecodedChunk& o = chunks[sb * 8 + c];
@@ -759,7 +754,7 @@ TANDEM_AVX2 void DecodeRow256(const uint8_t* row, int64_t nsb, DecodedChunk* chu
 template <GgmlType T, int MT, int NT>
 TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
                                     const DecodedChunk* const* rows,
-                                    const DecodedSuper<T>* const* supers, int64_t nsb, float* out,
+                                    const SuperFactors<T>* const* supers, int64_t nsb, float* out,
                                     int64_t ldo) {
   __m256 even[MT][NT], odd[MT][NT], mins[MT][NT];
   for (int i = 0; i < MT; ++i) {
@@ -795,7 +790,7 @@ TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
       const float* bs = x.block_sums.data() + ((i0 + i) * nsb + sb) * 8;
       for (int j = 0; j < NT; ++j) {
         __m256& acc = sb % 2 == 0 ? even[i][j] : odd[i][j];
-        SuperBlockFloat<T>(supers[j][sb].f, dx, lanes[i][j], lane_mins[i][j], bs, acc, mins[i][j]);
+        SuperBlockFloat<T>(supers[j][sb], dx, lanes[i][j], lane_mins[i][j], bs, acc, mins[i][j]);
       }
     }
   }
@@ -847,13 +842,13 @@ TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, f
   } else {
     const int64_t nsb = w.cols / kQ8SuperBlock;
     thread_local std::vector<DecodedChunk> buffer;
-    thread_local std::vector<DecodedSuper<T>> super_buffer;
+    thread_local std::vector<SuperFactors<T>> super_buffer;
     if (buffer.size() < static_cast<size_t>(16 * nsb)) buffer.resize(static_cast<size_t>(16 * nsb));
     if (super_buffer.size() < static_cast<size_t>(2 * nsb)) {
       super_buffer.resize(static_cast<size_t>(2 * nsb));
     }
     const DecodedChunk* rows[2] = {buffer.data(), buffer.data() + 8 * nsb};
-    const DecodedSuper<T>* supers[2] = {super_buffer.data(), super_buffer.data() + nsb};
+    const SuperFactors<T>* supers[2] = {super_buffer.data(), super_buffer.data() + nsb};
     for (int64_t j = n0; j < n1; j += 2) {
       const int nt = static_cast<int>(std::min<int64_t>(2, n1 - j));
       for (int t = 0; t < nt; ++t) {
