@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds every libFuzzer target under ASan and UBSan with clang (build-san/, shared
-# with scripts/sanitize.sh) and runs each for FUZZ_SECONDS (default 30) from its
-# committed seed corpus (tests/fuzz/<name>/; the GGUF and safetensors readers' are
-# tests/data/*.gguf and tests/data/*.safetensors).
+# with scripts/sanitize.sh) and runs each for FUZZ_SECONDS (default 30), FUZZ_JOBS
+# (default 2) at a time, from its committed seed corpus (tests/fuzz/<name>/; the GGUF
+# and safetensors readers' are tests/data/*.gguf and tests/data/*.safetensors).
 # Fails on a target that does not build, any crash, sanitizer report, leak, timeout
 # (a unit over 10 s: a hang) or single allocation over 256 MiB.
 #
@@ -33,7 +33,9 @@ seeds() {
   esac
 }
 
-for f in "${FUZZERS[@]}"; do
+# One fuzzer: its stats, or its log's tail and build-san/FUZZER.failed.
+fuzz_one() {
+  local f=$1 corpus
   corpus=$(mktemp -d)
   # shellcheck disable=SC2046
   cp $(seeds "$f") "$corpus"/
@@ -43,10 +45,24 @@ for f in "${FUZZERS[@]}"; do
       >"$corpus.log" 2>&1; then
     tail -n 60 "$corpus.log"
     echo "fuzz: $f FAILED (the input is saved under build-san/, named above)" >&2
-    exit 1
+    touch "build-san/$f.failed"
+  else
+    grep -E "^stat::number_of_executed_units|^stat::new_units_added|^stat::peak_rss_mb" "$corpus.log" |
+      sed "s/^/fuzz: $f /"
   fi
-  grep -E "^stat::number_of_executed_units|^stat::new_units_added|^stat::peak_rss_mb" "$corpus.log" |
-    sed "s/^/fuzz: $f /"
   rm -rf "$corpus" "$corpus.log"
+}
+
+# $FUZZ_JOBS fuzzers at a time (default 2: libFuzzer runs one input at a time, so each
+# gets a core of the CI's two).
+rm -f build-san/*_fuzzer.failed
+for f in "${FUZZERS[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "${FUZZ_JOBS:-2}" ]; do wait -n || true; done
+  fuzz_one "$f" &
 done
-echo "fuzz: ${#FUZZERS[@]} fuzzers, ${SECONDS_TO_RUN}s each, without a finding"
+wait
+if ls build-san/*_fuzzer.failed >/dev/null 2>&1; then
+  echo "fuzz: failed: $(basename -s .failed build-san/*_fuzzer.failed | paste -sd' ')" >&2
+  exit 1
+fi
+echo "fuzz: ${#FUZZERS[@]} fuzzers, ${SECONDS_TO_RUN}s each, ${FUZZ_JOBS:-2} at a time, without a finding"

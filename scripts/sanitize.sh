@@ -23,11 +23,12 @@ cd "$(dirname "$0")/.."
 # Release binaries of build/, so they are TSan's and the soak's business, not these).
 # The CUDA kernels on the CPU shim are among them: ASan then checks every host-memory
 # access the kernels make, as compute-sanitizer's memcheck would on a device.
-ASAN_TESTS=(util_test model_test hf_directory_test tokenizer_test jinja_test chat_template_test kv_test
-            metrics_test http_server_test rpc_server_test router_test transport_choice_test
-            kernels_cpu_test engine_test worker_fault_test peer_transport_test
-            stream_outbox_test peer_kv_receiver_test grammar_test
-            cuda_on_cpu_test kernels_on_cpu_test)
+# The longest first (run_suite runs two at a time).
+ASAN_TESTS=(engine_test kernels_on_cpu_test kernels_cpu_test router_test util_test model_test
+            hf_directory_test tokenizer_test jinja_test chat_template_test kv_test
+            metrics_test http_server_test rpc_server_test transport_choice_test
+            worker_fault_test peer_transport_test stream_outbox_test peer_kv_receiver_test
+            grammar_test cuda_on_cpu_test)
 # TSan: the tests whose code runs on several threads at once, outside gRPC (above).
 TSAN_TESTS=(engine_test router_test http_server_test worker_fault_test stream_outbox_test
             peer_kv_receiver_test)
@@ -65,21 +66,46 @@ configure() {  # configure DIR SANITIZERS FUZZ
     -DTANDEM_SANITIZE="$2" -DTANDEM_FUZZ="$3" -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF >/dev/null
 }
 
+# engine_test runs as two shards (GoogleTest's GTEST_TOTAL_SHARDS): under a sanitizer it
+# is the longest binary by far and uses about one core.
+declare -A SHARDS=([engine_test]=2)
+
+# Runs the test binaries (and shards) $SANITIZE_JOBS at a time (default 2: under a
+# sanitizer they use about one core each; the longest start first, so the short ones
+# fill the other core), each one's output in DIR/TEST.log (DIR/TEST.SHARD.log).
 run_suite() {  # run_suite DIR NAME TESTS...
   local dir=$1 name=$2
   shift 2
   local -n filters=GTEST_FILTER
   [ "$name" = tsan ] && for t in "${!TSAN_FILTER[@]}"; do GTEST_FILTER[$t]=${TSAN_FILTER[$t]}; done
   ninja -C "$dir" "$@"
-  local failed=()
+  rm -f "$dir"/*.log.failed
+  local logs=()
   for t in "$@"; do
-    local start=$SECONDS
-    if "$dir/tests/$t" --gtest_brief=1 --gtest_filter="${filters[$t]:-*}" >"$dir/$t.log" 2>&1; then
-      echo "sanitize: $name $t passed ($((SECONDS - start))s)"
-    else
-      tail -n 80 "$dir/$t.log"
-      echo "sanitize: $name $t FAILED (full log: $dir/$t.log)" >&2
-      failed+=("$t")
+    local n=${SHARDS[$t]:-1} i
+    for ((i = 0; i < n; ++i)); do
+      local run=$t log="$dir/$t.log"
+      [ "$n" -gt 1 ] && run="$t shard $((i + 1))/$n" log="$dir/$t.$i.log"
+      logs+=("$log")
+      while [ "$(jobs -rp | wc -l)" -ge "${SANITIZE_JOBS:-2}" ]; do wait -n || true; done
+      (
+        start=$SECONDS
+        if GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i "$dir/tests/$t" --gtest_brief=1 \
+            --gtest_filter="${filters[$t]:-*}" >"$log" 2>&1; then
+          echo "sanitize: $name $run passed ($((SECONDS - start))s)"
+        else
+          touch "$log.failed"
+          echo "sanitize: $name $run FAILED after $((SECONDS - start))s (full log: $log)"
+        fi
+      ) &
+    done
+  done
+  wait
+  local failed=()
+  for log in "${logs[@]}"; do
+    if [ -f "$log.failed" ]; then
+      tail -n 80 "$log"
+      failed+=("$(basename "$log" .log)")
     fi
   done
   [ ${#failed[@]} -eq 0 ] || { echo "sanitize: $name failures: ${failed[*]}" >&2; return 1; }
