@@ -21,7 +21,7 @@ struct BatchSweepOptions {
   int gpu = 0;                   // --gpu: the CUDA device
   bool batch_invariant = false;  // --batch-invariant
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
-  kernels::CpuMath cpu_math = kernels::CpuMath::kExact;  // --cpu-math
+  kernels::CpuMath cpu_math = kernels::DefaultCpuMath();  // --cpu-math
   int threads = 0;
   std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64};
   int32_t prompt_tokens = 128;

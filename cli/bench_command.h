@@ -23,7 +23,7 @@ struct BenchOptions {
   bool batch_invariant = false;  // --batch-invariant
   bool enforce_eager = false;    // --enforce-eager
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
-  kernels::CpuMath cpu_math = kernels::CpuMath::kExact;  // --cpu-math
+  kernels::CpuMath cpu_math = kernels::DefaultCpuMath();  // --cpu-math
   int repetitions = 3;
   int32_t prompt_tokens = 512;  // pp
   int32_t gen_tokens = 128;     // tg

@@ -22,7 +22,7 @@ struct GenerateOptions {
   int gpu = 0;                   // --gpu: the CUDA device
   bool batch_invariant = false;  // --batch-invariant
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
-  kernels::CpuMath cpu_math = kernels::CpuMath::kExact;  // --cpu-math
+  kernels::CpuMath cpu_math = kernels::DefaultCpuMath();  // --cpu-math
 };
 
 void AddGenerateCommand(CLI::App& app, GenerateOptions* options);

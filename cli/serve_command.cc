@@ -10,6 +10,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -61,6 +62,49 @@ std::string SelfDir() {
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   return ec ? "." : exe.parent_path().string();
+}
+
+// "exit code N" or "signal N", from a wait status.
+std::string HowItEnded(int status) {
+  return StrCat(WIFSIGNALED(status) ? "signal " : "exit code ",
+                WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
+// Start-up: waits until `done()` holds while watching every child in `children` and
+// the termination signals (blocked, so taken here with sigtimedwait). A child that
+// exits first fails start-up at once, with its last messages; SIGINT or SIGTERM gives
+// Cancelled; `timeout` passing gives Unavailable naming `what`.
+absl::Status AwaitStartUp(const std::vector<Child*>& children, LogRelay* relay,
+                          std::chrono::seconds timeout, const std::string& what,
+                          const std::function<bool()>& done) {
+  const sigset_t term = TerminationSignals();
+  const timespec tick{0, 20 * 1000 * 1000};
+  const auto until = Clock::now() + timeout;
+  for (;;) {
+    if (done()) return absl::OkStatus();
+    for (Child* c : children) {
+      const std::optional<int> status = c->process.Poll();
+      if (!status.has_value()) continue;
+      const std::string last = relay->LastLines(c->name, 5);
+      return absl::UnavailableError(StrCat(c->name, " exited during start-up (",
+                                           HowItEnded(*status), "); its last messages:\n",
+                                           last.empty() ? std::string("(none)") : last));
+    }
+    if (Clock::now() >= until) {
+      return absl::UnavailableError(StrCat(what, " within ", timeout.count(), " s"));
+    }
+    const int sig = sigtimedwait(&term, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      return absl::CancelledError(StrCat("signal ", sig, " during start-up"));
+    }
+  }
+}
+
+// A port number `path` holds (a tandem server writes it once it listens); 0 if none yet.
+int PortIn(const std::string& path) {
+  std::ifstream in(path);
+  int port = 0;
+  return in >> port && port > 0 ? port : 0;
 }
 
 }  // namespace
@@ -312,16 +356,28 @@ int RunServe(const ServeOptions& o) {
     fs::remove_all(run_dir, ec);
   };
 
-  for (Child& c : workers) start(&c);
+  // Start-up fails at once when any child exits before the cluster is ready, and a
+  // termination signal stops it at any point (exit 0, as after a drain).
+  std::vector<Child*> started;
+  auto start_up_failed = [&](Child* router, const absl::Status& st) {
+    stop_all(router);
+    if (absl::IsCancelled(st)) {
+      std::fprintf(stderr, "tandem serve: %s; stopped\n", std::string(st.message()).c_str());
+      return 0;
+    }
+    return Fail(st);
+  };
+  for (Child& c : workers) {
+    start(&c);
+    started.push_back(&c);
+  }
   std::vector<std::string> prefill_addrs, decode_addrs;
   const std::string worker_addr = o.worker_host == "0.0.0.0" ? "127.0.0.1" : o.worker_host;
   for (Child& c : workers) {
-    c.port = WaitForPortFile(c.port_file, &c.process, std::chrono::seconds(60));
-    if (c.port == 0) {
-      stop_all(nullptr);
-      return Fail(
-          absl::UnavailableError(StrCat(c.name, " did not start (see its messages above)")));
-    }
+    const absl::Status up =
+        AwaitStartUp(started, &relay, std::chrono::seconds(60), StrCat(c.name, " did not listen"),
+                     [&c] { return (c.port = PortIn(c.port_file)) > 0; });
+    if (!up.ok()) return start_up_failed(nullptr, up);
     // From now on the worker keeps its ports, across restarts.
     c.http_port = ReadSecondPort(c.port_file);
     *(std::find(c.args.begin(), c.args.end(), "--port") + 1) = std::to_string(c.port);
@@ -380,21 +436,20 @@ int RunServe(const ServeOptions& o) {
     router.args.insert(router.args.end(), {"--tls-client-ca", o.tls.client_ca});
   }
   start(&router);
-  router.port = WaitForPortFile(router.port_file, &router.process, std::chrono::seconds(60));
-  if (router.port == 0) {
-    stop_all(&router);
-    return Fail(absl::UnavailableError("the router did not start (see its messages above)"));
-  }
+  started.push_back(&router);
+  absl::Status up =
+      AwaitStartUp(started, &relay, std::chrono::seconds(60), "the router did not listen",
+                   [&router] { return (router.port = PortIn(router.port_file)) > 0; });
+  if (!up.ok()) return start_up_failed(&router, up);
   router.http_port = ReadSecondPort(router.port_file);
   *(std::find(router.args.begin(), router.args.end(), "--port") + 1) = std::to_string(router.port);
   *(std::find(router.args.begin(), router.args.end(), "--http-port") + 1) =
       std::to_string(router.http_port > 0 ? router.http_port : -1);
   const std::string host = o.host == "0.0.0.0" ? "127.0.0.1" : o.host;
   const std::string endpoint = StrCat(host, ":", router.port);
-  if (!WaitForFile(run_dir + "/router.ready", &router.process, std::chrono::seconds(120))) {
-    stop_all(&router);
-    return Fail(absl::UnavailableError("the cluster did not become ready within 120 s"));
-  }
+  up = AwaitStartUp(started, &relay, std::chrono::seconds(120), "the cluster did not become ready",
+                    [&] { return std::ifstream(run_dir + "/router.ready").good(); });
+  if (!up.ok()) return start_up_failed(&router, up);
   const std::string http_url =
       router.http_port > 0
           ? StrCat(o.tls.enabled() ? "https://" : "http://", host, ":", router.http_port)
@@ -449,9 +504,7 @@ int RunServe(const ServeOptions& o) {
       if (!status.has_value()) continue;
       const double up_s = std::chrono::duration<double>(now - c->started).count();
       c->quick_deaths = now - c->started < kStableUptime ? c->quick_deaths + 1 : 1;
-      const std::string how =
-          StrCat(WIFSIGNALED(*status) ? "signal " : "exit code ",
-                 WIFSIGNALED(*status) ? WTERMSIG(*status) : WEXITSTATUS(*status));
+      const std::string how = HowItEnded(*status);
       if (c->quick_deaths > o.max_restarts) {
         const std::string last = relay.LastLines(c->name);
         std::fprintf(stderr,

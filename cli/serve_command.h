@@ -54,12 +54,12 @@ struct ServeOptions {
   std::string speculative;  // decode workers (unset: draft with a draft_model, else off)
   std::string draft_model;  // decode workers (--speculative draft)
   int32_t num_speculative_tokens = 4;
-  int32_t max_prefill_chunk = 512;                       // prefill workers
-  std::string device = "cpu";                            // every worker's --device
-  int gpu = 0;                                           // every worker's --gpu
-  bool batch_invariant = false;                          // every worker's --batch-invariant
-  kv::KvDtype kv_dtype = kv::KvDtype::kF32;              // every worker's --kv-dtype
-  kernels::CpuMath cpu_math = kernels::CpuMath::kExact;  // every worker's --cpu-math
+  int32_t max_prefill_chunk = 512;                        // prefill workers
+  std::string device = "cpu";                             // every worker's --device
+  int gpu = 0;                                            // every worker's --gpu
+  bool batch_invariant = false;                           // every worker's --batch-invariant
+  kv::KvDtype kv_dtype = kv::KvDtype::kF32;               // every worker's --kv-dtype
+  kernels::CpuMath cpu_math = kernels::DefaultCpuMath();  // every worker's --cpu-math
   std::string bin_dir;  // default: the directory of this executable
 };
 

@@ -50,11 +50,16 @@ class DecodeStream : public grpc::ServerWriteReactor<v1::DecodeResponse> {
         lease_(req->lease_id()),
         outbox_(std::make_shared<rpc::StreamOutbox<v1::DecodeResponse>>(this, &Merge)) {
     std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
+    auto sink = std::make_shared<Sink>(outbox_, req->params().logprobs() >= 0);
+    absl::StatusOr<engine::SamplingParams> params = rpc::FromProto(req->params());
+    if (!params.ok()) {
+      sink->OnError(params.status());  // the lease stays for the router to release
+      return;
+    }
     // Not StartDecode: a callback thread must not wait for the engine's step (gRPC's
     // health service shares these threads). A refusal ends the stream through the sink.
-    worker_->BeginDecode(lease_, std::move(prompt), req->first_token_id(),
-                         rpc::FromProto(req->params()),
-                         std::make_shared<Sink>(outbox_, req->params().logprobs() >= 0));
+    worker_->BeginDecode(lease_, std::move(prompt), req->first_token_id(), *params,
+                         std::move(sink));
   }
 
   void OnWriteDone(bool ok) override { outbox_->WriteDone(ok); }

@@ -139,12 +139,17 @@ class Event {
 // (--cpu-math; other backends ignore it):
 //   exact  every weight decoded to float32, float32 products (within 1e-4 of
 //          transformers; the golden tests pin it)
-//   fast   activations quantized to 8 bits per block of 32 and integer dot products
-//          (cpu/matmul_q8.h) for the weight types that have them (Q8_0, Q4_0, Q4_1,
-//          Q5_0, Q5_1, IQ4_NL so far: not the K types yet),
-//          exact for the rest; still batch-invariant and deterministic
+//   fast   activations quantized to 8 bits per block (of 32, or of 256 for the
+//          super-block types) and integer dot products (cpu/matmul_q8.h) for every
+//          block-quantized weight type; float32 for the rest (F32, F16, BF16), so the
+//          same as exact there; still batch-invariant and deterministic
 // Both halves of a disaggregated pair must agree (the KV layout fingerprint carries it).
 enum class CpuMath { kExact, kFast };
+
+// The default of every command and of EngineOptions: fast where this CPU has the
+// integer SIMD path (AVX2 with FMA), exact elsewhere, where the portable integer loop
+// would be slower than the float32 one (defined in backend_factory.cc).
+CpuMath DefaultCpuMath();
 
 inline std::string_view CpuMathName(CpuMath m) { return m == CpuMath::kFast ? "fast" : "exact"; }
 // InvalidArgument naming the flag for another name.

@@ -2,6 +2,7 @@
 
 #include "common/util/strings.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/vec_math.h"
 #if TANDEM_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -9,6 +10,8 @@
 namespace tandem::kernels {
 
 std::vector<std::string> DeviceNames() { return {"cpu", "cpu-fence", "cuda"}; }
+
+CpuMath DefaultCpuMath() { return HaveAvx2Fma() ? CpuMath::kFast : CpuMath::kExact; }
 
 bool CudaBuilt() { return TANDEM_HAVE_CUDA != 0; }
 

@@ -17,7 +17,7 @@ void PrefillService::SetWorker(PrefillWorker* worker, v1::KvLayoutFingerprint fi
   worker_.store(worker);
 }
 
-grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequest* req,
+grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                                      v1::PrefillResponse* resp) {
   PrefillWorker* w = worker_.load();
   if (w == nullptr) return kLoading;
@@ -35,7 +35,12 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext*, const v1::PrefillRequ
                                d.cached_blocks(),
                                d.epoch()};
   std::vector<int32_t> prompt(req->prompt_token_ids().begin(), req->prompt_token_ids().end());
-  auto r = w->Prefill(std::move(prompt), rpc::FromProto(req->params()), dst, req->cache_salt());
+  // The router cancels the call when its client goes; a deadline that passes cancels it
+  // too. ctx outlives the wait (this thread blocks in Prefill until the answer).
+  absl::StatusOr<engine::SamplingParams> params = rpc::FromProto(req->params());
+  if (!params.ok()) return rpc::ToGrpc(params.status());
+  auto r = w->Prefill(std::move(prompt), *params, dst, req->cache_salt(),
+                      [ctx] { return ctx->IsCancelled(); });
   if (!r.ok()) return rpc::ToGrpc(r.status());
   resp->set_first_token_id(r->first.token);
   if (req->params().logprobs() >= 0) rpc::ToProto(r->first, resp->mutable_logprob());

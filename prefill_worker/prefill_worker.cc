@@ -101,9 +101,11 @@ PrefillWorker::~PrefillWorker() {
 absl::StatusOr<PrefillResult> PrefillWorker::Prefill(std::vector<int32_t> prompt,
                                                      const engine::SamplingParams& params,
                                                      const transport::KvDestination& destination,
-                                                     uint64_t cache_salt) {
+                                                     uint64_t cache_salt,
+                                                     std::function<bool()> abandoned) {
   // The destination must name a block for each of the prompt's blocks, and may say that
-  // its leading ones are cached there already; checked before anything is computed.
+  // its leading ones are cached there already; checked before anything is computed or
+  // anything is dialled.
   const int64_t bs = layout().block_size;
   const int64_t n = (static_cast<int64_t>(prompt.size()) + bs - 1) / bs;
   if (static_cast<int64_t>(destination.block_ids.size()) < n) {
@@ -116,9 +118,12 @@ absl::StatusOr<PrefillResult> PrefillWorker::Prefill(std::vector<int32_t> prompt
                                              " (the prompt's blocks), got ",
                                              destination.cached_blocks));
   }
+  // The prompt and its parameters too, before the destination is contacted.
+  RETURN_IF_ERROR(engine_->ValidateRequest(prompt, params));
   RETURN_IF_ERROR(sender_->Connect(destination.address));
   auto p = std::make_unique<Pending>();
   p->destination = destination;
+  p->abandoned = std::move(abandoned);
   p->queued_at = Clock::now();
   p->prompt_tokens = static_cast<int64_t>(prompt.size());
   auto future = p->promise.get_future();
@@ -142,10 +147,15 @@ absl::StatusOr<PrefillResult> PrefillWorker::Prefill(std::vector<int32_t> prompt
 }
 
 bool PrefillWorker::Iterate() {
-  // No more chunks for a prompt whose KV has nowhere to go: the next Step reports it
-  // ended (cancelled), and its answer is the transfer's failure.
+  // No more chunks for a prompt whose KV has nowhere to go or whose caller has gone: the
+  // next Step reports it ended (cancelled), and its answer is the transfer's failure or
+  // CANCELLED.
   for (auto& [id, p] : pending_) {
     if (p->stopped) continue;
+    if (p->error.ok() && p->abandoned && p->abandoned()) {
+      p->error =
+          absl::CancelledError("prefill: the caller has gone (cancelled or past its deadline)");
+    }
     if (!p->error.ok() || (p->transfer != nullptr && p->transfer->Failed())) {
       engine_->Cancel(id);
       p->stopped = true;

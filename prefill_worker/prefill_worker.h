@@ -9,7 +9,11 @@
 // a failed forward pass (the engine ends that step's requests; the worker goes on
 // serving the others and the next ones). A prompt computed in chunks whose transfer
 // has failed (the decode worker died or its reservation is gone) stops at the next
-// chunk instead of running to its end.
+// chunk instead of running to its end, and so does one whose caller has gone
+// (`abandoned`: the router cancelled the call, or its deadline passed): dropped from the
+// queue if it has not started, else at the next chunk boundary, its blocks freed once
+// the transport has let go of them, its answer CANCELLED. A prompt nobody waits for
+// costs at most the chunk in progress.
 //
 // Thread-safe: Prefill blocks its caller (an RPC thread) until the request is done.
 #ifndef TANDEM_PREFILL_WORKER_PREFILL_WORKER_H_
@@ -17,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -64,7 +69,8 @@ class PrefillWorker {
   absl::StatusOr<PrefillResult> Prefill(std::vector<int32_t> prompt,
                                         const engine::SamplingParams& params,
                                         const transport::KvDestination& destination,
-                                        uint64_t cache_salt = 0);
+                                        uint64_t cache_salt = 0,
+                                        std::function<bool()> abandoned = nullptr);
 
   PrefillWorkerStats Stats() const;
   const kv::KvLayout& layout() const { return engine_->kv_layout(); }
@@ -79,7 +85,8 @@ class PrefillWorker {
     Clock::time_point started_at;
     int64_t prompt_tokens = 0;
     std::unique_ptr<transport::KvTransfer> transfer;
-    absl::Status error;    // the transfer could not start, or the forward pass failed
+    std::function<bool()> abandoned;  // the caller has gone (asked on the engine thread)
+    absl::Status error;               // the transfer could not start, or the forward pass failed
     bool stopped = false;  // cancelled in the engine: its transfer failed before its last chunk
     PrefillResult result;
   };

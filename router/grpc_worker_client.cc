@@ -3,15 +3,48 @@
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
+#include <regex>
 
 #include "common/rpc/rpc_server.h"
 #include "common/rpc/status_convert.h"
+#include "common/util/field_error.h"
 #include "common/util/strings.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem::router {
+
+absl::Status FromWorker(const grpc::Status& s, std::string_view call, std::string_view address) {
+  if (s.ok()) return absl::OkStatus();
+  static const std::regex kHostPort(
+      R"((\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9-]*[A-Za-z.][A-Za-z0-9.-]*):[0-9]{1,5}\b)");
+  const std::string message =
+      std::regex_replace(s.error_message(), kHostPort, std::string("(a worker)"));
+  const auto code = static_cast<absl::StatusCode>(s.error_code());
+  if (code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kOutOfRange) {
+    static const std::regex kField(R"(^([A-Za-z_][A-Za-z0-9_.\[\]]*): (.*)$)");
+    std::smatch m;
+    if (std::regex_match(message, m, kField)) {
+      std::string field = m[1].str();
+      if (field.starts_with("params.")) field = field.substr(7);
+      if (field == "prompt_token_ids") field = "prompt";
+      if (field.starts_with("logit_bias")) field = "logit_bias";  // two lists on the wire
+      return FieldError(field, m[2].str(), code);
+    }
+    return absl::Status(code, message);
+  }
+  // Routine ends (a cancel, a deadline, a reservation that does not fit now) are not
+  // logged; the cluster's failures are, with the worker's address.
+  if (code != absl::StatusCode::kCancelled && code != absl::StatusCode::kDeadlineExceeded &&
+      code != absl::StatusCode::kResourceExhausted) {
+    std::fprintf(stderr, "tandem-router: %.*s on %.*s: %s: %s\n", static_cast<int>(call.size()),
+                 call.data(), static_cast<int>(address.size()), address.data(),
+                 absl::StatusCodeToString(code).c_str(), s.error_message().c_str());
+  }
+  return absl::Status(code, StrCat(call, ": ", message));
+}
 
 namespace {
 
@@ -200,7 +233,7 @@ class GrpcPrefillClient : public PrefillClient, private Channel<v1::PrefillWorke
                             [this, op, done = std::move(done)](grpc::Status s) {
                               op->call->Ended();
                               if (!s.ok()) {
-                                done(rpc::FromGrpc(s, StrCat("prefill on ", address_)));
+                                done(FromWorker(s, "prefill", address_));
                               } else {
                                 const v1::PrefillResponse& p = op->resp;
                                 PrefillResult out;
@@ -249,7 +282,7 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
     stub_->async()->Reserve(&op->ctx, &op->req, &op->resp,
                             [this, op, done = std::move(done)](grpc::Status s) {
                               if (!s.ok()) {
-                                done(rpc::FromGrpc(s, StrCat("reserve on ", address_)));
+                                done(FromWorker(s, "decode reserve", address_));
                               } else {
                                 const v1::ReserveResponse& p = op->resp;
                                 Reservation r;
@@ -278,7 +311,7 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
     in_flight_.Add();
     stub_->async()->Release(&op->ctx, &op->req, &op->resp,
                             [this, op, done = std::move(done)](grpc::Status s) {
-                              if (done) done(rpc::FromGrpc(s, StrCat("release on ", address_)));
+                              if (done) done(FromWorker(s, "decode release", address_));
                               delete op;
                               in_flight_.Done();
                             });
@@ -326,7 +359,7 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
     }
     void OnDone(const grpc::Status& s) override {
       call->Ended();
-      done_(rpc::FromGrpc(s, StrCat("decode on ", client_->address_)));
+      done_(FromWorker(s, "decode", client_->address_));
       InFlight& in_flight = client_->in_flight_;
       delete this;
       in_flight.Done();

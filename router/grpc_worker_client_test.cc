@@ -20,9 +20,9 @@ TEST(FromWorker, ARefusalKeepsTheClientsFieldAndNoAddress) {
   EXPECT_EQ(ErrorField(ignore_eos), "ignore_eos");
   EXPECT_EQ(ignore_eos.message(), "ignore_eos: cannot be combined with a grammar");
 
-  const absl::Status bias = FromWorker(
-      grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "params.logit_bias_values: 1 values for 2 ids"),
-      "decode", "127.0.0.1:41000");
+  const absl::Status bias = FromWorker(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                                    "params.logit_bias_values: 1 values for 2 ids"),
+                                       "decode", "127.0.0.1:41000");
   EXPECT_EQ(ErrorField(bias), "logit_bias");
   const absl::Status prompt = FromWorker(
       grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "prompt_token_ids: 9000 tokens, past 8192"),
@@ -33,8 +33,8 @@ TEST(FromWorker, ARefusalKeepsTheClientsFieldAndNoAddress) {
 
 // Any other failure names the call, never a host:port (v4, v6 or a name).
 TEST(FromWorker, AddressesNeverReachTheMessage) {
-  for (const char* where : {"10.0.3.7:50052", "[fd00::1]:50052", "decode-0.tandem-decode:50052",
-                            "localhost:1234"}) {
+  for (const char* where :
+       {"10.0.3.7:50052", "[fd00::1]:50052", "decode-0.tandem-decode:50052", "localhost:1234"}) {
     SCOPED_TRACE(where);
     const absl::Status st =
         FromWorker(grpc::Status(grpc::StatusCode::UNAVAILABLE,

@@ -203,6 +203,8 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChat(const v1::Chat
   // Tokenized exactly as `tandem generate --chat` does.
   auto ids = tokenizer_.Encode(*text);
   if (!ids.ok()) return Bad("chat", StrCat(ids.status().message()));
+  // Refused here, not by a worker after the request was accepted.
+  if (ids->empty()) return Bad("chat.messages", "the chat template rendered an empty prompt");
   return ids;
 }
 

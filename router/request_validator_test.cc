@@ -1,6 +1,7 @@
 #include "router/request_validator.h"
 
 #include "common/engine/model_file.h"
+#include "common/util/field_error.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
@@ -120,6 +121,23 @@ TEST_F(RequestValidatorTest, ToolsReachATemplateThatCannotShowThem) {
   EXPECT_THAT(m->params.grammar, ::testing::HasSubstr("[TOOL_CALLS]"));
 }
 
+// A chat template that renders nothing for these messages: 400 naming the messages,
+// not a worker's refusal after the request was accepted.
+TEST_F(RequestValidatorTest, AChatTemplateThatRendersNothingIsRefusedNamingTheMessages) {
+  model::ModelConfig config = model_->config;
+  config.chat_template = "{% for m in messages %}{% endfor %}";
+  RequestValidator v(*model_->tokenizer, config);
+  v1::GenerateRequest r;
+  auto* m = r.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Hello");
+  auto spec = v.Validate(r, 0);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(spec.status().message(), "chat.messages: the chat template rendered an empty prompt");
+  EXPECT_EQ(ErrorField(spec.status()), "chat.messages");
+}
+
 TEST_F(RequestValidatorTest, BadToolsNameTheField) {
   RequestValidator v(*model_->tokenizer, model_->config);
   auto error = [&](const v1::GenerateRequest& r) {
@@ -150,6 +168,17 @@ TEST_F(RequestValidatorTest, BadToolsNameTheField) {
   r = ToolRequest(v1::ToolChoice::TOOL_CHOICE_REQUIRED);
   r.mutable_chat()->clear_tools();
   EXPECT_THAT(error(r), StartsWith("chat.tool_choice: needs tools"));
+  // ignore_eos with any grammar: refused here, as the workers would (one rule,
+  // SamplingParams::Validate), before a token is sent; the field is named.
+  r = ToolRequest(v1::ToolChoice::TOOL_CHOICE_REQUIRED);
+  r.mutable_sampling_params()->set_ignore_eos(true);
+  EXPECT_THAT(error(r), StartsWith("ignore_eos: cannot be combined with a grammar"));
+  r = ToolRequest(v1::ToolChoice::TOOL_CHOICE_AUTO);
+  r.mutable_sampling_params()->set_ignore_eos(true);
+  r.mutable_sampling_params()->set_regex("a+");
+  auto spec = v.Validate(r, 0);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(ErrorField(spec.status()), "ignore_eos");
 }
 
 TEST_F(RequestValidatorTest, KvCapacityBoundsPromptPlusMaxTokens) {

@@ -98,10 +98,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const ModelWeights& weigh
 
 absl::StatusOr<std::shared_ptr<grammar::Constraint>> Engine::MakeConstraint(
     const SamplingParams& p, std::span<const int32_t> output) {
-  if (p.grammar.empty()) return nullptr;
-  if (p.ignore_eos) {
-    return absl::InvalidArgumentError("ignore_eos: cannot be combined with a grammar");
-  }
+  if (p.grammar.empty()) return nullptr;  // ignore_eos with a grammar: refused by Validate
   if (token_masker_ == nullptr) {
     return absl::InvalidArgumentError("grammar: this engine has no vocabulary to constrain");
   }

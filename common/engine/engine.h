@@ -67,7 +67,7 @@ struct EngineOptions {
   kv::KvDtype kv_dtype = kv::KvDtype::kF32;
   int num_threads = 0;  // CPU compute threads (0: every core)
   // The CPU backend's arithmetic for quantized weights (--cpu-math; kernels/backend.h).
-  kernels::CpuMath cpu_math = kernels::CpuMath::kExact;
+  kernels::CpuMath cpu_math = kernels::DefaultCpuMath();
   // Tests: builds the backend instead of `device` (e.g. one with an injected fault).
   std::function<absl::StatusOr<std::unique_ptr<kernels::Backend>>()> make_backend;
   // Keep full blocks after their sequence ends and reuse them for requests that start
@@ -227,6 +227,10 @@ class Engine {
   const kv::KvLayout& kv_layout() const { return kv_->layout(); }
   const std::vector<int32_t>& BlockTable(kv::SeqId id) const { return blocks_->BlockTable(id); }
   int num_threads() const { return backend_->num_threads(); }
+  // What AddRequest and AdmitPrefilled check of a prompt and its parameters (the ids, every
+  // sampling field, the room in the context and in the KV pool), naming the field.
+  // Thread-safe: it reads only what construction fixed.
+  absl::Status ValidateRequest(std::span<const int32_t> prompt, const SamplingParams& p) const;
   std::string_view device() const { return backend_->name(); }
 
  private:
@@ -235,7 +239,6 @@ class Engine {
                                                           int32_t num_blocks,
                                                           int64_t payload_bytes) const;
   Engine() = default;
-  absl::Status ValidateRequest(std::span<const int32_t> prompt, const SamplingParams& p) const;
   // Whether `seq`, whose last output token was just appended, is done.
   FinishReason CheckFinish(const Sequence& seq) const;
   void Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>* events);

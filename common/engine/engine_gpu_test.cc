@@ -44,6 +44,7 @@ std::vector<std::vector<int32_t>> Generate(const ModelWeights& w, const std::str
                                            bool enforce_eager = false) {
   EngineOptions o;
   o.device = device;
+  o.cpu_math = kernels::CpuMath::kExact;  // the CPU reference in float32, as the GPU computes
   o.num_threads = 2;
   o.batch_invariant = batch_invariant;
   o.enforce_eager = enforce_eager;

@@ -599,11 +599,12 @@ class SpeculativeTest : public EngineTest {
   using Method = EngineOptions::Speculative::Method;
   // An engine speculating up to `k` tokens by prompt lookup (k = 0: plain decoding),
   // or with `draft` as its draft model.
-  static std::unique_ptr<Engine> MakeSpeculative(int32_t k, int64_t kv_bytes = int64_t{64} << 20,
-                                                 int32_t block_size = 16,
-                                                 bool prefix_caching = false,
-                                                 const ModelWeights* draft = nullptr) {
+  static std::unique_ptr<Engine> MakeSpeculative(
+      int32_t k, int64_t kv_bytes = int64_t{64} << 20, int32_t block_size = 16,
+      bool prefix_caching = false, const ModelWeights* draft = nullptr,
+      kernels::CpuMath math = kernels::DefaultCpuMath()) {
     EngineOptions o;
+    o.cpu_math = math;
     o.token_masker = Masker();
     o.kv_cache_bytes = kv_bytes;
     o.block_size = block_size;
@@ -872,14 +873,15 @@ TEST_F(SpeculativeTest, DraftModelTokensEqualPlainDecoding) {
 // at once: the same tokens plain, with prompt lookup and with either draft — the
 // draft's prompt computed in chunks of a small pass budget (the 291-token prompt takes
 // several steps) — and, where `tandem generate` is checked against Hugging Face, its
-// continuation.
+// continuation. In exact math, which the goldens pin (kernels/backend.h).
 TEST_F(SpeculativeTest, GoldenPromptsGiveTheSameGreedyTokens) {
   std::ifstream in(::tandem::testing::TestDataPath("engine_golden.json"));
   const auto golden = nlohmann::json::parse(in);
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& c : golden.at("cases")) prompts.push_back(c.at("prompt_ids"));
   std::vector<SamplingParams> params(prompts.size(), Params(0.0, 48, 1));
-  auto plain_engine = MakeSpeculative(0);
+  auto plain_engine =
+      MakeSpeculative(0, int64_t{64} << 20, 16, false, nullptr, kernels::CpuMath::kExact);
   const auto plain = RunAll(*plain_engine, prompts, params);
   for (int i : {0, 1, 4}) {
     EXPECT_EQ(plain[i],
@@ -888,6 +890,7 @@ TEST_F(SpeculativeTest, GoldenPromptsGiveTheSameGreedyTokens) {
   for (const ModelWeights* draft : {static_cast<const ModelWeights*>(nullptr),
                                     static_cast<const ModelWeights*>(weights_), &RandomDraft()}) {
     EngineOptions o;
+    o.cpu_math = kernels::CpuMath::kExact;
     o.num_threads = 2;
     o.device = ::tandem::testing::TestDevice();
     o.scheduler.max_batched_tokens = 64;

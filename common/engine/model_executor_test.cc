@@ -205,6 +205,7 @@ TEST_F(GoldenTest, ScorerGivesTheTailOfTheWholeAndRefusesWhatItCannotHold) {
 
 TEST_F(GoldenTest, Bf16KvKeepsTheFloat32Continuations) {
   EngineOptions o;
+  o.cpu_math = kernels::CpuMath::kExact;  // the float32 path the goldens pin
   o.num_threads = 2;
   o.device = TestDevice();
   const auto f32 = Greedy(*weights_, *golden_, o);
@@ -259,6 +260,7 @@ TEST_F(GoldenTest, WeightsAreBorrowedOnTheCpuAndCopiedBehindTheFence) {
 TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
   const int n_prompts = static_cast<int>(*golden_->GetUint("n_prompts"));
   EngineOptions o;
+  o.cpu_math = kernels::CpuMath::kExact;  // the float32 path the goldens pin
   o.num_threads = 2;
   o.device = TestDevice();
   auto engine = *Engine::Create(*weights_, o);
@@ -328,6 +330,7 @@ TEST_P(ArchGoldenTest, LogitsMatchTransformersAtEveryPosition) {
 TEST_P(ArchGoldenTest, GreedyContinuationMatchesTransformers) {
   const int n_prompts = static_cast<int>(*golden_->GetUint("n_prompts"));
   EngineOptions o;
+  o.cpu_math = kernels::CpuMath::kExact;  // the float32 path the goldens pin
   o.num_threads = 2;
   o.device = TestDevice();
   auto engine = *Engine::Create(*weights_, o);

@@ -17,6 +17,12 @@ absl::Status SamplingParams::Validate(int32_t vocab_size, int64_t max_context) c
   if (max_tokens > max_context) {
     return Bad("max_tokens", StrCat(max_tokens, " exceeds the model's context of ", max_context));
   }
+  // A grammar ends the output where it completes; ignore_eos would sample past it.
+  if (ignore_eos && !grammar.empty()) {
+    return Bad("ignore_eos",
+               "cannot be combined with a grammar (response_format, structured output or a "
+               "required tool call), which ends the output itself");
+  }
   if (!std::isfinite(temperature) || temperature < 0) {
     return Bad("temperature", "must be a finite number ≥ 0");
   }

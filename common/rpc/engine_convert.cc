@@ -6,7 +6,12 @@
 
 namespace tandem::rpc {
 
-engine::SamplingParams FromProto(const v1::EngineSamplingParams& p) {
+absl::StatusOr<engine::SamplingParams> FromProto(const v1::EngineSamplingParams& p) {
+  if (p.logit_bias_ids_size() != p.logit_bias_values_size()) {
+    return absl::InvalidArgumentError(
+        StrCat("params.logit_bias_values: ", p.logit_bias_values_size(), " values for ",
+               p.logit_bias_ids_size(), " ids"));
+  }
   engine::SamplingParams s;
   s.max_tokens = p.max_tokens();
   s.temperature = p.temperature();
@@ -23,8 +28,7 @@ engine::SamplingParams FromProto(const v1::EngineSamplingParams& p) {
   s.disable_speculation = p.disable_speculation();
   s.priority = p.priority();
   s.grammar = p.grammar();
-  const int n = std::min(p.logit_bias_ids_size(), p.logit_bias_values_size());
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < p.logit_bias_ids_size(); ++i)
     s.logit_bias.emplace_back(p.logit_bias_ids(i), p.logit_bias_values(i));
   return s;
 }

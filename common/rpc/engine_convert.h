@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/engine/engine.h"
 #include "common/engine/sampling_params.h"
 #include "common/kv/kv_layout.h"
@@ -16,7 +17,8 @@
 
 namespace tandem::rpc {
 
-engine::SamplingParams FromProto(const v1::EngineSamplingParams& p);
+// InvalidArgument naming the field for logit_bias ids and values of different lengths.
+absl::StatusOr<engine::SamplingParams> FromProto(const v1::EngineSamplingParams& p);
 
 // kCancelled and kNone are both UNSPECIFIED on the wire: a cancelled stream ends with
 // its status, not a reason.

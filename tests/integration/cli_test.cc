@@ -2,6 +2,7 @@
 // output against independent references (the gguf package's tensor list, and the
 // Hugging Face token ids in the tokenizer golden file).
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cctype>
@@ -212,7 +213,8 @@ TEST(CliTokenize, ReadsStdinAndWorksOnVocabOnlyFiles) {
   EXPECT_EQ(*(*tok)->Decode(ids), "the cat");
 }
 
-// End to end against Hugging Face: the greedy continuations in the engine golden file.
+// End to end against Hugging Face: the greedy continuations in the engine golden file,
+// in exact math (the default on this CPU may be fast: kernels/backend.h).
 TEST(CliGenerate, JsonMatchesTheReferenceContinuation) {
   std::ifstream in(TestDataPath("engine_golden.json"));
   const auto golden = nlohmann::json::parse(in);
@@ -220,9 +222,10 @@ TEST(CliGenerate, JsonMatchesTheReferenceContinuation) {
     const auto& c = golden.at("cases").at(i);
     const std::string text = c.at("text");
     const std::vector<int32_t> want = c.at("continuation_ids");
-    RunResult r = Tandem("generate --json --temperature 0 --ignore-eos --threads 2 -n " +
-                         std::to_string(want.size()) + " --model " + DefaultModelPath() +
-                         " --prompt " + Quote(text));
+    RunResult r =
+        Tandem("generate --json --cpu-math exact --temperature 0 --ignore-eos --threads 2 -n " +
+               std::to_string(want.size()) + " --model " + DefaultModelPath() + " --prompt " +
+               Quote(text));
     ASSERT_EQ(r.exit_code, 0) << r.out;
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_EQ(j.at("token_ids").get<std::vector<int32_t>>(), want) << text;
@@ -233,8 +236,10 @@ TEST(CliGenerate, JsonMatchesTheReferenceContinuation) {
   }
 }
 
+// In exact math: the answer below is the float32 path's (fast answers otherwise on this
+// 135 M model).
 TEST(CliGenerate, ChatStopsAtEndOfTurnAndRejectsBadParameters) {
-  RunResult r = Tandem("generate --json --chat --temperature 0 -n 64 --model " +
+  RunResult r = Tandem("generate --json --chat --cpu-math exact --temperature 0 -n 64 --model " +
                        DefaultModelPath() + " --prompt 'What is the capital of France?'");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
@@ -515,6 +520,50 @@ TEST(CliServe, APoolThatCannotHoldOneFullRequestIsRefusedAtStart) {
   EXPECT_THAT(too_long.out, ::testing::HasSubstr("--max-model-len: 9000 is outside 1 .. 8192"));
   EXPECT_THAT(small.out + decode.out + too_long.out,
               ::testing::Not(::testing::HasSubstr("listening")));  // nothing was started
+}
+
+// Start-up is supervised: a worker that exits before the cluster is ready (here the
+// decode worker refusing --speculative draft without a model) fails `tandem serve` at
+// once with that worker's own error, and SIGTERM stops a start-up that cannot finish
+// (the decode worker blocked opening a draft model that is a FIFO nobody writes).
+// Before, both waited out the 120 s readiness limit.
+TEST(CliServe, AWorkerThatExitsOrHangsDuringStartUpDoesNotHoldServe) {
+  const std::string serve =
+      "serve --grpc-port 0 --http-port -1 --threads-per-worker 1 --model " + DefaultModelPath();
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult refused = Tandem(serve + " --speculative draft");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_THAT(refused.out,
+              ::testing::HasSubstr("error: decode-0 exited during start-up (exit code 1)"));
+  EXPECT_THAT(refused.out, ::testing::HasSubstr("--speculative draft: needs --draft-model"));
+
+  char dir[] = "/tmp/tandem-serve-hang-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/draft.gguf", log = std::string(dir) + "/serve.log";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  Subprocess hung;
+  ASSERT_TRUE(hung.Start(
+      {std::string(TANDEM_BIN_DIR) + "/tandem", "serve", "--model", DefaultModelPath(),
+       "--grpc-port", "0", "--http-port", "-1", "--threads-per-worker", "1", "--draft-model", fifo},
+      log));
+  auto text = [&log] {
+    std::stringstream t;
+    t << std::ifstream(log).rdbuf();
+    return t.str();
+  };
+  // The router listens once every worker does: serve is waiting for readiness.
+  for (int i = 0; i < 3000 && text().find("tandem-router listening") == std::string::npos; ++i) {
+    ASSERT_TRUE(hung.running()) << text();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_THAT(text(), ::testing::HasSubstr("tandem-router listening"));
+  hung.Signal(SIGTERM);
+  const auto status = hung.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value()) << "SIGTERM waited for the readiness limit\n" << text();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << text();
+  EXPECT_THAT(text(), ::testing::HasSubstr("tandem serve: signal 15 during start-up; stopped"));
+  std::filesystem::remove_all(dir);
 }
 
 // A worker that dies at every start (its model file replaced by a truncated one while

@@ -282,6 +282,83 @@ TEST_F(ClusterTest, StreamsIncrementallyAndHonoursStopStringsAcrossTokens) {
   }
 }
 
+// A client that leaves while its long prompt is being computed (here its gRPC deadline
+// passes; a cancel or a closed HTTP connection takes the same path through the router)
+// stops the prefill worker's work on it at the next chunk boundary: the worker is idle
+// within a few chunks' time, most of the prompt's KV is never computed or sent, and the
+// next short request is answered at once instead of after the rest of the prompt
+// (docs/reliability.md).
+TEST_F(ClusterTest, AnAbandonedPromptStopsItsPrefillAtTheNextChunk) {
+  ClusterConfig config;
+  config.prefill_kv_bytes = config.decode_kv_bytes = int64_t{256} << 20;
+  config.prefill_flags = {"--max-prefill-chunk", "256"};
+  ASSERT_NO_FATAL_FAILURE(StartCluster(config));
+  const std::vector<int32_t> pool = TokenPool();
+  std::vector<int32_t> prompt;
+  while (prompt.size() < 3000) prompt.insert(prompt.end(), pool.begin(), pool.end());
+  prompt.resize(3000);
+  const GenerateResult left = ::tandem::testing::Generate(
+      cluster_->generation(), ToRequest({prompt, Params(true, 4, 1)}), std::chrono::seconds(1));
+  EXPECT_EQ(left.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << left.status.error_message();
+  const auto t0 = Clock::now();
+  v1::WorkerStats s;
+  double idle_ms = -1;
+  while (MsSince(t0) < 3000) {
+    ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &s));
+    // queued_prompt_tokens counts a prompt from its arrival to its end (running and
+    // waiting are as of the last finished step).
+    if (s.queued_prompt_tokens() == 0 && s.running() + s.waiting() == 0) {
+      idle_ms = MsSince(t0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(idle_ms, 0) << "the prefill worker still computes the abandoned prompt";
+  const auto t1 = Clock::now();
+  const GenerateResult next = ::tandem::testing::Generate(
+      cluster_->generation(), ToRequest({Window(pool, 4, 0), Params(true, 1, 2)}));
+  const double next_ms = MsSince(t1);
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_LT(next_ms, 3000) << "the next request waited behind the abandoned prompt";
+  const auto t2 = Clock::now();
+  ASSERT_TRUE(::tandem::testing::Generate(cluster_->generation(),
+                                          ToRequest({Window(pool, 4, 0), Params(true, 1, 2)}))
+                  .status.ok());
+  std::printf(
+      "abandoned prompt: prefill idle %.0f ms after the client left, %lld chunks of 256 "
+      "computed; next request %.0f ms (the same again: %.0f ms)\n",
+      idle_ms, static_cast<long long>(s.prefill_chunks_total()), next_ms, MsSince(t2));
+  // Of the prompt's KV (3,000 tokens) at most the part computed before it was dropped.
+  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &s));
+  EXPECT_LT(s.kv_transfer_bytes_total(), s.kv_bytes_per_token() * 3000 / 2);
+  EXPECT_EQ(cluster_->WaitForBaseline(std::chrono::seconds(5)), "");
+}
+
+// The worker protocol carries logit_bias as two lists; of different lengths they are
+// refused naming the field (before, the longer list was cut silently).
+TEST_F(ClusterTest, LogitBiasListsOfDifferentLengthsAreRefusedNamingTheField) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  v1::DecodeRequest req;
+  req.set_lease_id(1);
+  req.add_prompt_token_ids(1);
+  req.set_first_token_id(2);
+  req.mutable_params()->set_max_tokens(2);
+  req.mutable_params()->add_logit_bias_ids(5);
+  req.mutable_params()->add_logit_bias_ids(6);
+  req.mutable_params()->add_logit_bias_values(1.0f);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto reader = cluster_->decode_stub(0)->Decode(&ctx, req);
+  v1::DecodeResponse r;
+  while (reader->Read(&r)) {
+  }
+  const grpc::Status st = reader->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("params.logit_bias_values: 1 values for 2 ids"));
+  EXPECT_EQ(cluster_->WaitForBaseline(), "");
+}
+
 TEST_F(ClusterTest, CancelFreesEveryBlockAndOthersAreUnaffected) {
   ASSERT_NO_FATAL_FAILURE(StartCluster({}));
   const std::vector<int32_t> pool = TokenPool();
@@ -676,7 +753,11 @@ TEST_F(ClusterTest, WorkersWithDifferentKvLayoutsRefuseToPair) {
   for (const auto& [flags, field] :
        {std::pair<std::vector<std::string>, std::string>{{"--kv-dtype", "bf16"}, "dtype"},
         {{"--block-size", "32"}, "block_size"},
-        {{"--cpu-math", "fast"}, "cpu_math"}}) {
+        {{"--cpu-math",
+          std::string(kernels::CpuMathName(kernels::DefaultCpuMath() == kernels::CpuMath::kFast
+                                               ? kernels::CpuMath::kExact
+                                               : kernels::CpuMath::kFast))},
+         "cpu_math"}}) {
     SCOPED_TRACE(field);
     ClusterConfig config;
     config.prefill_flags = flags;

@@ -2,6 +2,7 @@
 // worker's KV API directly (no gRPC), with faults injected into their backends: a
 // forward pass that fails ends its request with the backend's status, frees its
 // blocks, and the worker serves the next request exactly as a single engine would.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -30,7 +31,11 @@ class LoopbackSender : public transport::KvSender {
   LoopbackSender(const kernels::KvStorage* kv, decode::DecodeWorker* decode,
                  int fail_after_layers = -1)
       : kv_(kv), decode_(decode), fail_after_layers_(fail_after_layers) {}
-  absl::Status Connect(const std::string&) override { return absl::OkStatus(); }
+  absl::Status Connect(const std::string&) override {
+    ++connects;
+    return absl::OkStatus();
+  }
+  std::atomic<int> connects{0};  // Connect calls: a destination contacted
   absl::StatusOr<std::unique_ptr<transport::KvTransfer>> Begin(const transport::KvDestination& dst,
                                                                std::vector<int32_t> src) override {
     absl::Status st = decode_->BeginKv(dst.lease_id, dst.epoch, dst.block_ids);
@@ -94,6 +99,7 @@ class WorkerFaultTest : public ::testing::Test {
   static engine::EngineOptions Options(kernels::CpuBackend** backend) {
     engine::EngineOptions o;
     o.kv_cache_bytes = int64_t{64} << 20;
+    o.cpu_math = kernels::CpuMath::kExact;  // what the faultable backend computes
     o.make_backend = kernels::testing::FaultableBackend(backend, 1);
     return o;
   }
@@ -104,7 +110,9 @@ class WorkerFaultTest : public ::testing::Test {
     decode_ = *decode::DecodeWorker::Create(*model_->weights, d);
     prefill_ = *prefill::PrefillWorker::Create(
         *model_->weights, Options(&prefill_backend_), [this](const kernels::KvStorage& kv) {
-          return std::make_unique<LoopbackSender>(&kv, decode_.get());
+          auto s = std::make_unique<LoopbackSender>(&kv, decode_.get());
+          sender_ = s.get();
+          return s;
         });
   }
   void TearDown() override {
@@ -138,6 +146,7 @@ class WorkerFaultTest : public ::testing::Test {
                                         const engine::SamplingParams& p) {
     engine::EngineOptions o;
     o.num_threads = 1;
+    o.cpu_math = kernels::CpuMath::kExact;  // as Options()
     return ::tandem::testing::SingleEngineTokens(*model_->weights, o, prompt, p);
   }
 
@@ -146,6 +155,7 @@ class WorkerFaultTest : public ::testing::Test {
   kernels::CpuBackend* decode_backend_ = nullptr;
   std::unique_ptr<decode::DecodeWorker> decode_;
   std::unique_ptr<prefill::PrefillWorker> prefill_;
+  LoopbackSender* sender_ = nullptr;  // prefill_'s
 };
 engine::LoadedModel* WorkerFaultTest::model_ = nullptr;
 
@@ -216,6 +226,20 @@ TEST_F(WorkerFaultTest, ADestinationThatCannotHoldThePromptIsRefusedNamingTheFie
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
     EXPECT_EQ(got.status().message(), message);
   }
+  // A prompt or parameters the engine would refuse: refused naming the field before the
+  // destination is contacted.
+  const int connects = sender_->connects;
+  std::vector<int32_t> bad_prompt = prompt;
+  bad_prompt[1] = 1 << 30;
+  auto bad = prefill_->Prefill(bad_prompt, ::tandem::testing::Greedy(2),
+                               {"loopback", r->lease_id, r->block_ids, 0, r->epoch});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::StartsWith("prompt:"));
+  engine::SamplingParams bad_params = ::tandem::testing::Greedy(2);
+  bad_params.top_p = 2;
+  bad = prefill_->Prefill(prompt, bad_params, {"loopback", r->lease_id, r->block_ids, 0, r->epoch});
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::StartsWith("top_p:"));
+  EXPECT_EQ(sender_->connects, connects);
   EXPECT_EQ(prefill_->Stats().engine.prompt_tokens_computed, computed);
   decode_->Release(r->lease_id);
   // The worker goes on: the same reservation's proper request answers.
