@@ -77,6 +77,15 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   virtual void SetGone(uint64_t gen, std::function<void()> callback) = 0;
   // Server stop: the client counts as gone, the connection closes now.
   virtual void Kill() = 0;
+  // Closes the connection (gracefully) if it is still waiting, idle, for the next
+  // request of a kept-alive connection; nothing otherwise.
+  virtual void CloseIfIdle() = 0;
+  virtual const std::string& client() const = 0;
+
+  // When it began waiting, idle, for the next request of a kept-alive connection (steady
+  // clock nanoseconds); 0 while it reads, answers or closes. Read by other threads to
+  // pick a connection to make room with (HttpServer::Impl::MakeRoom).
+  std::atomic<int64_t> idle_since{0};
 };
 
 namespace {
@@ -180,16 +189,41 @@ class HttpServer::Impl {
     return BearerTokenMatches(req.Header("Authorization"), options_.api_key);
   }
 
-  // Counts a new connection from `client` unless it is past a bound: why, then.
+  // Counts a new connection from `client` unless it is past a bound: why, then. At a
+  // bound, a kept-alive connection idle between requests (of that client, for its own
+  // bound) is closed to make room first, so idle keep-alives never turn work away.
   Rejection Admit(const std::string& client) {
-    if (open_ >= options_.max_connections) return Rejection::kTotal;
-    if (options_.max_connections_per_client > 0) {
-      std::lock_guard<std::mutex> lock(clients_mu_);
-      int& n = clients_[client];
-      if (n >= options_.max_connections_per_client) return Rejection::kPerClient;
-      ++n;
+    std::lock_guard<std::mutex> lock(clients_mu_);
+    bool total_full = open_ >= options_.max_connections;
+    if (options_.max_connections_per_client > 0 &&
+        clients_[client] >= options_.max_connections_per_client) {
+      if (!MakeRoom(&client)) return Rejection::kPerClient;
+      total_full = false;  // the one closed made room in the total too
     }
+    if (total_full && !MakeRoom(nullptr)) return Rejection::kTotal;
+    if (options_.max_connections_per_client > 0) ++clients_[client];
     return Rejection::kNone;
+  }
+  // Closes the connection idle the longest (of `client`, if given); false if none is.
+  bool MakeRoom(const std::string* client) {
+    std::shared_ptr<SessionBase> oldest;
+    int64_t since = 0;
+    {
+      std::lock_guard<std::mutex> lock(sessions_mu_);
+      for (const auto& [raw, weak] : sessions_) {
+        std::shared_ptr<SessionBase> s = weak.lock();
+        if (s == nullptr) continue;
+        const int64_t t = s->idle_since.load();
+        if (t == 0 || (since != 0 && t >= since)) continue;
+        if (client != nullptr && s->client() != *client) continue;
+        oldest = std::move(s);
+        since = t;
+      }
+      // Claimed (no other accept picks it); it closes on its own executor.
+      if (oldest == nullptr || !oldest->idle_since.compare_exchange_strong(since, 0)) return false;
+    }
+    net::post(oldest->executor(), [oldest] { oldest->CloseIfIdle(); });
+    return true;
   }
   void Leave(const std::string& client) {
     if (options_.max_connections_per_client <= 0) return;
@@ -334,6 +368,15 @@ class Session : public SessionBase {
     CloseNow();
   }
 
+  void CloseIfIdle() override {
+    if (closed_ || !awaiting_next_ || phase_ != Phase::kReading) return;
+    idle_since = 0;
+    awaiting_next_ = false;
+    GracefulClose();
+  }
+
+  const std::string& client() const override { return client_; }
+
  private:
   enum class Phase { kHandshake, kReading, kHandling, kStreaming, kClosing };
 
@@ -357,6 +400,10 @@ class Session : public SessionBase {
   // Waiting for a request (on a kept-alive connection, bytes may already be buffered).
   void StartRequest() {
     phase_ = Phase::kReading;
+    awaiting_next_ = gen_ > 0 && in_.size() == 0;
+    if (awaiting_next_) {
+      idle_since = std::chrono::steady_clock::now().time_since_epoch().count() | 1;
+    }
     answered_ = false;
     continue_sent_ = false;
     chunked_ = false;
@@ -390,6 +437,10 @@ class Session : public SessionBase {
       return CloseNow();
     }
     in_.commit(net::buffer_copy(in_.prepare(n), net::buffer(read_buf_, n)));
+    if (awaiting_next_ && n > 0) {  // the next request has begun: not idle
+      awaiting_next_ = false;
+      idle_since = 0;
+    }
     switch (phase_) {
       case Phase::kReading:
         return Parse();
@@ -556,6 +607,7 @@ class Session : public SessionBase {
   void CloseNow() {
     if (closed_) return;
     closed_ = true;
+    idle_since = 0;
     ++timer_gen_;
     timer_.cancel();
     boost::system::error_code ec;
@@ -631,6 +683,7 @@ class Session : public SessionBase {
   bool reading_ = false, writing_ = false, closed_ = false, tls_shutdown_ = false;
   bool keep_alive_ = true, http10_ = false, chunked_ = false, continue_sent_ = false;
   bool answered_ = false, after_write_ = false;
+  bool awaiting_next_ = false;  // kept alive after an answer, no byte of the next request yet
   std::function<void()> gone_;
   std::shared_ptr<SessionBase> hold_;  // alive while an answer is pending
   std::deque<std::string> out_;

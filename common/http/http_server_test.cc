@@ -427,6 +427,42 @@ TEST_F(HttpServerTest, SlowClientsHoldNoThreadAndAreCutAtTheRequestTimeout) {
 
 // One address past its bound gets 503 (never a reset) while another is served, and the
 // probes are answered on a connection past either bound.
+// Kept-alive connections idle between requests do not hold a bound against new work:
+// at the bound the one idle the longest is closed (gracefully) to make room, for the
+// total bound and for one client's. Connections with a request in progress are never
+// closed for room: past the bound with none idle, 503 as before.
+TEST_F(HttpServerTest, IdleKeepAlivesMakeRoomAtTheBound) {
+  HttpServerOptions o;
+  o.max_connections = 2;
+  o.max_connections_per_client = 2;
+  Start(o);
+  server_->SetReady(true);
+  const std::string echo = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi";
+  auto served = [&](Raw& r, const std::string& body) {
+    r.Send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n" + body);
+    const std::string got = r.ReadUntil("\r\n\r\n" + body);
+    return got.find("HTTP/1.1 200 OK\r\n") != std::string::npos &&
+           got.find("\r\n\r\n" + body) != std::string::npos;
+  };
+  Raw first(server_->port()), second(server_->port());
+  ASSERT_TRUE(served(first, "a1"));
+  ASSERT_TRUE(served(second, "b1"));  // both idle now, `first` the longer
+  Raw third(server_->port());
+  EXPECT_TRUE(served(third, "c1")) << "an idle keep-alive held the bound";
+  EXPECT_TRUE(first.ClosedByServer(2000ms)) << "the longest idle was not closed";
+  EXPECT_FALSE(second.ClosedByServer());
+  EXPECT_TRUE(served(second, "b2"));  // still kept alive
+  // Every connection busy (parked): past the bound is 503.
+  Raw p1(server_->port()), p2(server_->port());
+  p1.Send("POST /park HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  p2.Send("POST /park HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  // Room for these two came from `second` and `third`, idle again.
+  ASSERT_TRUE(parked_.WaitFor(2));
+  Raw over(server_->port());
+  over.Send(echo);
+  EXPECT_EQ(over.ReadToClose().rfind("HTTP/1.1 503 Service Unavailable\r\n", 0), 0u);
+}
+
 TEST_F(HttpServerTest, OneClientPastItsBoundGets503AndProbesStillAnswer) {
   HttpServerOptions o;
   o.max_connections = 5;
@@ -525,7 +561,8 @@ TEST_F(HttpServerTest, HundredsOfOpenStreamsHoldNoThread) {
     clients.back()->Send("GET /park-stream HTTP/1.1\r\nHost: x\r\n\r\n");
   }
   ASSERT_TRUE(parked_.WaitFor(kStreams));
-  EXPECT_EQ(ThreadCount(), before);
+  // No more threads (fewer is possible: an earlier test's detached writer may end now).
+  EXPECT_LE(ThreadCount(), before);
   EXPECT_EQ(server_->Stats().open_connections, kStreams);
   auto exchanges = parked_.Take();
   for (size_t i = 0; i < exchanges.size(); ++i) {
