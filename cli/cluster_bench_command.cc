@@ -14,6 +14,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
 #include "common/rpc/engine_convert.h"
+#include "common/rpc/process_main.h"
 #include "common/rpc/rpc_server.h"
 #include "common/rpc/worker_main.h"
 #include "common/transport/stream_kv_sender.h"
@@ -126,7 +127,9 @@ int RunClusterBench(const ClusterBenchOptions& o) {
   eo.kv_cache_bytes = int64_t{512} << 20;
   eo.kv_dtype = o.kv_dtype;
 
-  // The cluster.
+  // The cluster, with an internal key this process knows: it calls the decode worker
+  // itself below.
+  const std::string internal_key = rpc::EnsureInternalKey();
   auto cluster =
       LocalCluster::Start(o.model, {"--threads-per-worker", std::to_string(threads), "--kv-dtype",
                                     std::string(kv::KvDtypeName(o.kv_dtype))});
@@ -167,10 +170,12 @@ int RunClusterBench(const ClusterBenchOptions& o) {
   auto cache = kernels::KvStorage::Create(backend->get(), layout, int64_t{64} << 20);
   if (!cache.ok()) return Fail(cache.status());
   auto made = transport::StreamKvSender::Create(
-      cache->get(), rpc::MakeFingerprint(layout, model->hash, kernels::CpuMath::kExact), {});
+      // The decode worker of the `tandem serve` above: default math, on the CPU.
+      cache->get(), rpc::MakeFingerprint(layout, model->hash, "cpu", kernels::DefaultCpuMath()),
+      {.api_key = internal_key});
   if (!made.ok()) return Fail(made.status());
   transport::StreamKvSender& sender = **made;
-  auto decode = v1::DecodeWorker::NewStub(rpc::MakeChannel(decode_addr));
+  auto decode = v1::DecodeWorker::NewStub(rpc::MakeChannel(decode_addr, internal_key));
   std::vector<double> gbps, push_ms;
   int64_t push_bytes = 0;
   if (absl::Status st = sender.Connect(decode_addr); !st.ok()) return Fail(st);

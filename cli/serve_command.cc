@@ -22,8 +22,8 @@
 #include "common/model/gguf_file.h"
 #include "common/model/hf_directory.h"
 #include "common/model/model_config.h"
+#include "common/rpc/process_main.h"
 #include "common/rpc/worker_main.h"
-#include "common/util/random_id.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 #include "common/util/subprocess.h"
@@ -278,11 +278,7 @@ int RunServe(const ServeOptions& o) {
   // The processes require a key of each other, API key or not: a random one, known only
   // to them, so that nobody else on the host can call a worker (Release a lease, make a
   // prefill worker push KV to an address of their choosing).
-  if (const char* given = std::getenv("TANDEM_INTERNAL_KEY"); given == nullptr || *given == 0) {
-    const std::string internal = absl::StrCat(absl::Hex(RandomNonZero64(), absl::kZeroPad16),
-                                              absl::Hex(RandomNonZero64(), absl::kZeroPad16));
-    setenv("TANDEM_INTERNAL_KEY", internal.c_str(), 1);
-  }
+  rpc::EnsureInternalKey();
   // Workers on one machine share its cores. By default each may use all of them: one
   // with work while the other idles (its pool sleeps after ~1 ms) gets the whole
   // machine, so a lone stream decodes as fast as `tandem generate`; when both have work

@@ -96,7 +96,7 @@ struct Harness {
     auto dw = decode::DecodeWorker::Create(*weights, options);
     if (!dw.ok()) Fail(dw.status().ToString());
     worker = std::move(*dw);
-    fingerprint = rpc::MakeFingerprint(worker->layout(), "fuzz", kernels::CpuMath::kExact);
+    fingerprint = rpc::MakeFingerprint(worker->layout(), "fuzz", "cpu", kernels::CpuMath::kExact);
     decode_service.SetWorker(worker.get(), fingerprint);
     kv_service.SetWorker(worker.get(), fingerprint);
     grpc::ServerBuilder builder;

@@ -76,8 +76,8 @@ int main(int argc, char** argv) {
                                       .cuda_ipc = transports->cuda_ipc.get(),
                                       .timeout = transports->timeout});
   }
-  const v1::KvLayoutFingerprint fingerprint =
-      rpc::MakeFingerprint(w->layout(), model->hash, options.engine.cpu_math);
+  const v1::KvLayoutFingerprint fingerprint = rpc::MakeFingerprint(
+      w->layout(), model->hash, options.engine.device, options.engine.cpu_math);
   decode_service.SetWorker(w, fingerprint, transports->kinds);
   kv_service.SetWorker(
       w, fingerprint,

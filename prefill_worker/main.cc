@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
       *model->weights, options,
       [&](const kernels::KvStorage& kv) -> absl::StatusOr<std::unique_ptr<transport::KvSender>> {
         return transport::StreamKvSender::Create(
-            &kv, rpc::MakeFingerprint(kv.layout(), model->hash, options.cpu_math),
+            &kv, rpc::MakeFingerprint(kv.layout(), model->hash, options.device, options.cpu_math),
             {.api_key = flags.InternalKey(),
              .device = transports->device,
              .offered = transports->kinds,
@@ -76,8 +76,9 @@ int main(int argc, char** argv) {
     const prefill::PrefillWorkerStats s = w->Stats();
     rpc::ExportEngineStats(s.engine, s.kv_bytes_sent, s.kv_failures, s.kv_comm_rebuilds, &m);
   });
-  service.SetWorker(w, rpc::MakeFingerprint(w->layout(), model->hash, options.cpu_math),
-                    transports->kinds);
+  service.SetWorker(
+      w, rpc::MakeFingerprint(w->layout(), model->hash, options.device, options.cpu_math),
+      transports->kinds);
   (*server)->SetReady(true);
   if (*http != nullptr) (*http)->SetReady(true);
   rpc::AnnounceReady(flags);

@@ -117,7 +117,8 @@ struct Harness {
     auto dw = decode::DecodeWorker::Create(*weights, d);
     if (!dw.ok()) Fail(dw.status().ToString());
     decode_worker = std::move(*dw);
-    fingerprint = rpc::MakeFingerprint(decode_worker->layout(), "fuzz", kernels::CpuMath::kExact);
+    fingerprint =
+        rpc::MakeFingerprint(decode_worker->layout(), "fuzz", "cpu", kernels::CpuMath::kExact);
     decode_service.SetWorker(decode_worker.get(), fingerprint);
     kv_service.SetWorker(decode_worker.get(), fingerprint);
     int port = 0;
@@ -139,7 +140,7 @@ struct Harness {
         *weights, p,
         [](const kernels::KvStorage& kv) -> absl::StatusOr<std::unique_ptr<transport::KvSender>> {
           return transport::StreamKvSender::Create(
-              &kv, rpc::MakeFingerprint(kv.layout(), "fuzz", kernels::CpuMath::kExact), {});
+              &kv, rpc::MakeFingerprint(kv.layout(), "fuzz", "cpu", kernels::CpuMath::kExact), {});
         });
     if (!pw.ok()) Fail(pw.status().ToString());
     prefill_worker = std::move(*pw);

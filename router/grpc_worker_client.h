@@ -20,14 +20,14 @@ namespace tandem::router {
 WorkerClientFactory GrpcWorkerClients(std::string api_key);
 
 // What the router makes of a worker call's failure (`call`: "prefill", "decode reserve",
-// ...),
-// which may reach the client. Internal addresses never do: every host:port in the
-// worker's message reads "(a worker)", and the call is named without the worker's
-// address (the router's log has it, for failures that are not the request's). A
-// refusal of the request (INVALID_ARGUMENT, OUT_OF_RANGE) whose message starts with a
-// field ("params.temperature: ...", DESIGN.md §9) becomes a FieldError naming that field
-// in the client's terms (params.X → X, prompt_token_ids → prompt), so the OpenAI error
-// carries it in `param`.
+// ...), which may reach the client. Internal addresses never do: every host:port in the
+// worker's message (its first 4 KiB) reads "(a worker)", and the call is named without
+// the worker's address (the router's log has it, for failures that are not the
+// request's). A refusal of the request (INVALID_ARGUMENT, OUT_OF_RANGE) whose message
+// starts with a field ("params.temperature: ...", DESIGN.md §9) becomes a FieldError
+// naming it in the client's terms (params.X → X), so the OpenAI error carries it in
+// `param`; one naming a field only the router fills (destination.*, first_token_id, ...)
+// is the router's fault: INTERNAL. Linear in the message.
 absl::Status FromWorker(const grpc::Status& s, std::string_view call, std::string_view address);
 
 }  // namespace tandem::router

@@ -25,16 +25,23 @@ TEST(FromWorker, ARefusalKeepsTheClientsFieldAndNoAddress) {
                                        "decode", "127.0.0.1:41000");
   EXPECT_EQ(ErrorField(bias), "logit_bias");
   const absl::Status prompt = FromWorker(
-      grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "prompt_token_ids: 9000 tokens, past 8192"),
+      grpc::Status(grpc::StatusCode::OUT_OF_RANGE, "prompt: token 70000 is outside the vocabulary"),
       "prefill", "127.0.0.1:41000");
   EXPECT_EQ(prompt.code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(ErrorField(prompt), "prompt");
+  // A field of the worker protocol that only the router fills: the router's fault.
+  const absl::Status internal =
+      FromWorker(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                              "destination.block_ids: 0 blocks for a 5-token prompt that needs 1"),
+                 "prefill", "127.0.0.1:41000");
+  EXPECT_EQ(internal.code(), absl::StatusCode::kInternal);
+  EXPECT_FALSE(ErrorField(internal).has_value());
 }
 
 // Any other failure names the call, never a host:port (v4, v6 or a name).
 TEST(FromWorker, AddressesNeverReachTheMessage) {
-  for (const char* where :
-       {"10.0.3.7:50052", "[fd00::1]:50052", "decode-0.tandem-decode:50052", "localhost:1234"}) {
+  for (const char* where : {"10.0.3.7:50052", "[fd00::1]:50052", "decode-0.tandem-decode:50052",
+                            "localhost:1234", "proj_decode_1:50052"}) {
     SCOPED_TRACE(where);
     const absl::Status st =
         FromWorker(grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -49,6 +56,21 @@ TEST(FromWorker, AddressesNeverReachTheMessage) {
                  "decode", "1.2.3.4:5");
   EXPECT_THAT(std::string(plain.message()), Not(HasSubstr("1.2.3.4")));
   EXPECT_FALSE(ErrorField(plain).has_value());
+  // Times and ratios are not addresses.
+  EXPECT_EQ(FromWorker(grpc::Status(grpc::StatusCode::INTERNAL, "stalled at 12:30, ratio 3:1"),
+                       "decode", "x")
+                .message(),
+            "decode: stalled at 12:30, ratio 3:1");
+}
+
+// A worker's message of any size costs the router a linear pass over its first 4 KiB.
+TEST(FromWorker, AHugeMessageIsCutNotChokedOn) {
+  const std::string huge =
+      "grammar: " + std::string(100000, 'a') + ":1 " + std::string(100000, ':');
+  const absl::Status st =
+      FromWorker(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, huge), "decode", "h:1");
+  EXPECT_EQ(ErrorField(st), "grammar");
+  EXPECT_LE(st.message().size(), 4200u);
 }
 
 }  // namespace

@@ -33,22 +33,27 @@ seeds() {
   esac
 }
 
-# One fuzzer: its stats, or its log's tail and build-san/FUZZER.failed.
+# One fuzzer: its stats, or its log's tail and a non-zero status (run in a || list,
+# where set -e does not hold: each step says its own failure).
 fuzz_one() {
   local f=$1 corpus
-  corpus=$(mktemp -d)
+  corpus=$(mktemp -d) || return 1
   # shellcheck disable=SC2046
-  cp $(seeds "$f") "$corpus"/
+  cp $(seeds "$f") "$corpus"/ || return 1
   echo "fuzz: $f for ${SECONDS_TO_RUN}s from $(ls "$corpus" | wc -l) seeds"
   if ! build-san/bin/"$f" "$corpus" -max_total_time="$SECONDS_TO_RUN" -timeout=10 \
       -artifact_prefix=build-san/ -malloc_limit_mb=256 -rss_limit_mb=4096 -max_len="$(max_len "$f")" -print_final_stats=1 \
       >"$corpus.log" 2>&1; then
     tail -n 60 "$corpus.log"
     echo "fuzz: $f FAILED (the input is saved under build-san/, named above)" >&2
-    touch "build-san/$f.failed"
-  else
-    grep -E "^stat::number_of_executed_units|^stat::new_units_added|^stat::peak_rss_mb" "$corpus.log" |
-      sed "s/^/fuzz: $f /"
+    rm -rf "$corpus" "$corpus.log"
+    return 1
+  fi
+  if ! grep -E "^stat::number_of_executed_units|^stat::new_units_added|^stat::peak_rss_mb" \
+      "$corpus.log" | sed "s/^/fuzz: $f /"; then
+    echo "fuzz: $f printed no final stats" >&2
+    rm -rf "$corpus" "$corpus.log"
+    return 1
   fi
   rm -rf "$corpus" "$corpus.log"
 }
@@ -58,7 +63,7 @@ fuzz_one() {
 rm -f build-san/*_fuzzer.failed
 for f in "${FUZZERS[@]}"; do
   while [ "$(jobs -rp | wc -l)" -ge "${FUZZ_JOBS:-2}" ]; do wait -n || true; done
-  fuzz_one "$f" &
+  { fuzz_one "$f" || touch "build-san/$f.failed"; } &  # any failure of the job counts
 done
 wait
 if ls build-san/*_fuzzer.failed >/dev/null 2>&1; then

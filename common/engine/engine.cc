@@ -273,10 +273,17 @@ bool Engine::Release(kv::SeqId id) {
 void Engine::Cancel(kv::SeqId id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return;
-  const SequenceState st = it->second->state;
-  if (st != SequenceState::kWaiting && st != SequenceState::kRunning) return;
-  scheduler_->Remove(it->second.get());
-  it->second->state = SequenceState::kFinished;
+  Sequence* seq = it->second.get();
+  if (seq->state != SequenceState::kWaiting && seq->state != SequenceState::kRunning) return;
+  if (seq->prefill_only) {
+    // A transport may still be reading the layers of chunks already computed: the
+    // blocks stay held until Release (as EndWithError's).
+    scheduler_->Detach(seq);
+    seq->state = SequenceState::kHeld;
+  } else {
+    scheduler_->Remove(seq);
+    seq->state = SequenceState::kFinished;
+  }
   ended_.emplace_back(id, FinishReason::kCancelled);
 }
 
@@ -348,7 +355,7 @@ std::vector<TokenEvent> Engine::Step(StepObserver* observer) {
     if (it == sequences_.end()) continue;
     it->second->finish = reason;
     events.push_back({id, -1, 0, {}, true, reason, {}});
-    sequences_.erase(it);
+    if (it->second->state != SequenceState::kHeld) sequences_.erase(it);  // held: Release
   }
   ended_.clear();
 

@@ -193,7 +193,9 @@ class Engine {
   void ClearPrefixCache() { blocks_->ClearCache(); }
 
   // Ends a waiting or running request at the next step boundary (its blocks are freed
-  // now); the next Step reports it finished with kCancelled. Other ids are ignored.
+  // now, or, for a prefill-only request, held until Release: a transport may still be
+  // reading what it computed); the next Step reports it finished with kCancelled.
+  // Other ids are ignored.
   void Cancel(kv::SeqId id);
 
   // Runs one forward pass over the scheduled batch; returns the tokens it produced

@@ -77,8 +77,9 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   virtual void SetGone(uint64_t gen, std::function<void()> callback) = 0;
   // Server stop: the client counts as gone, the connection closes now.
   virtual void Kill() = 0;
-  // Closes the connection (gracefully) if it is still waiting, idle, for the next
-  // request of a kept-alive connection; nothing otherwise.
+  // After MakeRoom gave its place away: closes the connection (gracefully) if it is still
+  // idle; if its next request began meanwhile, that request is answered and the
+  // connection closes after it.
   virtual void CloseIfIdle() = 0;
   virtual const std::string& client() const = 0;
 
@@ -86,6 +87,8 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   // clock nanoseconds); 0 while it reads, answers or closes. Read by other threads to
   // pick a connection to make room with (HttpServer::Impl::MakeRoom).
   std::atomic<int64_t> idle_since{0};
+  // Its place was given to another connection (MakeRoom): closing it counts nothing.
+  std::atomic<bool> evicted{false};
 };
 
 namespace {
@@ -194,18 +197,20 @@ class HttpServer::Impl {
   // bound) is closed to make room first, so idle keep-alives never turn work away.
   Rejection Admit(const std::string& client) {
     std::lock_guard<std::mutex> lock(clients_mu_);
-    bool total_full = open_ >= options_.max_connections;
-    if (options_.max_connections_per_client > 0 &&
-        clients_[client] >= options_.max_connections_per_client) {
-      if (!MakeRoom(&client)) return Rejection::kPerClient;
-      total_full = false;  // the one closed made room in the total too
+    const bool per_client = options_.max_connections_per_client > 0;
+    auto it = per_client ? clients_.find(client) : clients_.end();
+    if (it != clients_.end() && it->second >= options_.max_connections_per_client &&
+        !MakeRoom(&client)) {
+      return Rejection::kPerClient;
     }
-    if (total_full && !MakeRoom(nullptr)) return Rejection::kTotal;
-    if (options_.max_connections_per_client > 0) ++clients_[client];
+    if (open_ >= options_.max_connections && !MakeRoom(nullptr)) return Rejection::kTotal;
+    if (per_client) ++clients_[client];
     return Rejection::kNone;
   }
-  // Closes the connection idle the longest (of `client`, if given); false if none is.
-  bool MakeRoom(const std::string* client) {
+  // Closes the connection idle the longest (of `client`, if given) and gives its place
+  // to the caller at once (it no longer counts, so the bounds hold however many
+  // connections arrive while it closes); false if none is idle. clients_mu_ held.
+  bool MakeRoom(const std::string* client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(clients_mu_) {
     std::shared_ptr<SessionBase> oldest;
     int64_t since = 0;
     {
@@ -221,6 +226,12 @@ class HttpServer::Impl {
       }
       // Claimed (no other accept picks it); it closes on its own executor.
       if (oldest == nullptr || !oldest->idle_since.compare_exchange_strong(since, 0)) return false;
+    }
+    oldest->evicted = true;
+    open_ -= 1;
+    if (options_.max_connections_per_client > 0) {
+      auto it = clients_.find(oldest->client());
+      if (it != clients_.end() && --it->second == 0) clients_.erase(it);
     }
     net::post(oldest->executor(), [oldest] { oldest->CloseIfIdle(); });
     return true;
@@ -369,7 +380,12 @@ class Session : public SessionBase {
   }
 
   void CloseIfIdle() override {
-    if (closed_ || !awaiting_next_ || phase_ != Phase::kReading) return;
+    if (closed_) return;
+    if (!awaiting_next_ || phase_ != Phase::kReading) {
+      keep_alive_ = false;  // a request began after all: answered, then closed
+      close_after_answer_ = true;
+      return;
+    }
     idle_since = 0;
     awaiting_next_ = false;
     GracefulClose();
@@ -508,7 +524,7 @@ class Session : public SessionBase {
     hold_ = Self();
     bhttp::request<bhttp::string_body> msg = parser_->release();
     parser_.reset();
-    keep_alive_ = msg.keep_alive();
+    keep_alive_ = msg.keep_alive() && !close_after_answer_;
     http10_ = msg.version() < 11;
     Request req;
     req.method = std::string(msg.method_string());
@@ -615,8 +631,12 @@ class Session : public SessionBase {
     out_.clear();
     unsent_ = 0;
     hold_.reset();
-    (reject_ ? server_->rejecting_ : server_->open_) -= 1;
-    if (!reject_) server_->Leave(client_);
+    if (reject_) {
+      server_->rejecting_ -= 1;
+    } else if (!evicted) {  // an evicted one's place went to another (MakeRoom)
+      server_->open_ -= 1;
+      server_->Leave(client_);
+    }
     server_->Unregister(this);
   }
 
@@ -683,7 +703,8 @@ class Session : public SessionBase {
   bool reading_ = false, writing_ = false, closed_ = false, tls_shutdown_ = false;
   bool keep_alive_ = true, http10_ = false, chunked_ = false, continue_sent_ = false;
   bool answered_ = false, after_write_ = false;
-  bool awaiting_next_ = false;  // kept alive after an answer, no byte of the next request yet
+  bool awaiting_next_ = false;       // kept alive after an answer, no byte of the next request yet
+  bool close_after_answer_ = false;  // CloseIfIdle found a request begun: no keep-alive after it
   std::function<void()> gone_;
   std::shared_ptr<SessionBase> hold_;  // alive while an answer is pending
   std::deque<std::string> out_;

@@ -70,10 +70,11 @@ void ToProto(const engine::EngineStats& s, v1::WorkerStats* out) {
 }
 
 v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash,
-                                        kernels::CpuMath cpu_math) {
+                                        std::string_view device, kernels::CpuMath cpu_math) {
   v1::KvLayoutFingerprint f;
   f.set_model_hash(model_hash);
-  f.set_cpu_math(std::string(kernels::CpuMathName(cpu_math)));
+  const bool cpu = device == "cpu" || device == "cpu-fence";
+  f.set_cpu_math(std::string(kernels::CpuMathName(cpu ? cpu_math : kernels::CpuMath::kExact)));
   switch (layout.dtype) {
     case kv::KvDtype::kF32:
       f.set_dtype(v1::KV_DTYPE_FLOAT32);

@@ -32,9 +32,11 @@ void ToProto(const engine::TokenEvent& ev, v1::WorkerLogprob* out);
 void ToProto(const engine::EngineStats& s, v1::WorkerStats* out);
 
 // The fingerprint of a cache with `layout` (dtype and element order included) for the
-// model with `model_hash`.
+// model with `model_hash`, computed on `device` ("cpu", "cpu-fence", "cuda"): `cpu_math`
+// counts only on the CPU (on a GPU it is exact, whatever the host's default), so GPU
+// workers on hosts of different CPUs still pair.
 v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash,
-                                        kernels::CpuMath cpu_math);
+                                        std::string_view device, kernels::CpuMath cpu_math);
 // FailedPrecondition naming the first field where `theirs` differs from `ours`.
 absl::Status CheckFingerprint(const v1::KvLayoutFingerprint& ours,
                               const v1::KvLayoutFingerprint& theirs);

@@ -5,10 +5,21 @@
 #include <fstream>
 #include <thread>
 
+#include "common/util/random_id.h"
 #include "common/util/signals.h"
 #include "common/util/strings.h"
 
 namespace tandem::rpc {
+
+std::string EnsureInternalKey() {
+  if (const char* given = std::getenv("TANDEM_INTERNAL_KEY"); given != nullptr && *given != 0) {
+    return given;
+  }
+  const std::string key = absl::StrCat(absl::Hex(RandomNonZero64(), absl::kZeroPad16),
+                                       absl::Hex(RandomNonZero64(), absl::kZeroPad16));
+  setenv("TANDEM_INTERNAL_KEY", key.c_str(), 1);
+  return key;
+}
 
 void AddServerFlags(CLI::App& app, ServerFlags* f) {
   app.add_option("--model,-m", f->model, "GGUF model")->required();

@@ -42,6 +42,10 @@ struct ServerFlags {
 std::string ServedModelName(const ServerFlags& flags);
 
 void AddServerFlags(CLI::App& app, ServerFlags* flags);
+
+// The internal key of a local cluster (--internal-key): $TANDEM_INTERNAL_KEY, first set to
+// a random one when unset, so that the processes this one starts inherit it.
+std::string EnsureInternalKey();
 // --tls-cert / --tls-key / --tls-client-ca (the router's public ports).
 void AddTlsFlags(CLI::App& app, TlsFiles* tls);
 

@@ -302,6 +302,19 @@ TEST(CliBench, SpeculativeReportsEachDrafterAgainstPlainDecoding) {
 // --cpu-math fast against exact on the default model (Q4_1, whose rows the integer path
 // takes): the distributions differ (so the fast path ran) but little — on 8,192 tokens
 // of the corpus the mean KL is 0.003 and 96.6 % of top tokens agree (docs/performance.md).
+// `bench cluster` drives a `tandem serve` it starts, and pushes KV to its decode worker
+// itself: with the cluster's internal key and the workers' KV layout (default math).
+TEST(CliBench, ClusterMeasuresAgainstAServeItStarts) {
+  RunResult r =
+      Tandem("bench cluster --json -r 1 -p 64 --batches 1 -n 8 -t 1 -m " + DefaultModelPath());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j.at("prompt_tokens"), 64);
+  EXPECT_GT(j.at("cluster_ttft_ms").get<double>(), 0);
+  EXPECT_EQ(j.at("kv_bytes").get<int64_t>(), 64 * j.at("kv_bytes_per_token").get<int64_t>());
+  EXPECT_GT(j.at("kv_push_gb_per_s").get<double>(), 0);
+}
+
 TEST(CliBench, KldMeasuresFastAgainstExact) {
   const std::string base = "bench kld --model " + DefaultModelPath() + " --text " +
                            TestDataPath("kld_corpus.txt") + " -t 2 --ctx 128";

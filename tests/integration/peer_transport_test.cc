@@ -86,7 +86,8 @@ class PeerTransportTest : public ::testing::Test {
     receiver_ = std::make_unique<decode::PeerKvReceiver>(
         decode_.get(), staging_,
         decode::PeerKvReceiverOptions{.nccl = &network_, .timeout = kTimeout});
-    fingerprint_ = rpc::MakeFingerprint(decode_->layout(), model_->hash, kernels::CpuMath::kExact);
+    fingerprint_ =
+        rpc::MakeFingerprint(decode_->layout(), model_->hash, "cpu", kernels::CpuMath::kExact);
     kv_service_.SetWorker(decode_.get(), fingerprint_,
                           {.device = {"cuda", "gpu-decode", ""},
                            .accepted = {TransportKind::kNccl, TransportKind::kHost},
@@ -100,7 +101,7 @@ class PeerTransportTest : public ::testing::Test {
         [this](
             const kernels::KvStorage& kv) -> absl::StatusOr<std::unique_ptr<transport::KvSender>> {
           auto s = transport::StreamKvSender::Create(
-              &kv, rpc::MakeFingerprint(kv.layout(), model_->hash, kernels::CpuMath::kExact),
+              &kv, rpc::MakeFingerprint(kv.layout(), model_->hash, "cpu", kernels::CpuMath::kExact),
               {.api_key = {},
                .device = {"cuda", "gpu-prefill", ""},
                .offered = {TransportKind::kNccl},
