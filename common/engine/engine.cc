@@ -275,15 +275,7 @@ void Engine::Cancel(kv::SeqId id) {
   if (it == sequences_.end()) return;
   Sequence* seq = it->second.get();
   if (seq->state != SequenceState::kWaiting && seq->state != SequenceState::kRunning) return;
-  if (seq->prefill_only) {
-    // A transport may still be reading the layers of chunks already computed: the
-    // blocks stay held until Release (as EndWithError's).
-    scheduler_->Detach(seq);
-    seq->state = SequenceState::kHeld;
-  } else {
-    scheduler_->Remove(seq);
-    seq->state = SequenceState::kFinished;
-  }
+  StopEarly(seq);
   ended_.emplace_back(id, FinishReason::kCancelled);
 }
 
@@ -317,17 +309,21 @@ void Engine::FailStep(const ScheduledStep& step, const absl::Status& error,
   EraseFinished();
 }
 
-void Engine::EndWithError(Sequence* seq, const absl::Status& error,
-                          std::vector<TokenEvent>* events) {
+void Engine::StopEarly(Sequence* seq) {
   if (seq->prefill_only) {
-    // A transport may still be reading layers sent before the failure: the blocks
-    // stay held until Release, as after a successful prefill.
+    // A transport may still be reading layers already sent: the blocks stay held until
+    // Release, as after a successful prefill.
     scheduler_->Detach(seq);
     seq->state = SequenceState::kHeld;
   } else {
     scheduler_->Remove(seq);
     seq->state = SequenceState::kFinished;
   }
+}
+
+void Engine::EndWithError(Sequence* seq, const absl::Status& error,
+                          std::vector<TokenEvent>* events) {
+  StopEarly(seq);
   events->push_back({seq->id, -1, 0, {}, true, FinishReason::kNone, error});
 }
 

@@ -244,7 +244,11 @@ class Engine {
   // Whether `seq`, whose last output token was just appended, is done.
   FinishReason CheckFinish(const Sequence& seq) const;
   void Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>* events);
-  // Ends `seq` with an error event: freed, or held if prefill-only (FailStep's rule).
+  // Takes `seq` out of the scheduler before its end (a cancel, an error): finished, its
+  // blocks freed; or, if prefill-only, held until Release (a transport may still read
+  // its blocks).
+  void StopEarly(Sequence* seq);
+  // Ends `seq` with an error event (StopEarly's rule).
   void EndWithError(Sequence* seq, const absl::Status& error, std::vector<TokenEvent>* events);
   // The constraint `p.grammar` puts on a sequence whose output so far is `output`
   // (null without a grammar). InvalidArgument names the field.
