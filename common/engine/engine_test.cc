@@ -3,6 +3,7 @@
 // bad requests, and KV accounting back to baseline after every test.
 #include "common/engine/engine.h"
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -1109,6 +1110,25 @@ TEST_F(ConstrainedTest, JsonSchemaOutputsValidate) {
       for (const auto& [k, v] : j.items())
         EXPECT_TRUE(k == "name" || k == "age" || k == "tags") << k;
     }
+  }
+}
+
+// An enum far wider than GrammarMatcher::kMaxHeads after a prefix (issue #41: refused
+// mid-stream with "the grammar allows no token" before): every answer is one value.
+TEST_F(ConstrainedTest, WideEnumAfterAPrefixGivesOneOfItsValues) {
+  constexpr int kValues = 20000;
+  std::string gbnf = R"(root ::= "{\"id\": \"" ()";
+  for (int i = 0; i < kValues; ++i) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%s\"v%05d\"", i == 0 ? "" : " | ", i);
+    gbnf += value;
+  }
+  gbnf += R"() "\"}")" "\n";
+  const std::regex whole(R"re(\{"id": "v(\d{5})"\})re");
+  for (const std::string& text : Run(Prompts(2), Constrained(gbnf, 1.0))) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(text, m, whole)) << text;
+    EXPECT_LT(std::stoi(m[1].str()), kValues) << text;
   }
 }
 

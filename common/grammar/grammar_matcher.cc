@@ -9,6 +9,10 @@ using Kind = Grammar::Kind;
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
     : grammar_(std::move(grammar)) {
+  max_heads_ = kMaxHeads;
+  size_t byte_elements = 0;
+  for (const Grammar::Element& e : grammar_->elements()) byte_elements += e.kind == Kind::kBytes;
+  max_heads_ = std::max(max_heads_, byte_elements);
   ++closure_;
   for (int32_t start : grammar_->alternatives(grammar_->root())) {
     if (grammar_->elements()[start].kind == Kind::kEnd) {
@@ -18,6 +22,10 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
     }
   }
   std::sort(state_.heads.begin(), state_.heads.end());
+  if (state_.heads.size() > max_heads_) {
+    exhausted_ = true;
+    state_ = {};
+  }
 }
 
 int32_t GrammarMatcher::Intern(int32_t parent, int32_t pos) {
@@ -99,7 +107,7 @@ void GrammarMatcher::Step(const State& from, uint8_t b, State* to) {
     if (grammar_->byte_set(el[node.pos].index).Has(b)) After(node.parent, node.pos, to);
   }
   std::sort(to->heads.begin(), to->heads.end());
-  if (to->heads.size() > kMaxHeads) exhausted_ = true;
+  if (to->heads.size() > max_heads_) exhausted_ = true;
   if (exhausted_) {
     to->heads.clear();
     to->can_end = false;

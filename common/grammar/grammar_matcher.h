@@ -9,8 +9,12 @@
 //
 // Not thread-safe: one matcher per sequence. The grammar is shared and immutable.
 // Node storage grows with the distinct stacks seen; past kMaxNodes, or a state with
-// more than kMaxHeads stacks (a hugely ambiguous grammar), the matcher is exhausted():
-// it accepts nothing more and the caller ends the sequence with an error.
+// more stacks than max_heads() (a hugely ambiguous grammar), the matcher is
+// exhausted(): it accepts nothing more and the caller ends the sequence with an error.
+// max_heads() is the larger of kMaxHeads and the grammar's byte elements: a grammar
+// whose stacks do not multiply holds each element on at most a few stacks at once, so
+// an alternation of any width Grammar::Compile accepts (an enum of 60,000 values) never
+// exhausts; only ambiguity that grows the stacks per byte does.
 #ifndef TANDEM_COMMON_GRAMMAR_GRAMMAR_MATCHER_H_
 #define TANDEM_COMMON_GRAMMAR_GRAMMAR_MATCHER_H_
 
@@ -53,6 +57,7 @@ class GrammarMatcher {
   // Some byte can still follow.
   bool CanContinue() const { return !state_.heads.empty(); }
   bool exhausted() const { return exhausted_; }
+  size_t max_heads() const { return max_heads_; }
 
   const State& state() const { return state_; }
   // `to` = `from` after byte `b` (not alive when no stack takes it). `from` is a state
@@ -95,6 +100,7 @@ class GrammarMatcher {
   std::vector<int32_t> work_;  // Close's worklist
   State state_;
   bool exhausted_ = false;
+  size_t max_heads_;
   std::vector<State> interned_states_;                  // [id]
   absl::flat_hash_map<State, int32_t> state_ids_;       // state → id
   absl::flat_hash_map<uint64_t, int32_t> transitions_;  // (id << 8 | byte) → id

@@ -1,5 +1,6 @@
 #include "common/grammar/grammar_matcher.h"
 
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -56,6 +57,34 @@ TEST(GrammarMatcher, RepeatedParsesShareStacks) {
   for (int i = 0; i < 20000; ++i) ASSERT_TRUE(m.Accept('x'));
   EXPECT_LE(m.state().heads.size(), 8u);
   EXPECT_FALSE(m.exhausted());
+}
+
+// An alternation far wider than kMaxHeads (an enum of 60,000 values) after a prefix:
+// every value's stack is alive after the shared first byte, and the matcher takes any
+// one value whole, because the limit grows with the grammar's byte elements.
+TEST(GrammarMatcher, WideAlternationsAfterAPrefixDoNotExhaust) {
+  std::string gbnf = "root ::= \"pick: \" (";
+  constexpr int kValues = 60000;
+  for (int i = 0; i < kValues; ++i) {
+    char value[32];
+    std::snprintf(value, sizeof value, "%s\"v%05d\"", i == 0 ? "" : " | ", i);
+    gbnf += value;
+  }
+  gbnf += ")\n";
+  auto g = MustCompile(gbnf);
+  ASSERT_NE(g, nullptr);
+  GrammarMatcher m(g);
+  EXPECT_GT(m.max_heads(), static_cast<size_t>(kValues));
+  ASSERT_TRUE(m.Accept(std::string_view("pick: v")));
+  EXPECT_EQ(m.state().heads.size(), static_cast<size_t>(kValues));
+  EXPECT_FALSE(m.exhausted());
+  EXPECT_FALSE(m.Accept(std::string_view("x")));
+  ASSERT_TRUE(m.Accept(std::string_view("3141")));
+  EXPECT_EQ(m.state().heads.size(), 10u);  // v31410 … v31419
+  EXPECT_FALSE(m.Accept(std::string_view("55")));
+  ASSERT_TRUE(m.Accept('5'));
+  EXPECT_TRUE(m.CanEnd());
+  EXPECT_FALSE(m.CanContinue());
 }
 
 // Ambiguity whose stacks all differ (each "a" may be closed by "b" or "c") doubles
