@@ -146,6 +146,7 @@ grpc::Status DecodeService::GetWorkerStats(grpc::ServerContext*, const v1::GetWo
   for (transport::TransportKind k : transports_) {
     resp->add_kv_transports(std::string(transport::TransportName(k)));
   }
+  *resp->mutable_kv_layout() = fingerprint_;
   return grpc::Status::OK;
 }
 

@@ -66,6 +66,7 @@ grpc::Status PrefillService::GetWorkerStats(grpc::ServerContext*, const v1::GetW
   for (transport::TransportKind k : transports_) {
     resp->add_kv_transports(std::string(transport::TransportName(k)));
   }
+  *resp->mutable_kv_layout() = fingerprint_;
   return grpc::Status::OK;
 }
 

@@ -141,7 +141,11 @@ void FakePrefillClient::Set(FakePrefillBehaviour b) {
 
 absl::StatusOr<WorkerLoad> FakePrefillClient::Poll(std::chrono::milliseconds) {
   if (!healthy_) return absl::UnavailableError("fake prefill worker: down");
-  return WorkerLoad{1024, 16, 1024, 0};
+  std::lock_guard<std::mutex> lock(mu_);
+  return WorkerLoad{.num_blocks = 1024,
+                    .block_size = 16,
+                    .free_blocks = 1024,
+                    .kv_layout = behaviour_.kv_layout};
 }
 
 std::shared_ptr<WorkerCall> FakePrefillClient::Prefill(
@@ -221,7 +225,10 @@ int FakeDecodeClient::outstanding_leases() {
 absl::StatusOr<WorkerLoad> FakeDecodeClient::Poll(std::chrono::milliseconds) {
   if (!healthy_) return absl::UnavailableError("fake decode worker: down");
   std::lock_guard<std::mutex> lock(mu_);
-  return WorkerLoad{behaviour_.num_blocks, behaviour_.block_size, behaviour_.num_blocks, 0};
+  return WorkerLoad{.num_blocks = behaviour_.num_blocks,
+                    .block_size = behaviour_.block_size,
+                    .free_blocks = behaviour_.num_blocks,
+                    .kv_layout = behaviour_.kv_layout};
 }
 
 void FakeDecodeClient::Reserve(const ReserveArgs& args,

@@ -58,6 +58,7 @@ struct FakePrefillBehaviour {
   int32_t cached_tokens = 0;
   bool ignore_cancel = false;  // answers (late) even when cancelled
   absl::Status error = absl::InternalError("fake prefill: it broke");  // kError's
+  std::string kv_layout = {};  // what Poll reports (WorkerLoad::kv_layout)
 };
 
 class FakePrefillClient : public PrefillClient {
@@ -106,6 +107,7 @@ struct FakeDecodeBehaviour {
   // prefill into it fails NOT_FOUND.
   bool forget_leases = false;
   int32_t num_blocks = 1024, block_size = 16;
+  std::string kv_layout = {};  // what Poll reports (WorkerLoad::kv_layout)
 };
 
 class FakeDecodeClient : public DecodeClient {

@@ -190,10 +190,12 @@ grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerC
       i->set_healthy(w.healthy);
       i->set_in_flight(w.in_flight);
       i->set_free_blocks(w.load.free_blocks);
+      i->set_unpaired(w.unpaired);
     }
   };
   fill(pool_->Snapshot(WorkerRole::kPrefill), resp->mutable_prefill_workers());
   fill(pool_->Snapshot(WorkerRole::kDecode), resp->mutable_decode_workers());
+  resp->set_not_ready_reason(pool_->NotReadyReason());
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

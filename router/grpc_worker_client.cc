@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "absl/strings/ascii.h"
+#include "common/rpc/kv_fingerprint.h"
 #include "common/rpc/rpc_server.h"
 #include "common/rpc/status_convert.h"
 #include "common/util/field_error.h"
@@ -221,7 +222,8 @@ WorkerLoad FromProto(const v1::WorkerStats& s) {
           .prefix_hit_tokens = s.prefix_hit_tokens_total(),
           .kv_transfer_bytes = s.kv_transfer_bytes_total(),
           .generated_tokens = s.generated_tokens_total(),
-          .kv_transports = {s.kv_transports().begin(), s.kv_transports().end()}};
+          .kv_transports = {s.kv_transports().begin(), s.kv_transports().end()},
+          .kv_layout = s.has_kv_layout() ? s.kv_layout().SerializeAsString() : std::string()};
 }
 
 // SERVING on `service` and an answer to GetWorkerStats, both within `timeout`.
@@ -456,6 +458,16 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
 };
 
 }  // namespace
+
+absl::Status LayoutsPair(std::string_view prefill, std::string_view decode) {
+  if (prefill.empty() || decode.empty()) return absl::OkStatus();
+  v1::KvLayoutFingerprint p, d;
+  if (!p.ParseFromArray(prefill.data(), static_cast<int>(prefill.size())) ||
+      !d.ParseFromArray(decode.data(), static_cast<int>(decode.size()))) {
+    return absl::FailedPreconditionError("KV layout mismatch: a layout that does not parse");
+  }
+  return rpc::CheckFingerprint(p, d, "on the prefill worker", "on the decode worker");
+}
 
 WorkerClientFactory GrpcWorkerClients(std::string api_key) {
   return {[api_key](const std::string& address) -> std::unique_ptr<PrefillClient> {

@@ -147,11 +147,11 @@ int main(int argc, char** argv) {
     return fail(st);
   rpc::RpcServer* srv = server->get();
   http::HttpServer* web = http->get();
-  pool.Start([srv, web, &flags](bool ready) {
+  pool.Start([srv, web, &flags](bool ready, const std::string& why) {
     srv->SetReady(ready);
-    if (web != nullptr) web->SetReady(ready);
+    if (web != nullptr) web->SetReady(ready, why);
     if (ready) rpc::AnnounceReady(flags);
-    std::fprintf(stderr, "tandem-router %s\n", ready ? "ready" : "not ready: waiting for workers");
+    std::fprintf(stderr, "tandem-router %s%s\n", ready ? "ready" : "not ready: ", why.c_str());
   });
   rpc::ServeUntilSignal("tandem-router", srv, flags,
                         {.server = web,

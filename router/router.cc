@@ -148,11 +148,14 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
     Forget(r.get());
     return true;
   };
-  if (!pool_->AnyHealthy(WorkerRole::kPrefill)) {
-    return fail(absl::UnavailableError("no healthy prefill worker"));
-  }
+  // Unpaired workers count as absent: the pool says why (a KV layout mismatch).
+  auto none = [&](const char* fallback) {
+    const std::string why = pool_->NotReadyReason();
+    return fail(absl::UnavailableError(why.empty() ? fallback : why));
+  };
+  if (!pool_->AnyHealthy(WorkerRole::kPrefill)) return none("no healthy prefill worker");
   std::vector<Worker*> candidates = pool_->DecodeCandidates();
-  if (candidates.empty()) return fail(absl::UnavailableError("no healthy decode worker"));
+  if (candidates.empty()) return none("no healthy decode worker");
   // Started again after a failure: the workers of the failed attempt come last.
   const std::vector<Worker*>& avoid = r->avoid();
   auto avoided = [&](Worker* w) { return std::find(avoid.begin(), avoid.end(), w) != avoid.end(); };
@@ -169,6 +172,9 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
   // Prefill is busy enough, or the best worker is computing this very prefix: wait
   // here (in order, deadlines kept) rather than there.
   if (choice.worker == nullptr || choice.wait) return false;
+  // Only decode workers whose KV layout the chosen prefill worker shares.
+  std::erase_if(candidates, [&](Worker* d) { return !pool_->Pairs(choice.worker, d); });
+  if (candidates.empty()) return none("no decode worker pairs with the prefill worker");
   ReserveArgs args;
   args.request_id = r->id();
   args.prompt = &spec.prompt;

@@ -15,12 +15,15 @@
 #include "gtest/gtest.h"
 #include "router/fake_workers.h"
 #include "router/router.h"
+#include "tandem/v1/kv_transfer.pb.h"
 #include "tests/default_tokenizer.h"
 
 namespace tandem::router {
 namespace {
 
 using namespace std::chrono_literals;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 // Collects one request's output.
 class Collect : public ResponseSink {
@@ -850,6 +853,87 @@ TEST(AdmissionQueue, PriorityOrderWithABoundOnWaiting) {
 // The decode pool's KV as a gateway reads it: blocks held by sequences over the healthy
 // workers' blocks (cached blocks are free), workers that are down or have not reported
 // left out.
+// A KV layout as a worker reports it (GetWorkerStats.kv_layout).
+std::string Layout(int32_t block_size) {
+  v1::KvLayoutFingerprint f;
+  f.set_model_hash("0123abcd");
+  f.set_block_size(block_size);
+  return f.SerializeAsString();
+}
+
+// Issue #41: workers whose KV layouts match no worker of the other role are unpaired:
+// they get no work, each says why naming the other worker, and the pair that matches
+// serves every request.
+TEST_F(RouterRequestTest, UnpairedWorkersGetNoWorkAndThePairThatMatchesServes) {
+  Make(2, 2, {}, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.kv_layout = Layout(16)});
+    f.prefill("10.0.0.1:101")->Set({.kv_layout = Layout(32)});
+    f.decode("10.0.0.2:100")->Set({.kv_layout = Layout(64)});
+    f.decode("10.0.0.2:101")->Set({.kv_layout = Layout(32)});
+  });
+  EXPECT_TRUE(pool_->Ready());
+  EXPECT_EQ(pool_->NotReadyReason(), "");
+  const auto prefill = pool_->Snapshot(WorkerRole::kPrefill);
+  const auto decode = pool_->Snapshot(WorkerRole::kDecode);
+  ASSERT_EQ(prefill.size(), 2u);
+  ASSERT_EQ(decode.size(), 2u);
+  EXPECT_THAT(prefill[0].unpaired,
+              AllOf(HasSubstr("10.0.0.2:100"),
+                    HasSubstr("block_size is 16 on the prefill worker and 64 on the decode worker")));
+  EXPECT_EQ(prefill[1].unpaired, "");
+  EXPECT_THAT(decode[0].unpaired, AllOf(HasSubstr("10.0.0.1:100"), HasSubstr("block_size")));
+  EXPECT_EQ(decode[1].unpaired, "");
+  EXPECT_TRUE(prefill[0].healthy && decode[0].healthy);  // healthy, only unpaired
+  constexpr int kRequests = 6;
+  std::vector<std::shared_ptr<Collect>> sinks;
+  for (int i = 0; i < kRequests; ++i) {
+    sinks.push_back(std::make_shared<Collect>());
+    Submit(Spec(3), sinks.back());
+  }
+  for (auto& sink : sinks) {
+    ASSERT_TRUE(sink->Wait());
+    EXPECT_TRUE(sink->done().has_value()) << sink->error();
+  }
+  EXPECT_EQ(P(0)->calls(), 0);
+  EXPECT_EQ(P(1)->calls(), kRequests);
+  EXPECT_EQ(D(0)->reserves(), 0);
+  EXPECT_EQ(D(1)->streams(), kRequests);
+  ExpectAtRest();
+}
+
+// With no pair that matches, the pool is not ready and says why (naming the field, no
+// address: /health is public); a request fails UNAVAILABLE with that reason and
+// reserves nothing.
+TEST_F(RouterRequestTest, NoMatchingPairIsNotReadyAndSaysWhy) {
+  Make(1, 1, {}, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.kv_layout = Layout(16)});
+    f.decode("10.0.0.2:100")->Set({.kv_layout = Layout(32)});
+  });
+  EXPECT_FALSE(pool_->Ready());
+  EXPECT_EQ(pool_->NotReadyReason(),
+            "no prefill worker pairs with a decode worker: KV layout mismatch: block_size is 16 "
+            "on the prefill worker and 32 on the decode worker");
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(3), sink);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(sink->error().message()), HasSubstr("block_size is 16"));
+  EXPECT_EQ(D(0)->reserves(), 0);
+  EXPECT_EQ(P(0)->calls(), 0);
+  ExpectAtRest();
+}
+
+// A worker that reports no layout (an older worker) pairs with any.
+TEST_F(RouterRequestTest, AWorkerWithoutALayoutPairsWithAny) {
+  Make(1, 1, {}, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->Set({.kv_layout = Layout(32)}); });
+  EXPECT_TRUE(pool_->Ready());
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(3), sink);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_TRUE(sink->done().has_value()) << sink->error();
+  ExpectAtRest();
+}
+
 TEST(PoolKv, SumsTheHealthyDecodeWorkers) {
   std::vector<WorkerSnapshot> w = {
       {"a", true, 1, {.num_blocks = 100, .block_size = 16, .free_blocks = 50, .cached_blocks = 10}},

@@ -6,7 +6,8 @@
 
 namespace tandem::router {
 
-std::string ClusterJson(std::string_view model_name, const RouterStats& stats, bool ready,
+std::string ClusterJson(std::string_view model_name, const RouterStats& stats,
+                        std::string_view not_ready_reason,
                         const std::vector<WorkerSnapshot>& prefill,
                         const std::vector<WorkerSnapshot>& decode, int64_t time_ms) {
   const PoolKv kv = SummarizePoolKv(decode);
@@ -16,6 +17,7 @@ std::string ClusterJson(std::string_view model_name, const RouterStats& stats, b
       workers.push_back({{"role", role},
                          {"address", w.address},
                          {"healthy", w.healthy},
+                         {"unpaired", w.unpaired},
                          {"in_flight", w.in_flight},
                          {"running", w.load.running},
                          {"waiting", w.load.waiting},
@@ -36,7 +38,8 @@ std::string ClusterJson(std::string_view model_name, const RouterStats& stats, b
       {"model", model_name},
       {"time_ms", time_ms},
       {"router",
-       {{"ready", ready},
+       {{"ready", not_ready_reason.empty()},
+        {"not_ready_reason", not_ready_reason},
         {"queued", stats.queued_requests},
         {"queued_tokens", stats.queued_tokens},
         {"running", stats.running_requests}}},
@@ -67,7 +70,7 @@ void MountWebPage(http::HttpServer* server, Router* router, WorkerPool* pool,
                                std::chrono::system_clock::now().time_since_epoch())
                                .count();
     http::Response r;
-    r.body = ClusterJson(model_name, router->Stats(), pool->Ready(),
+    r.body = ClusterJson(model_name, router->Stats(), pool->NotReadyReason(),
                          pool->Snapshot(WorkerRole::kPrefill), pool->Snapshot(WorkerRole::kDecode),
                          now_ms);
     ex->Reply(std::move(r));

@@ -33,8 +33,9 @@ std::string_view WebPageHtml();
 void MountWebPage(http::HttpServer* server, Router* router, WorkerPool* pool,
                   std::string model_name);
 
-// The body of /v1/cluster.
-std::string ClusterJson(std::string_view model_name, const RouterStats& stats, bool ready,
+// The body of /v1/cluster: ready when `not_ready_reason` is empty (WorkerPool::NotReadyReason).
+std::string ClusterJson(std::string_view model_name, const RouterStats& stats,
+                        std::string_view not_ready_reason,
                         const std::vector<WorkerSnapshot>& prefill,
                         const std::vector<WorkerSnapshot>& decode, int64_t time_ms);
 

@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,7 +47,14 @@ struct WorkerLoad {
   int64_t kv_transfer_bytes = 0;  // pushed (prefill) or received (decode)
   int64_t generated_tokens = 0;
   std::vector<std::string> kv_transports = {};  // offered (prefill) / accepted (decode)
+  std::string kv_layout = {};  // its KV layout, opaque (as Reservation::layout); empty: none
 };
+
+// Whether a prefill worker reporting `prefill` (WorkerLoad::kv_layout) can fill the
+// blocks of a decode worker reporting `decode`: OK, or FailedPrecondition naming the
+// first field that differs ("KV layout mismatch: block_size is 16 on the prefill worker
+// and 32 on the decode worker"). A worker that reported no layout pairs with any.
+absl::Status LayoutsPair(std::string_view prefill, std::string_view decode);
 
 // Decode memory reserved for one prompt.
 struct Reservation {

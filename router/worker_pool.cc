@@ -158,7 +158,7 @@ WorkerPool::~WorkerPool() {
   }
 }
 
-void WorkerPool::Start(std::function<void(bool)> on_ready) {
+void WorkerPool::Start(std::function<void(bool, const std::string&)> on_ready) {
   on_ready_ = std::move(on_ready);
   PollOnce();
   thread_ = std::thread([this] { Run(); });
@@ -196,25 +196,56 @@ void WorkerPool::PollOnce() {
     for (UnsentRelease& r : unsent) SendRelease(w.get(), r);
   }
   bool changed = false, ready = false;
+  std::string why;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    bool p = false, d = false;
+    // A healthy worker pairs when some healthy worker of the other role shares its KV
+    // layout; the first mismatch met says why one does not.
+    bool healthy[2] = {false, false}, usable[2] = {false, false};
+    std::string mismatch;
     for (auto& w : workers_) {
+      w->unpaired.clear();
       if (!w->healthy) continue;
-      (w->role == WorkerRole::kPrefill ? p : d) = true;
+      const bool is_prefill = w->role == WorkerRole::kPrefill;
+      healthy[is_prefill] = true;
+      std::string first;
+      bool paired = false, others = false;
+      for (auto& o : workers_) {
+        if (o->role == w->role || !o->healthy) continue;
+        others = true;
+        const absl::Status st = is_prefill ? LayoutsPair(w->stats.kv_layout, o->stats.kv_layout)
+                                           : LayoutsPair(o->stats.kv_layout, w->stats.kv_layout);
+        if (st.ok()) {
+          paired = true;
+          break;
+        }
+        if (first.empty()) {
+          first = StrCat("pairs with no ", is_prefill ? "decode" : "prefill", " worker (",
+                         o->address, ": ", st.message(), ")");
+          if (mismatch.empty()) mismatch = std::string(st.message());
+        }
+      }
+      if (others && !paired) w->unpaired = std::move(first);
+      usable[is_prefill] = usable[is_prefill] || w->usable();
     }
-    ready = p && d;
-    changed = ready != ready_;
+    ready = usable[0] && usable[1];
+    if (!ready) {
+      why = !healthy[1]  ? "no prefill worker is healthy"
+            : !healthy[0] ? "no decode worker is healthy"
+                          : StrCat("no prefill worker pairs with a decode worker: ", mismatch);
+    }
+    changed = ready != ready_ || why != not_ready_reason_;
     ready_ = ready;
+    not_ready_reason_ = why;
   }
-  if (changed && on_ready_) on_ready_(ready);
+  if (changed && on_ready_) on_ready_(ready, why);
 }
 
 std::vector<Worker*> WorkerPool::DecodeCandidates() {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Worker*> out;
   for (auto& w : workers_) {
-    if (w->role == WorkerRole::kDecode && w->healthy) out.push_back(w.get());
+    if (w->role == WorkerRole::kDecode && w->usable()) out.push_back(w.get());
   }
   // Slow ones last; then free blocks as last reported, less a guess at what the router
   // reserved since; then the fewest sequences in flight.
@@ -236,7 +267,7 @@ Worker* WorkerPool::PickPrefill(const std::vector<Worker*>& exclude) {
   std::lock_guard<std::mutex> lock(mu_);
   Worker* best = nullptr;
   for (auto& w : workers_) {
-    if (w->role != WorkerRole::kPrefill || !w->healthy) continue;
+    if (w->role != WorkerRole::kPrefill || !w->usable()) continue;
     if (std::find(exclude.begin(), exclude.end(), w.get()) != exclude.end()) continue;
     if (best == nullptr || Load(w.get()) < Load(best)) best = w.get();
   }
@@ -256,7 +287,7 @@ PrefillChoice WorkerPool::ChoosePrefill(std::span<const uint64_t> hashes, int64_
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Worker*> open;
   for (auto& w : workers_) {
-    if (w->role == WorkerRole::kPrefill && w->healthy &&
+    if (w->role == WorkerRole::kPrefill && w->usable() &&
         (w->sent_tokens == 0 || w->sent_tokens < max_tokens)) {
       open.push_back(w.get());
     }
@@ -353,10 +384,20 @@ bool WorkerPool::Ready() {
   return ready_;
 }
 
+std::string WorkerPool::NotReadyReason() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return not_ready_reason_;
+}
+
+bool WorkerPool::Pairs(const Worker* prefill, const Worker* decode) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return LayoutsPair(prefill->stats.kv_layout, decode->stats.kv_layout).ok();
+}
+
 bool WorkerPool::AnyHealthy(WorkerRole role) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& w : workers_)
-    if (w->role == role && w->healthy) return true;
+    if (w->role == role && w->usable()) return true;
   return false;
 }
 
@@ -375,7 +416,7 @@ std::vector<WorkerSnapshot> WorkerPool::Snapshot(WorkerRole role) {
   std::vector<WorkerSnapshot> out;
   for (auto& w : workers_) {
     if (w->role != role || w->retired) continue;
-    out.push_back({w->address, w->healthy, w->in_flight, w->stats});
+    out.push_back({w->address, w->healthy, w->in_flight, w->stats, w->unpaired});
   }
   return out;
 }

@@ -9,7 +9,11 @@
 // valid. A poll thread checks each worker's gRPC health (its
 // worker service must be SERVING) and reads its GetWorkerStats every `poll_interval`;
 // a worker that fails either is unhealthy and gets no new work until it answers
-// again. Callers report RPC failures (MarkUnhealthy) so a dead worker is dropped at
+// again. A healthy worker whose KV layout (WorkerLoad::kv_layout) matches no healthy
+// worker of the other role is unpaired: it gets no work either, the pool is not ready
+// while no prefill/decode pair matches, and why is said (NotReadyReason, each
+// snapshot's `unpaired`); a prefill worker is only ever paired with decode workers of
+// its layout (Pairs). Callers report RPC failures (MarkUnhealthy) so a dead worker is dropped at
 // once rather than at the next poll. Selection: decode workers by free KV blocks
 // (fewest running sequences breaks ties; one that let a Reserve time out goes last), prefill
 // workers by queued prompt tokens (the worker's last report plus what the router sent since).
@@ -95,6 +99,8 @@ struct Worker {
   std::unique_ptr<DecodeClient> decode;    // kDecode
   // Guarded by WorkerPool::mu_.
   bool healthy = false;
+  std::string unpaired;  // healthy, but no healthy worker of the other role matches its layout
+  bool usable() const { return healthy && unpaired.empty(); }
   bool slow = false;     // decode: let a Reserve time out; tried last until it answers one
   int source = -1;       // the DNS entry that found it; -1: a fixed address
   bool retired = false;  // its DNS name no longer resolves to this address
@@ -114,7 +120,8 @@ struct WorkerSnapshot {
   std::string address;
   bool healthy;
   int32_t in_flight;
-  WorkerLoad load;  // as last polled
+  WorkerLoad load;       // as last polled
+  std::string unpaired = {};  // Worker::unpaired
 };
 
 // The KV memory of a pool of decode workers, as a gateway schedules by it: over the
@@ -140,12 +147,15 @@ class WorkerPool {
              WorkerClientFactory clients, WorkerPoolOptions options);
   ~WorkerPool();
 
-  // Polls once synchronously, then keeps polling in the background. `on_ready(bool)`
-  // runs whenever "at least one healthy worker of each role" changes.
-  void Start(std::function<void(bool)> on_ready);
+  // Polls once synchronously, then keeps polling in the background. `on_ready(ready,
+  // why)` runs whenever readiness ("a healthy prefill and a healthy decode worker whose
+  // KV layouts match") or the reason it is not ready (NotReadyReason) changes.
+  void Start(std::function<void(bool, const std::string&)> on_ready);
 
-  // Healthy decode workers, best first.
+  // Usable (healthy, paired) decode workers, best first.
   std::vector<Worker*> DecodeCandidates();
+  // Whether `prefill` can fill `decode`'s blocks: their layouts as last polled match.
+  bool Pairs(const Worker* prefill, const Worker* decode);
   // The healthy prefill worker with the least queued work, not in `exclude`; null if none.
   Worker* PickPrefill(const std::vector<Worker*>& exclude);
 
@@ -175,6 +185,10 @@ class WorkerPool {
   void MarkSlow(Worker* w, bool slow);
 
   bool Ready();
+  // Empty when ready; otherwise why not, naming no address ("no decode worker is
+  // healthy", "no prefill worker pairs with a decode worker: KV layout mismatch: …").
+  std::string NotReadyReason();
+  // A usable (healthy, paired) worker of `role`.
   bool AnyHealthy(WorkerRole role);
   // The largest KV capacity (tokens) among decode workers that reported one; 0 if none.
   int64_t MaxDecodeCapacity();
@@ -204,8 +218,9 @@ class WorkerPool {
   std::condition_variable cv_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  std::string not_ready_reason_ ABSL_GUARDED_BY(mu_) = "no worker has answered yet";
   uint64_t round_robin_ ABSL_GUARDED_BY(mu_) = 0;
-  std::function<void(bool)> on_ready_;
+  std::function<void(bool, const std::string&)> on_ready_;
   std::thread thread_;
 };
 

@@ -102,7 +102,7 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string
   c->endpoint_ = StrCat("127.0.0.1:", c->router_->port);
   auto channel = rpc::MakeChannel(c->endpoint_);
   c->generation_ = v1::Generation::NewStub(channel);
-  if (!rpc::WaitForRouterReady(c->endpoint_, kStartTimeout)) {
+  if (!rpc::WaitForRouterReady(c->endpoint_, kStartTimeout, config.wait_until_ready)) {
     *error = "the router never saw every worker healthy; logs in " + c->dir_;
     return nullptr;
   }

@@ -31,13 +31,17 @@ struct ClusterConfig {
   std::vector<std::string> decode_flags;   // ... for every decode worker
   std::vector<std::string> prefill_env;    // NAME=VALUE added to every prefill worker's
   std::vector<std::string> decode_env;     // ... every decode worker's environment
+  // Start waits for the router to be ready; false: only for every worker to answer it
+  // (a cluster whose workers cannot pair is never ready).
+  bool wait_until_ready = true;
 };
 
 class Cluster {
  public:
   enum Role { kPrefill, kDecode };
 
-  // Starts everything and waits until the router sees every worker healthy; null (and a message
+  // Starts everything and waits until the router sees every worker healthy (and is
+  // ready, unless config.wait_until_ready is false); null (and a message
   // in *error) on failure.
   static std::unique_ptr<Cluster> Start(const ClusterConfig& config, std::string* error);
   ~Cluster();  // router first, then workers

@@ -161,6 +161,8 @@ class HttpServer::Impl {
   const HttpServerOptions options_;
   metrics::Metrics* const metrics_;
   std::atomic<bool> ready_{false};
+  std::mutex not_ready_mu_;
+  std::string not_ready_why_ ABSL_GUARDED_BY(not_ready_mu_);  // SetReady's reason
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> open_{0}, rejecting_{0}, rejected_total_{0};
@@ -810,7 +812,13 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const HttpServerO
   server->Handle("GET", "/health", [s](std::shared_ptr<Exchange> ex) {
     Response ok;
     ok.body = "{\"status\":\"ok\"}";
-    ex->Reply(s->ready_ ? ok : JsonError(503, "not ready", "service_unavailable"));
+    if (s->ready_) return ex->Reply(ok);
+    std::string message = "not ready";
+    {
+      std::lock_guard<std::mutex> lock(s->not_ready_mu_);
+      if (!s->draining_ && !s->not_ready_why_.empty()) message += ": " + s->not_ready_why_;
+    }
+    ex->Reply(JsonError(503, message, "service_unavailable"));
   });
   server->Handle("GET", "/ping", [s](std::shared_ptr<Exchange> ex) {
     Response r;
@@ -865,7 +873,13 @@ absl::Status HttpServer::Listen() {
 
 int HttpServer::port() const { return impl_->port_; }
 bool HttpServer::tls() const { return impl_->ssl_.has_value(); }
-void HttpServer::SetReady(bool ready) { impl_->ready_ = ready && !impl_->draining_; }
+void HttpServer::SetReady(bool ready, std::string why) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->not_ready_mu_);
+    impl_->not_ready_why_ = std::move(why);
+  }
+  impl_->ready_ = ready && !impl_->draining_;
+}
 
 void HttpServer::Drain() {
   impl_->draining_ = true;

@@ -88,7 +88,8 @@ class HttpServer {
   absl::Status Listen();
   int port() const;
   bool tls() const;
-  void SetReady(bool ready);
+  // Not ready: /health answers 503 with "not ready" and `why` (public: name no address).
+  void SetReady(bool ready, std::string why = {});
   // Not ready from now on, and new requests but the probes are answered 503.
   void Drain();
   HttpServerStats Stats() const;

@@ -192,6 +192,15 @@ TEST_F(HttpServerTest, RoutesErrorsAndProbes) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->body, "{\"status\":\"ok\"}");
+  // Not ready again, with a reason: /health says it.
+  server_->SetReady(false, "no prefill worker pairs with a decode worker: block_size");
+  r = c.Get("/health");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_NE(r->body.find("not ready: no prefill worker pairs with a decode worker: block_size"),
+            std::string::npos)
+      << r->body;
+  server_->SetReady(true);
   r = c.Get("/nowhere?x=1");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);

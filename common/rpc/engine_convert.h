@@ -12,6 +12,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/sampling_params.h"
 #include "common/kv/kv_layout.h"
+#include "common/rpc/kv_fingerprint.h"
 #include "tandem/v1/kv_transfer.pb.h"
 #include "tandem/v1/worker.pb.h"
 
@@ -37,9 +38,6 @@ void ToProto(const engine::EngineStats& s, v1::WorkerStats* out);
 // workers on hosts of different CPUs still pair.
 v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash,
                                         std::string_view device, kernels::CpuMath cpu_math);
-// FailedPrecondition naming the first field where `theirs` differs from `ours`.
-absl::Status CheckFingerprint(const v1::KvLayoutFingerprint& ours,
-                              const v1::KvLayoutFingerprint& theirs);
 
 }  // namespace tandem::rpc
 

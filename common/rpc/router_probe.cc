@@ -16,7 +16,8 @@ std::chrono::system_clock::time_point InOneSecond() {
 
 }  // namespace
 
-bool WaitForRouterReady(const std::string& address, std::chrono::milliseconds timeout) {
+bool WaitForRouterReady(const std::string& address, std::chrono::milliseconds timeout,
+                        bool serving) {
   auto channel = MakeChannel(address);
   auto health = grpc::health::v1::Health::NewStub(channel);
   auto generation = v1::Generation::NewStub(channel);
@@ -26,8 +27,8 @@ bool WaitForRouterReady(const std::string& address, std::chrono::milliseconds ti
     grpc::health::v1::HealthCheckResponse hresp;
     grpc::ClientContext hctx;
     hctx.set_deadline(InOneSecond());
-    if (!health->Check(&hctx, hreq, &hresp).ok() ||
-        hresp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    if (serving && (!health->Check(&hctx, hreq, &hresp).ok() ||
+                    hresp.status() != grpc::health::v1::HealthCheckResponse::SERVING)) {
       return false;
     }
     v1::GetServerInfoRequest req;

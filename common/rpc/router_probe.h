@@ -9,8 +9,11 @@
 
 namespace tandem::rpc {
 
-// Polls `address` until ready or `timeout` passes; true if ready.
-bool WaitForRouterReady(const std::string& address, std::chrono::milliseconds timeout);
+// Polls `address` until ready or `timeout` passes; true if ready. Ready: the router's
+// Generation service is SERVING and GetServerInfo lists every worker healthy; with
+// `serving` false only the latter (a cluster whose workers cannot pair never serves).
+bool WaitForRouterReady(const std::string& address, std::chrono::milliseconds timeout,
+                        bool serving = true);
 
 }  // namespace tandem::rpc
 

@@ -47,7 +47,7 @@ namespace tandem::transport {
 
 struct StreamKvSenderOptions {
   std::string api_key;  // sent on every call to decode workers (their --api-key)
-  KvDevice device;
+  KvDevice device = {};
   // Offered at the handshake, preferred first (transport_choice.h Offered).
   std::vector<TransportKind> offered = {TransportKind::kHost};
   // The communicators of the peer transports; null where unavailable.

@@ -12,8 +12,10 @@
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
 #include "common/rpc/router_probe.h"
+#include "common/rpc/rpc_server.h"
 #include "common/util/strings.h"
 #include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_harness.h"
 #include "tests/test_paths.h"
@@ -24,7 +26,9 @@ namespace {
 using ::tandem::testing::Cluster;
 using ::tandem::testing::ClusterConfig;
 using ::tandem::testing::GenerateResult;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Clock = std::chrono::steady_clock;
 
 double MsSince(Clock::time_point t) {
@@ -747,9 +751,11 @@ TEST_F(ClusterTest, AnAbandonedReservationIsFreedByItsKey) {
   EXPECT_THAT(none.error_message(), HasSubstr("lease_id"));
 }
 
-// Workers started with different KV dtypes or block sizes never pair: the request
-// fails with FAILED_PRECONDITION naming the field, and no KV byte moves.
-TEST_F(ClusterTest, WorkersWithDifferentKvLayoutsRefuseToPair) {
+// Workers started with different KV dtypes, block sizes or CPU arithmetic never pair:
+// the router is not ready (gRPC health NOT_SERVING) and says why, naming the field, in
+// GetServerInfo; a request fails UNAVAILABLE naming it, and no KV byte moves (issue #41:
+// before, the router said ready and every request failed FAILED_PRECONDITION).
+TEST_F(ClusterTest, WorkersWithDifferentKvLayoutsAreNotReadyAndSayWhy) {
   for (const auto& [flags, field] :
        {std::pair<std::vector<std::string>, std::string>{{"--kv-dtype", "bf16"}, "dtype"},
         {{"--block-size", "32"}, "block_size"},
@@ -761,13 +767,34 @@ TEST_F(ClusterTest, WorkersWithDifferentKvLayoutsRefuseToPair) {
     SCOPED_TRACE(field);
     ClusterConfig config;
     config.prefill_flags = flags;
+    config.wait_until_ready = false;
     ASSERT_NO_FATAL_FAILURE(StartCluster(config));
+    auto channel = rpc::MakeChannel(cluster_->endpoint());
+    grpc::health::v1::HealthCheckRequest hreq;
+    hreq.set_service("tandem.v1.Generation");
+    grpc::health::v1::HealthCheckResponse hresp;
+    grpc::ClientContext hctx;
+    ASSERT_TRUE(grpc::health::v1::Health::NewStub(channel)->Check(&hctx, hreq, &hresp).ok());
+    EXPECT_EQ(hresp.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+    v1::GetServerInfoResponse info;
+    grpc::ClientContext ictx;
+    ASSERT_TRUE(cluster_->generation()->GetServerInfo(&ictx, {}, &info).ok());
+    EXPECT_THAT(info.not_ready_reason(),
+                AllOf(HasSubstr("no prefill worker pairs with a decode worker"), HasSubstr(field),
+                      Not(HasSubstr("127.0.0.1"))));
+    ASSERT_EQ(info.prefill_workers_size(), 1);
+    ASSERT_EQ(info.decode_workers_size(), 1);
+    EXPECT_TRUE(info.prefill_workers(0).healthy());
+    EXPECT_THAT(info.prefill_workers(0).unpaired(),
+                AllOf(HasSubstr(cluster_->address(Cluster::kDecode, 0)), HasSubstr(field)));
+    EXPECT_THAT(info.decode_workers(0).unpaired(),
+                AllOf(HasSubstr(cluster_->address(Cluster::kPrefill, 0)), HasSubstr(field)));
     v1::GenerateRequest req;
     req.set_text("Hello there");
     req.mutable_sampling_params()->set_max_tokens(4);
     const grpc::Status st = ::tandem::testing::Generate(cluster_->generation(), req).status;
-    EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
-    EXPECT_THAT(st.error_message(), HasSubstr(field));
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+    EXPECT_THAT(st.error_message(), AllOf(HasSubstr(field), Not(HasSubstr("127.0.0.1"))));
     v1::WorkerStats decode;
     ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &decode));
     EXPECT_EQ(decode.kv_transfer_bytes_total(), 0);
