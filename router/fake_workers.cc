@@ -142,10 +142,8 @@ void FakePrefillClient::Set(FakePrefillBehaviour b) {
 absl::StatusOr<WorkerLoad> FakePrefillClient::Poll(std::chrono::milliseconds) {
   if (!healthy_) return absl::UnavailableError("fake prefill worker: down");
   std::lock_guard<std::mutex> lock(mu_);
-  return WorkerLoad{.num_blocks = 1024,
-                    .block_size = 16,
-                    .free_blocks = 1024,
-                    .kv_layout = behaviour_.kv_layout};
+  return WorkerLoad{
+      .num_blocks = 1024, .block_size = 16, .free_blocks = 1024, .kv_layout = behaviour_.kv_layout};
 }
 
 std::shared_ptr<WorkerCall> FakePrefillClient::Prefill(

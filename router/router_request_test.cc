@@ -877,9 +877,10 @@ TEST_F(RouterRequestTest, UnpairedWorkersGetNoWorkAndThePairThatMatchesServes) {
   const auto decode = pool_->Snapshot(WorkerRole::kDecode);
   ASSERT_EQ(prefill.size(), 2u);
   ASSERT_EQ(decode.size(), 2u);
-  EXPECT_THAT(prefill[0].unpaired,
-              AllOf(HasSubstr("10.0.0.2:100"),
-                    HasSubstr("block_size is 16 on the prefill worker and 64 on the decode worker")));
+  EXPECT_THAT(
+      prefill[0].unpaired,
+      AllOf(HasSubstr("10.0.0.2:100"),
+            HasSubstr("block_size is 16 on the prefill worker and 64 on the decode worker")));
   EXPECT_EQ(prefill[1].unpaired, "");
   EXPECT_THAT(decode[0].unpaired, AllOf(HasSubstr("10.0.0.1:100"), HasSubstr("block_size")));
   EXPECT_EQ(decode[1].unpaired, "");

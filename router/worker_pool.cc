@@ -230,7 +230,7 @@ void WorkerPool::PollOnce() {
     }
     ready = usable[0] && usable[1];
     if (!ready) {
-      why = !healthy[1]  ? "no prefill worker is healthy"
+      why = !healthy[1]   ? "no prefill worker is healthy"
             : !healthy[0] ? "no decode worker is healthy"
                           : StrCat("no prefill worker pairs with a decode worker: ", mismatch);
     }

@@ -120,7 +120,7 @@ struct WorkerSnapshot {
   std::string address;
   bool healthy;
   int32_t in_flight;
-  WorkerLoad load;       // as last polled
+  WorkerLoad load;            // as last polled
   std::string unpaired = {};  // Worker::unpaired
 };
 

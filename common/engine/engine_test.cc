@@ -1123,7 +1123,8 @@ TEST_F(ConstrainedTest, WideEnumAfterAPrefixGivesOneOfItsValues) {
     std::snprintf(value, sizeof value, "%s\"v%05d\"", i == 0 ? "" : " | ", i);
     gbnf += value;
   }
-  gbnf += R"() "\"}")" "\n";
+  gbnf += R"() "\"}")"
+          "\n";
   const std::regex whole(R"re(\{"id": "v(\d{5})"\})re");
   for (const std::string& text : Run(Prompts(2), Constrained(gbnf, 1.0))) {
     std::smatch m;

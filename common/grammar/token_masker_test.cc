@@ -104,7 +104,8 @@ TEST(TokenMasker, WideEnumMasksAreExact) {
     std::snprintf(value, sizeof value, "%s\"v%05d\"", i == 0 ? "" : " | ", i);
     gbnf += value;
   }
-  gbnf += R"() "\"}")" "\n";
+  gbnf += R"() "\"}")"
+          "\n";
   auto g = MustCompile(gbnf);
   ASSERT_NE(g, nullptr);
   std::vector<std::string> vocab;

@@ -17,8 +17,8 @@ namespace tandem::rpc {
 // ("KV layout mismatch: block_size is 16 here and 32 there", with `here` and `there`
 // as given); an empty cpu_math reads "exact".
 absl::Status CheckFingerprint(const v1::KvLayoutFingerprint& ours,
-                              const v1::KvLayoutFingerprint& theirs,
-                              std::string_view here = "here", std::string_view there = "there");
+                              const v1::KvLayoutFingerprint& theirs, std::string_view here = "here",
+                              std::string_view there = "there");
 
 }  // namespace tandem::rpc
 
