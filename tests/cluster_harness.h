@@ -50,6 +50,7 @@ class Cluster {
   v1::Generation::Stub* generation() { return generation_.get(); }
   std::string address(Role role, int i) const;
   v1::DecodeWorker::Stub* decode_stub(int i) { return decode_stubs_[i].get(); }
+  v1::PrefillWorker::Stub* prefill_stub(int i) { return prefill_stubs_[i].get(); }
   v1::KvTransfer::Stub* kv_stub(int i) { return kv_stubs_[i].get(); }
 
   // GetWorkerStats of one worker (2 s deadline); false if it did not answer.

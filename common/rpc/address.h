@@ -3,10 +3,12 @@
 // SplitHostPort takes one apart without judging it (the router's --prefill/--decode
 // flags, where a DNS name stands for every address it resolves to). CheckAddress is
 // for an address that arrives in a request — a KV destination the prefill worker is
-// told to push to — and must be a well-formed host:port before anything dials it: a
-// host of name characters or an IP literal (not the name of a gRPC target scheme:
-// "unix:80" is a socket path to gRPC), a decimal port in 1..65535. gRPC itself would take
-// "127.0.0.1:99999" as port 34463, and answer an empty target UNKNOWN.
+// told to push to — and must be an IP address and port before anything dials it: an
+// IPv4 literal or a bracketed IPv6 one (never a name, which would be resolved through
+// DNS on the request's word, nor a gRPC target scheme: "unix:80" is a socket path to
+// gRPC), a decimal port in 1..65535. The router only ever names workers by the
+// addresses it resolved. gRPC itself would take "127.0.0.1:99999" as port 34463, and
+// answer an empty target UNKNOWN.
 #ifndef TANDEM_COMMON_RPC_ADDRESS_H_
 #define TANDEM_COMMON_RPC_ADDRESS_H_
 
@@ -24,7 +26,7 @@ bool SplitHostPort(std::string_view address, std::string* host, std::string* por
 // True when `host` is an IPv4 or IPv6 literal.
 bool IsIpLiteral(const std::string& host);
 
-// OK when `address` is host:port as above; else InvalidArgument naming `what` (the
+// OK when `address` is IP:port as above; else InvalidArgument naming `what` (the
 // field the address came in) and the reason.
 absl::Status CheckAddress(std::string_view address, std::string_view what);
 

@@ -363,6 +363,59 @@ TEST_F(ClusterTest, LogitBiasListsOfDifferentLengthsAreRefusedNamingTheField) {
   EXPECT_EQ(cluster_->WaitForBaseline(), "");
 }
 
+// A KV destination named by a host name is refused naming the field before anything is
+// computed or looked up (issue #41: the prefill worker resolved it through DNS); the
+// same reservation named by its address is then served.
+TEST_F(ClusterTest, AHostNameAsKvDestinationIsRefusedBeforeAnyLookup) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  const std::vector<int32_t> prompt = *tok().Encode("The capital of France is");
+  v1::ReserveRequest rreq;
+  rreq.set_num_tokens(static_cast<int32_t>(prompt.size()) + 1);
+  rreq.set_lease_ms(60000);
+  v1::ReserveResponse reserved;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ASSERT_TRUE(cluster_->decode_stub(0)->Reserve(&ctx, rreq, &reserved).ok());
+  }
+  v1::WorkerStats before;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &before));
+  const std::string address = cluster_->address(Cluster::kDecode, 0);  // 127.0.0.1:port
+  auto prefill = [&](const std::string& to, v1::PrefillResponse* resp) {
+    v1::PrefillRequest req;
+    req.mutable_prompt_token_ids()->Assign(prompt.begin(), prompt.end());
+    req.mutable_params()->set_max_tokens(2);
+    req.mutable_params()->set_top_p(1);
+    req.mutable_params()->set_repetition_penalty(1);
+    v1::KvDestination* d = req.mutable_destination();
+    d->set_address(to);
+    d->set_lease_id(reserved.lease_id());
+    d->mutable_block_ids()->CopyFrom(reserved.block_ids());
+    *d->mutable_fingerprint() = reserved.fingerprint();
+    d->set_cached_blocks(reserved.cached_blocks());
+    d->set_epoch(reserved.epoch());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    return cluster_->prefill_stub(0)->Prefill(&ctx, req, resp);
+  };
+  v1::PrefillResponse resp;
+  const grpc::Status named = prefill("localhost" + address.substr(address.find(':')), &resp);
+  EXPECT_EQ(named.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << named.error_message();
+  EXPECT_THAT(named.error_message(),
+              AllOf(HasSubstr("destination.address"), HasSubstr("not an IP address")));
+  v1::WorkerStats after;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &after));
+  EXPECT_EQ(after.kv_transfer_bytes_total(), before.kv_transfer_bytes_total());
+  const grpc::Status ok = prefill(address, &resp);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  v1::ReleaseRequest release;
+  release.set_lease_id(reserved.lease_id());
+  v1::ReleaseResponse released;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(cluster_->decode_stub(0)->Release(&ctx, release, &released).ok());
+  EXPECT_EQ(cluster_->WaitForBaseline(), "");
+}
+
 TEST_F(ClusterTest, CancelFreesEveryBlockAndOthersAreUnaffected) {
   ASSERT_NO_FATAL_FAILURE(StartCluster({}));
   const std::vector<int32_t> pool = TokenPool();
