@@ -1,5 +1,9 @@
 #include "common/http/http_server.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <array>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -301,6 +305,7 @@ class Session : public SessionBase {
       : server_(server),
         stream_(std::move(stream)),
         timer_(stream_.get_executor()),
+        probe_timer_(stream_.get_executor()),
         rejection_(rejection),
         reject_(rejection != Rejection::kNone),
         client_(std::move(client)) {}
@@ -338,6 +343,7 @@ class Session : public SessionBase {
   void Begin(uint64_t gen, int status, std::string content_type, Headers headers) override {
     if (gen != gen_ || phase_ != Phase::kHandling || closed_) return;
     phase_ = Phase::kStreaming;
+    event_stream_ = content_type.starts_with("text/event-stream");
     if (AsksToClose(headers)) keep_alive_ = false;
     chunked_ = !http10_;  // an HTTP/1.0 client reads to the close instead
     if (http10_) keep_alive_ = false;
@@ -425,6 +431,7 @@ class Session : public SessionBase {
     answered_ = false;
     continue_sent_ = false;
     chunked_ = false;
+    event_stream_ = false;
     parser_.emplace();
     parser_->eager(true);
     parser_->body_limit(server_->options_.max_body_bytes);
@@ -451,6 +458,7 @@ class Session : public SessionBase {
           ec == net::error::operation_aborted) {
         return TlsShutdown();
       }
+      if (ec == net::error::eof && HalfClosed()) return;
       ClientGone();
       return CloseNow();
     }
@@ -615,6 +623,57 @@ class Session : public SessionBase {
     }
   }
 
+  // The client ended its sending side while its request is answered. It may have shut
+  // down only that side (`nc -N`, a script's shutdown(SHUT_WR)) and still read, or have
+  // closed outright: TCP tells the two apart only once bytes are sent, which the second
+  // answers with a reset. So the answer goes on (the connection closes after it), and
+  // bytes every client must take are sent at once: before a whole answer an interim
+  // "103 Early Hints" (HTTP/1.1), inside an event stream a comment line; the socket is
+  // then checked for the reset after 50 ms, 0.25, 1 and 4 s. A stream of another type, an
+  // HTTP/1.0 request (no 1xx allowed) and TLS (no half-close) count as gone at once.
+  // False when the client counts as gone.
+  bool HalfClosed() {
+    if constexpr (kTls) return false;
+    if (answered_) return false;
+    std::string probe;
+    if (phase_ == Phase::kHandling && !http10_) {
+      probe = "HTTP/1.1 103 Early Hints\r\n\r\n";
+    } else if (phase_ == Phase::kStreaming && event_stream_) {
+      probe = ": the client half-closed\n\n";
+      if (chunked_) probe = StrCat(HexSize(probe.size()), "\r\n", probe, "\r\n");
+    } else {
+      return false;
+    }
+    keep_alive_ = false;
+    Queue(std::move(probe));
+    CheckPeerAfter(0);
+    return true;
+  }
+
+  // Whether the peer has reset the connection (after bytes sent to a closed socket).
+  bool PeerReset() {
+    tcp_info info{};
+    socklen_t len = sizeof(info);
+    if (getsockopt(Socket().native_handle(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return true;
+    return info.tcpi_state == TCP_CLOSE;
+  }
+
+  void CheckPeerAfter(int step) {
+    static constexpr std::chrono::milliseconds kAfter[] = {
+        std::chrono::milliseconds(50), std::chrono::milliseconds(200),
+        std::chrono::milliseconds(750), std::chrono::milliseconds(3000)};
+    if (step >= static_cast<int>(std::size(kAfter))) return;
+    probe_timer_.expires_after(kAfter[step]);
+    probe_timer_.async_wait([self = Self(), step](boost::system::error_code ec) {
+      if (ec || self->closed_ || self->answered_) return;
+      if (self->PeerReset()) {
+        self->ClientGone();
+        return self->CloseNow();
+      }
+      self->CheckPeerAfter(step + 1);
+    });
+  }
+
   void ClientGone() {
     if (answered_ || gone_ == nullptr) return;
     auto callback = std::move(gone_);
@@ -628,6 +687,7 @@ class Session : public SessionBase {
     idle_since = 0;
     ++timer_gen_;
     timer_.cancel();
+    probe_timer_.cancel();
     boost::system::error_code ec;
     Socket().close(ec);
     out_.clear();
@@ -692,7 +752,8 @@ class Session : public SessionBase {
   HttpServer::Impl* const server_;
   Stream stream_;
   net::steady_timer timer_;
-  const Rejection rejection_;  // past a connection bound: requests but probes get 503
+  net::steady_timer probe_timer_;  // HalfClosed's checks for a reset
+  const Rejection rejection_;      // past a connection bound: requests but probes get 503
   const bool reject_;
   const std::string client_;  // the peer's address
 
@@ -704,6 +765,7 @@ class Session : public SessionBase {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bool reading_ = false, writing_ = false, closed_ = false, tls_shutdown_ = false;
   bool keep_alive_ = true, http10_ = false, chunked_ = false, continue_sent_ = false;
+  bool event_stream_ = false;  // the stream is text/event-stream
   bool answered_ = false, after_write_ = false;
   bool awaiting_next_ = false;       // kept alive after an answer, no byte of the next request yet
   bool close_after_answer_ = false;  // CloseIfIdle found a request begun: no keep-alive after it

@@ -57,6 +57,7 @@ class Raw {
   }
   ~Raw() { Close(); }
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
   void Send(const std::string& s) const {
     size_t off = 0;
     while (off < s.size()) {
@@ -349,6 +350,59 @@ TEST_F(HttpServerTest, AClientHangingUpReachesTheHandler) {
   EXPECT_EQ(r->body, "still");
   // An answered exchange's client leaving later is not a hang-up of its request.
   EXPECT_EQ(parked_.gone, 2);
+}
+
+// A client that shuts down its sending side after its request (`nc -N`) still gets its
+// answer (issue #41: it was taken as gone): a whole answer after an interim 103, a
+// stream with a comment line first; the connection then closes. A client that closed
+// outright is still noticed (the bytes sent draw a reset), within the checks' bound.
+TEST_F(HttpServerTest, AHalfClosedClientGetsItsAnswer) {
+  Start();
+  {
+    Raw raw(server_->port());
+    raw.Send("POST /park HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi");
+    ASSERT_TRUE(parked_.WaitFor(1));
+    ASSERT_EQ(shutdown(raw.fd(), SHUT_WR), 0);
+    EXPECT_NE(raw.ReadUntil("103 Early Hints\r\n\r\n").find("HTTP/1.1 103"), std::string::npos);
+    std::this_thread::sleep_for(300ms);  // past the first checks: still not gone
+    EXPECT_EQ(parked_.gone, 0);
+    Response r;
+    r.content_type = "text/plain";
+    r.body = "answer";
+    parked_.Take()[0]->Reply(std::move(r));
+    const std::string got = raw.ReadToClose();
+    EXPECT_EQ(got.find("HTTP/1.1 103 Early Hints\r\n\r\n"), 0u) << got;
+    EXPECT_NE(got.find("HTTP/1.1 200 OK\r\n"), std::string::npos) << got;
+    EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
+    EXPECT_EQ(got.substr(got.size() - 6), "answer") << got;
+  }
+  {
+    Raw raw(server_->port());
+    raw.Send("GET /park-stream HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_TRUE(parked_.WaitFor(1));
+    EXPECT_NE(raw.ReadUntil("data: open").find("data: open"), std::string::npos);
+    ASSERT_EQ(shutdown(raw.fd(), SHUT_WR), 0);
+    std::this_thread::sleep_for(300ms);
+    EXPECT_EQ(parked_.gone, 0);
+    auto ex = parked_.Take()[0];
+    ex->Write("data: more\n\n");
+    ex->End();
+    const std::string got = raw.ReadToClose();
+    EXPECT_NE(got.find(": the client half-closed\n\n"), std::string::npos) << got;
+    EXPECT_NE(got.find("data: more\n\n"), std::string::npos) << got;
+    EXPECT_NE(got.find("0\r\n\r\n"), std::string::npos) << got;
+  }
+  EXPECT_EQ(parked_.gone, 0);
+  // HTTP/1.0 takes no interim answer: its half-close still counts as gone.
+  {
+    Raw raw(server_->port());
+    raw.Send("POST /park HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    ASSERT_TRUE(parked_.WaitFor(1));
+    ASSERT_EQ(shutdown(raw.fd(), SHUT_WR), 0);
+    for (int i = 0; i < 500 && parked_.gone == 0; ++i) std::this_thread::sleep_for(2ms);
+    EXPECT_EQ(parked_.gone, 1);
+    parked_.Take();
+  }
 }
 
 TEST_F(HttpServerTest, ConnectionsPastTheBoundGet503NotAReset) {
