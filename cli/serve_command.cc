@@ -100,13 +100,6 @@ absl::Status AwaitStartUp(const std::vector<Child*>& children, LogRelay* relay,
   }
 }
 
-// A port number `path` holds (a tandem server writes it once it listens); 0 if none yet.
-int PortIn(const std::string& path) {
-  std::ifstream in(path);
-  int port = 0;
-  return in >> port && port > 0 ? port : 0;
-}
-
 }  // namespace
 
 void AddServeCommand(CLI::App& app, ServeOptions* o) {
@@ -372,7 +365,7 @@ int RunServe(const ServeOptions& o) {
   for (Child& c : workers) {
     const absl::Status up =
         AwaitStartUp(started, &relay, std::chrono::seconds(60), StrCat(c.name, " did not listen"),
-                     [&c] { return (c.port = PortIn(c.port_file)) > 0; });
+                     [&c] { return (c.port = ReadPort(c.port_file)) > 0; });
     if (!up.ok()) return start_up_failed(nullptr, up);
     // From now on the worker keeps its ports, across restarts.
     c.http_port = ReadSecondPort(c.port_file);
@@ -435,7 +428,7 @@ int RunServe(const ServeOptions& o) {
   started.push_back(&router);
   absl::Status up =
       AwaitStartUp(started, &relay, std::chrono::seconds(60), "the router did not listen",
-                   [&router] { return (router.port = PortIn(router.port_file)) > 0; });
+                   [&router] { return (router.port = ReadPort(router.port_file)) > 0; });
   if (!up.ok()) return start_up_failed(&router, up);
   router.http_port = ReadSecondPort(router.port_file);
   *(std::find(router.args.begin(), router.args.end(), "--port") + 1) = std::to_string(router.port);

@@ -86,7 +86,7 @@ class PrefillWorker {
     int64_t prompt_tokens = 0;
     std::unique_ptr<transport::KvTransfer> transfer;
     std::function<bool()> abandoned;  // the caller has gone (asked on the engine thread)
-    absl::Status error;               // the transfer could not start, or the forward pass failed
+    absl::Status error;    // the transfer could not start, the pass failed, or the caller left
     bool stopped = false;  // cancelled in the engine: its transfer failed before its last chunk
     PrefillResult result;
   };

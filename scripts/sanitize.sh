@@ -39,7 +39,9 @@ TSAN_TESTS=(engine_test router_test http_server_test worker_fault_test stream_ou
 # expire. The engine's scheduling, reservation and failure paths, the draft model's
 # cache against a fresh one and its freeing on a failed pass, the block invariants
 # through rejected, preempted and cancelled drafts (by prompt lookup; the same walk with
-# a draft model is Release-only, 3 min under ASan) and every transport fault test stay in.
+# a draft model is Release-only, 3 min under ASan) and every transport fault test stay in;
+# the two longest walks take fewer rounds under a sanitizer (engine_test_util.h
+# kSanitized: half the requests, 8 rounds of 14), 5 min → 1 min under ASan.
 # Under TSan also the one test that asserts a rate (2,000 streams concurrent at once),
 # which TSan's slowdown breaks, and engine_test's long scheduling walks (6 min there):
 # they run on the same threads — the engine's compute pool — as the shorter tests TSan

@@ -3,7 +3,6 @@
 // bad requests, and KV accounting back to baseline after every test.
 #include "common/engine/engine.h"
 
-#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -15,6 +14,7 @@
 #include "common/engine/loaded_model.h"
 #include "common/engine/model_file.h"
 #include "common/engine/synthetic_model.h"
+#include "common/grammar/grammar_test_util.h"
 #include "common/grammar/json_schema_grammar.h"
 #include "common/grammar/regex_grammar.h"
 #include "common/model/gguf_file.h"
@@ -726,7 +726,10 @@ TEST_F(SpeculativeTest, DraftBlocksStayConsistentThroughRejectionPreemptionAndCa
 
 void SpeculativeTest::CheckBlocksThroughRejectionPreemptionAndCancel(const ModelWeights* draft) {
   auto prompts = MixedPrompts();
-  for (auto& p : MixedPrompts()) prompts.push_back(std::move(p));  // each twice, other seeds
+  // Each twice, other seeds (once under a sanitizer: still more than the pool holds).
+  if (!kSanitized) {
+    for (auto& p : MixedPrompts()) prompts.push_back(std::move(p));
+  }
   std::vector<SamplingParams> params;
   for (size_t i = 0; i < prompts.size(); ++i) {
     params.push_back(Params(i % 2 ? 0.0 : 0.9, 20 + static_cast<int>(i % 4) * 6, 70 + i));
@@ -1013,7 +1016,8 @@ TEST_F(SpeculativeTest, DraftProposalsEqualAFreshDraftsAfterAnyHistory) {
   std::mt19937 rng(5);
   const int32_t k = 3;
   int compared = 0;
-  for (int round = 0; round < 14; ++round) {
+  const int rounds = kSanitized ? 8 : 14;  // the history forgotten at 6 either way
+  for (int round = 0; round < rounds; ++round) {
     if (round == 6) cached->Retain([](kv::SeqId id) { return id != 2; });  // forget one
     std::vector<std::vector<int32_t>> drafts(tokens.size());
     std::vector<DraftModel::Request> requests;
@@ -1036,7 +1040,7 @@ TEST_F(SpeculativeTest, DraftProposalsEqualAFreshDraftsAfterAnyHistory) {
       tokens[i].push_back(j < drafts[i].size() && other == drafts[i][j] ? other + 1 : other);
     }
   }
-  EXPECT_GT(compared, 25);
+  EXPECT_GT(compared, kSanitized ? 10 : 25);
   cached->Retain([](kv::SeqId) { return false; });
   EXPECT_EQ(cached->block_stats().free_blocks, cached->block_stats().num_blocks);
 }
@@ -1117,14 +1121,7 @@ TEST_F(ConstrainedTest, JsonSchemaOutputsValidate) {
 // mid-stream with "the grammar allows no token" before): every answer is one value.
 TEST_F(ConstrainedTest, WideEnumAfterAPrefixGivesOneOfItsValues) {
   constexpr int kValues = 20000;
-  std::string gbnf = R"(root ::= "{\"id\": \"" ()";
-  for (int i = 0; i < kValues; ++i) {
-    char value[32];
-    std::snprintf(value, sizeof value, "%s\"v%05d\"", i == 0 ? "" : " | ", i);
-    gbnf += value;
-  }
-  gbnf += R"() "\"}")"
-          "\n";
+  const std::string gbnf = grammar::WideEnumGbnf("{\"id\": \"", kValues, "\"}");
   const std::regex whole(R"re(\{"id": "v(\d{5})"\})re");
   for (const std::string& text : Run(Prompts(2), Constrained(gbnf, 1.0))) {
     std::smatch m;

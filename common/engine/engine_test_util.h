@@ -12,6 +12,20 @@
 
 namespace tandem::engine {
 
+// Built with ASan or TSan (scripts/sanitize.sh), where the engine runs 10-30x slower:
+// the longest walks take fewer rounds there — the same code paths, for fewer steps.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // One step's events; an event carrying an error (a failed pass) fails the test.
 inline std::vector<TokenEvent> StepOk(Engine& e) {
   std::vector<TokenEvent> events = e.Step();

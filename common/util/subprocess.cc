@@ -94,13 +94,17 @@ int Subprocess::Stop(std::chrono::milliseconds grace) {
 int WaitForPortFile(const std::string& path, Subprocess* child, std::chrono::milliseconds timeout) {
   const auto until = Clock::now() + timeout;
   while (Clock::now() < until) {
-    std::ifstream in(path);
-    int port = 0;
-    if (in >> port && port > 0) return port;
+    if (const int port = ReadPort(path); port > 0) return port;
     if (child->Poll().has_value()) return 0;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return 0;
+}
+
+int ReadPort(const std::string& path) {
+  std::ifstream in(path);
+  int port = 0;
+  return in >> port && port > 0 ? port : 0;
 }
 
 int ReadSecondPort(const std::string& path) {

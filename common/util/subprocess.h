@@ -46,7 +46,9 @@ class Subprocess {
 // Waits for `path` to hold a port number written by `child`; 0 if the child exits or
 // `timeout` passes first.
 int WaitForPortFile(const std::string& path, Subprocess* child, std::chrono::milliseconds timeout);
-// The second port of a port file (tandem servers write "<grpc>\n<http>\n"); 0 if none.
+// The first port of a port file (tandem servers write "<grpc>\n<http>\n"); 0 if none yet.
+int ReadPort(const std::string& path);
+// The second port of a port file; 0 if none.
 int ReadSecondPort(const std::string& path);
 // Waits up to `timeout` for `path` to exist; false if `child` exits or time runs out.
 bool WaitForFile(const std::string& path, Subprocess* child, std::chrono::milliseconds timeout);

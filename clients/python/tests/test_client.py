@@ -81,6 +81,7 @@ class Cluster:
             "--prefill-workers", "1",
             "--decode-workers", "1",
             "--grpc-port", str(self.port),
+            "--http-port", "0",  # other tests may run beside this one: no fixed port
             "--threads-per-worker", "1",
         ]
         if self.api_key is not None:
