@@ -507,14 +507,20 @@ TEST_F(HttpServerTest, IdleKeepAlivesMakeRoomAtTheBound) {
     return got.find("HTTP/1.1 200 OK\r\n") != std::string::npos &&
            got.find("\r\n\r\n" + body) != std::string::npos;
   };
+  // A connection counts as idle once the server has seen its answer's write complete,
+  // which may trail the client's read of it: a moment's pause before each new
+  // connection that needs the room (under a parallel CTest the gap reached the accept).
+  auto settle = [] { std::this_thread::sleep_for(200ms); };
   Raw first(server_->port()), second(server_->port());
   ASSERT_TRUE(served(first, "a1"));
   ASSERT_TRUE(served(second, "b1"));  // both idle now, `first` the longer
+  settle();
   Raw third(server_->port());
   EXPECT_TRUE(served(third, "c1")) << "an idle keep-alive held the bound";
   EXPECT_TRUE(first.ClosedByServer(2000ms)) << "the longest idle was not closed";
   EXPECT_FALSE(second.ClosedByServer());
   EXPECT_TRUE(served(second, "b2"));  // still kept alive
+  settle();
   // Every connection busy (parked): past the bound is 503.
   Raw p1(server_->port()), p2(server_->port());
   p1.Send("POST /park HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");

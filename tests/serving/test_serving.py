@@ -1312,7 +1312,15 @@ def main():
     parser.add_argument("--tandem-bin", required=True)
     parser.add_argument("--model", default=os.environ.get(
         "TANDEM_MODEL", os.path.join(ROOT, "models", "smollm2-135m-instruct-q4_1.gguf")))
+    parser.add_argument("--exclude", action="append", default=[],
+                        help="a test class to leave out (CTest runs the API class beside the rest)")
     ARGS, rest = parser.parse_known_args()
+    if ARGS.exclude:
+        module = sys.modules[__name__]
+        names = [name for name, value in vars(module).items()
+                 if isinstance(value, type) and issubclass(value, unittest.TestCase)
+                 and name not in ARGS.exclude]
+        rest = [*rest, *names]
     unittest.main(argv=[sys.argv[0], "-v", *rest])
 
 
