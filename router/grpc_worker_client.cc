@@ -460,7 +460,8 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
 }  // namespace
 
 absl::Status LayoutsPair(std::string_view prefill, std::string_view decode) {
-  if (prefill.empty() || decode.empty()) return absl::OkStatus();
+  // Equal bytes are equal layouts (the common case, checked each poll for every pair).
+  if (prefill.empty() || decode.empty() || prefill == decode) return absl::OkStatus();
   v1::KvLayoutFingerprint p, d;
   if (!p.ParseFromArray(prefill.data(), static_cast<int>(prefill.size())) ||
       !d.ParseFromArray(decode.data(), static_cast<int>(decode.size()))) {

@@ -176,6 +176,28 @@ void WorkerPool::Run() {
   }
 }
 
+namespace {
+// Why healthy `w` pairs with no healthy worker of the other role (naming the first one
+// and the field that differs); empty when one shares its KV layout or none is healthy.
+// The first mismatch met goes to *mismatch if that is empty.
+std::string Unpaired(const Worker& w, const std::vector<std::unique_ptr<Worker>>& workers,
+                     std::string* mismatch) {
+  const bool is_prefill = w.role == WorkerRole::kPrefill;
+  std::string first;
+  for (const auto& o : workers) {
+    if (o->role == w.role || !o->healthy) continue;
+    const absl::Status st = is_prefill ? LayoutsPair(w.stats.kv_layout, o->stats.kv_layout)
+                                       : LayoutsPair(o->stats.kv_layout, w.stats.kv_layout);
+    if (st.ok()) return "";
+    if (!first.empty()) continue;
+    first = StrCat("pairs with no ", is_prefill ? "decode" : "prefill", " worker (", o->address,
+                   ": ", st.message(), ")");
+    if (mismatch->empty()) *mismatch = std::string(st.message());
+  }
+  return first;
+}
+}  // namespace
+
 void WorkerPool::PollOnce() {
   for (auto& w : workers_) {
     {
@@ -199,33 +221,14 @@ void WorkerPool::PollOnce() {
   std::string why;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // A healthy worker pairs when some healthy worker of the other role shares its KV
-    // layout; the first mismatch met says why one does not.
     bool healthy[2] = {false, false}, usable[2] = {false, false};
-    std::string mismatch;
+    std::string mismatch;  // the first met: why no pair matches, when none does
     for (auto& w : workers_) {
       w->unpaired.clear();
       if (!w->healthy) continue;
       const bool is_prefill = w->role == WorkerRole::kPrefill;
       healthy[is_prefill] = true;
-      std::string first;
-      bool paired = false, others = false;
-      for (auto& o : workers_) {
-        if (o->role == w->role || !o->healthy) continue;
-        others = true;
-        const absl::Status st = is_prefill ? LayoutsPair(w->stats.kv_layout, o->stats.kv_layout)
-                                           : LayoutsPair(o->stats.kv_layout, w->stats.kv_layout);
-        if (st.ok()) {
-          paired = true;
-          break;
-        }
-        if (first.empty()) {
-          first = StrCat("pairs with no ", is_prefill ? "decode" : "prefill", " worker (",
-                         o->address, ": ", st.message(), ")");
-          if (mismatch.empty()) mismatch = std::string(st.message());
-        }
-      }
-      if (others && !paired) w->unpaired = std::move(first);
+      w->unpaired = Unpaired(*w, workers_, &mismatch);
       usable[is_prefill] = usable[is_prefill] || w->usable();
     }
     ready = usable[0] && usable[1];

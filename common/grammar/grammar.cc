@@ -560,7 +560,11 @@ class GbnfParser {
 };
 
 absl::StatusOr<Grammar> Grammar::Compile(std::string_view text, std::string_view root) {
-  return GbnfParser(text).Run(root);
+  absl::StatusOr<Grammar> g = GbnfParser(text).Run(root);
+  if (g.ok()) {
+    for (const Element& e : g->elements_) g->byte_elements_ += e.kind == Kind::kBytes;
+  }
+  return g;
 }
 
 std::string GbnfLiteral(std::string_view text) {

@@ -67,6 +67,8 @@ class Grammar {
   const std::vector<int32_t>& alternatives(int32_t rule) const { return rules_[rule]; }
   const ByteSet& byte_set(int32_t index) const { return byte_sets_[index]; }
   int32_t root() const { return root_; }
+  // Elements of kind kBytes (the most stacks a state holds without ambiguity).
+  size_t byte_elements() const { return byte_elements_; }
   int32_t rule_count() const { return static_cast<int32_t>(rules_.size()); }
   const std::string& rule_name(int32_t rule) const { return names_[rule]; }
 
@@ -77,6 +79,7 @@ class Grammar {
   std::vector<std::string> names_;           // [rule]
   std::vector<ByteSet> byte_sets_;
   int32_t root_ = 0;
+  size_t byte_elements_ = 0;
 };
 
 // GBNF spelling of `text` as a literal, quotes included ("a\"b\n").

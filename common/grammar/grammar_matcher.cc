@@ -8,11 +8,7 @@ namespace tandem::grammar {
 using Kind = Grammar::Kind;
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> grammar)
-    : grammar_(std::move(grammar)) {
-  max_heads_ = kMaxHeads;
-  size_t byte_elements = 0;
-  for (const Grammar::Element& e : grammar_->elements()) byte_elements += e.kind == Kind::kBytes;
-  max_heads_ = std::max(max_heads_, byte_elements);
+    : grammar_(std::move(grammar)), max_heads_(std::max(kMaxHeads, grammar_->byte_elements())) {
   ++closure_;
   for (int32_t start : grammar_->alternatives(grammar_->root())) {
     if (grammar_->elements()[start].kind == Kind::kEnd) {

@@ -30,13 +30,21 @@ inline bool Matches(const std::shared_ptr<const Grammar>& g, std::string_view te
 // GBNF of `prefix`, then one of `values` values v00000, v00001, … (five digits), then
 // `suffix`: an alternation as wide as asked after a shared first byte.
 inline std::string WideEnumGbnf(std::string_view prefix, int values, std::string_view suffix) {
-  std::string gbnf = "root ::= " + GbnfLiteral(prefix) + " (";
+  std::string gbnf = "root ::= ";
+  gbnf += GbnfLiteral(prefix);
+  gbnf += " (";
   for (int i = 0; i < values; ++i) {
     char value[32];
     std::snprintf(value, sizeof value, "%s\"v%05d\"", i == 0 ? "" : " | ", i);
     gbnf += value;
   }
-  return gbnf + ")" + (suffix.empty() ? "" : " " + GbnfLiteral(suffix)) + "\n";
+  gbnf += ")";
+  if (!suffix.empty()) {
+    gbnf += ' ';
+    gbnf += GbnfLiteral(suffix);
+  }
+  gbnf += '\n';
+  return gbnf;
 }
 
 }  // namespace tandem::grammar
