@@ -316,6 +316,8 @@ void RangeGeneric(const QuantizedRows& x, const WeightMatrix& w, float* out, int
   RangeGeneric32(x, w, out, n0, n1);
 }
 
+#define TANDEM_AVX2_INLINE TANDEM_AVX2 __attribute__((always_inline)) inline
+
 // AVX2: a block's 32 weights as signed bytes, and the eight exact sums of four
 // products with a block of activations (maddubs on |w| and q·sign(w): no pair exceeds
 // 2 · 128 · 127, so nothing saturates).
@@ -381,50 +383,72 @@ TANDEM_AVX2 inline __m256i ChunkBytes(const uint8_t* block, int c) {
 // bytes 0–3 and 4–7; scales and mins 4–7 take their low four bits from the nibbles of
 // bytes 8–11 and their top two from the top bits of bytes 0–3 and 4–7
 // (model::KQuantScaleMin states the same one at a time).
-inline __m128i KScalesAndMins(const uint8_t* packed) {
-  uint32_t w[3];
-  std::memcpy(w, packed, 12);
-  const uint32_t sc_lo = w[0] & 0x3F3F3F3Fu, m_lo = w[1] & 0x3F3F3F3Fu;
-  const uint32_t sc_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
-  const uint32_t m_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
-  return _mm_set_epi32(static_cast<int>(m_hi), static_cast<int>(m_lo), static_cast<int>(sc_hi),
-                       static_cast<int>(sc_lo));
+TANDEM_AVX2_INLINE __m128i KScalesAndMins(const uint8_t* packed) {
+  // Words w0, w1, w2 (and four bytes past them, unused: still inside the super-block).
+  const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+  const __m128i low = _mm_and_si128(w, _mm_set1_epi8(0x3F));  // sc_lo, m_lo in words 0, 1
+  const __m128i w2 = _mm_srlv_epi32(_mm_shuffle_epi32(w, 0xAA), _mm_setr_epi32(0, 4, 0, 0));
+  const __m128i high = _mm_or_si128(_mm_and_si128(w2, _mm_set1_epi8(0x0F)),
+                                    _mm_and_si128(_mm_srli_epi32(w, 2), _mm_set1_epi8(0x30)));
+  return _mm_unpacklo_epi32(low, high);  // sc_lo, sc_hi, m_lo, m_hi
 }
 
-// Which bytes of a super-block's scales each chunk's int16 pairs take: bytes 2c and
-// 2c + 1 (a scale per 16 weights: Q6_K, Q3_K, Q2_K) or byte c for both halves (a scale
-// per 32: Q4_K, Q5_K, IQ4_XS).
-struct PickTable {
-  alignas(16) int8_t v[8][16];
+// A super-block's integer scales as int16 words laid out so that one in-lane byte shuffle
+// gives chunk c's madd operand: for the types with a scale per 16 weights (Q6_K, Q3_K,
+// Q2_K) word c of the low 128-bit lane is scale 2c (the chunk's first half) and word c of
+// the high lane scale 2c + 1; for those with one per 32 (Q4_K, Q5_K, IQ4_XS) both lanes
+// hold scales 0–7. `bytes` holds the scales as signed bytes (Q4_K/Q5_K's six unsigned
+// bits are below 64).
+TANDEM_AVX2_INLINE __m256i ScaleWords(__m128i bytes, bool per_half) {
+  if (per_half) {
+    const __m128i evens_odds = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(bytes, evens_odds));
+  }
+  return _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(bytes));
+}
+
+// Word c of each lane of ScaleWords spread over the lane's eight int16 pairs: chunk c's
+// madd operand, one shuffle.
+struct WordPicks {
+  alignas(32) int8_t v[8][32];
 };
-constexpr PickTable MakePicks(bool per_half) {
-  PickTable t{};
+constexpr WordPicks MakeWordPicks() {
+  WordPicks t{};
   for (int c = 0; c < 8; ++c) {
-    for (int e = 0; e < 16; ++e) t.v[c][e] = static_cast<int8_t>(per_half ? 2 * c + e / 8 : c);
+    for (int e = 0; e < 32; ++e) t.v[c][e] = static_cast<int8_t>(2 * c + e % 2);
   }
   return t;
 }
-constexpr PickTable kPickHalves = MakePicks(true), kPickChunk = MakePicks(false);
+constexpr WordPicks kWordPicks = MakeWordPicks();
+
+TANDEM_AVX2_INLINE __m256i ChunkWord(__m256i words, int c) {
+  return _mm256_shuffle_epi8(words,
+                             _mm256_load_si256(reinterpret_cast<const __m256i*>(kWordPicks.v[c])));
+}
 
 // A super-block's factors, unpacked once for its eight chunks: d and M (ChunkAt's D and
-// M), each chunk's integer scales c_h as int16 pairs (the madd operand), Q2_K's mins n_h
-// the same way, and Q4_K/Q5_K's chunk mins as floats.
+// M), the integer scales c_h as ScaleWords (Scale(c): chunk c's madd operand), Q2_K's
+// mins n_h the same way, and Q4_K/Q5_K's chunk mins as floats.
 template <GgmlType T>
 struct alignas(32) SuperFactors {
   float d = 0, dmin = 0;
-  __m256i scale[8];
-  __m256i min[8];    // Q2_K
-  __m256 chunk_min;  // Q4_K, Q5_K: m_c in lane c
+  __m256i words;
+  __m256i min_words;  // Q2_K
+  __m256 chunk_min;   // Q4_K, Q5_K: m_c in lane c
 
-  TANDEM_AVX2 void Load(const uint8_t* b) {
+  TANDEM_AVX2_INLINE __m256i Scale(int c) const { return ChunkWord(words, c); }
+  TANDEM_AVX2_INLINE __m256i Min(int c) const { return ChunkWord(min_words, c); }
+
+  TANDEM_AVX2_INLINE void Load(const uint8_t* b) {
     const __m128i nibble = _mm_set1_epi8(15);
-    // The scales as bytes, then each chunk's spread over its int16 pairs: for chunk c
-    // bytes 2c (first half) and 2c + 1 (second), or byte c for both halves.
     __m128i scales, mins = _mm_setzero_si128();
     constexpr bool kPerHalf = HasLaneScales(T);
     if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
-      d = Half(b);
-      dmin = -Half(b + 2);
+      uint32_t dd;  // d and dmin, two halves converted at once
+      std::memcpy(&dd, b, 4);
+      const __m128 both = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dd)));
+      d = _mm_cvtss_f32(both);
+      dmin = -_mm_cvtss_f32(_mm_movehdup_ps(both));
       const __m128i bytes = KScalesAndMins(b + 4);
       scales = bytes;
       chunk_min = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
@@ -462,15 +486,12 @@ struct alignas(32) SuperFactors {
       scales = _mm_and_si128(bytes, nibble);
       mins = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
     }
-    const PickTable& picks = kPerHalf ? kPickHalves : kPickChunk;
-    for (int c = 0; c < 8; ++c) {
-      const __m128i pick = _mm_load_si128(reinterpret_cast<const __m128i*>(picks.v[c]));
-      // Signed bytes (Q4_K/Q5_K's six unsigned bits are below 64).
-      scale[c] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, pick));
-      if constexpr (T == GgmlType::kQ2_K) {
-        min[c] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(mins, pick));
-      }
-    }
+    words = ScaleWords(scales, kPerHalf);
+    if constexpr (T == GgmlType::kQ2_K) min_words = ScaleWords(mins, kPerHalf);
+    // Kept as formed: GCC would otherwise push each chunk's shuffle back through the
+    // widening (two instructions a chunk instead of one).
+    __asm__("" : "+x"(words));
+    if constexpr (T == GgmlType::kQ2_K) __asm__("" : "+x"(min_words));
   }
 };
 
@@ -526,8 +547,6 @@ TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int64_t block, int8_
     d[b] = amax / 127.0f;
   }
 }
-
-#define TANDEM_AVX2_INLINE TANDEM_AVX2 __attribute__((always_inline)) inline
 
 // How far ahead of the block being read decode prefetches its weight row (bytes): one
 // stream per core, kept ahead of the hardware prefetcher.
@@ -585,6 +604,165 @@ TANDEM_AVX2 float RowDot32Avx2(const QuantizedRows& x, int64_t i, const uint8_t*
                    fd[c + 1], HasMin(T) ? fm[c + 1] : 0.0f, odd);
     }
   }
+  for (; b < nb; ++b) {  // the rest one by one (b keeps its parity)
+    const uint8_t* block = wrow + b * bb;
+    const float fd = Half(block) * dx[b], fm = HasMin(T) ? Half(block + 2) * dx[b] : 0.0f;
+    if (b % 2 == 0) {
+      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, even);
+    } else {
+      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, odd);
+    }
+  }
+  return ReduceAdd256x2(even, odd);
+}
+
+// Decode of the nibble types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) two blocks at a time. One
+// 32-byte vector holds the first 16 quants of blocks b and b + 1 ("low"), another their
+// last 16 ("high") — how the nibbles lie, so a shift and two masks unpack both blocks —
+// and the activations are laid out the same way once per call (PairedRow). Low's madd
+// gives P_0…3 of b then of b + 1, high's P_4…7: accumulator `lo` holds lanes 0–3 of the
+// even set and lanes 0–3 of the odd one, `hi` lanes 4–7 of each, so every lane takes
+// RowDot32Avx2's steps in its order, and the two sets are put back together before the
+// same reduction. Q4_0 and Q5_0 multiply their unsigned quants u (w = u − 8 or u − 16)
+// and take the offset off in float, P_l = float(Σ u·q) − off · s_l: integers below 2²⁴,
+// so exactly the P_l of the signed product.
+struct PairedRow {
+  std::vector<int8_t> q;  // [nb / 2][low 32, high 32]
+  std::vector<float> s;   // [nb / 2][lanes 0–3 of b, of b + 1; lanes 4–7 of b, of b + 1]
+};
+
+TANDEM_AVX2 void PairRow(const QuantizedRows& x, int64_t i, int64_t nb, PairedRow* out) {
+  const int64_t np = nb / 2;
+  if (out->q.size() < static_cast<size_t>(np * 64)) out->q.resize(static_cast<size_t>(np * 64));
+  if (out->s.size() < static_cast<size_t>(np * 16)) out->s.resize(static_cast<size_t>(np * 16));
+  const int8_t* q = x.q.data() + i * x.cols;
+  const float* sums = x.sums.data() + i * nb * 8;
+  for (int64_t p = 0; p < np; ++p) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * p));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * p + 32));
+    auto* dq = reinterpret_cast<__m256i*>(out->q.data() + 64 * p);
+    _mm256_storeu_si256(dq, _mm256_permute2x128_si256(a, b, 0x20));
+    _mm256_storeu_si256(dq + 1, _mm256_permute2x128_si256(a, b, 0x31));
+    const __m256 sa = _mm256_loadu_ps(sums + 16 * p), sb = _mm256_loadu_ps(sums + 16 * p + 8);
+    _mm256_storeu_ps(out->s.data() + 16 * p, _mm256_permute2f128_ps(sa, sb, 0x20));
+    _mm256_storeu_ps(out->s.data() + 16 * p + 8, _mm256_permute2f128_ps(sa, sb, 0x31));
+  }
+}
+
+constexpr bool Pairs(GgmlType t) {
+  return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 ||
+         t == GgmlType::kQ5_1 || t == GgmlType::kIQ4_NL;
+}
+// What Q4_0 and Q5_0 take off their unsigned quants.
+constexpr int Offset(GgmlType t) {
+  return t == GgmlType::kQ4_0 ? 8 : t == GgmlType::kQ5_0 ? 16 : 0;
+}
+
+// Blocks b (at w0) and b + 1 (at w1) as low and high: unsigned quants (Q4_0's and Q5_0's
+// before their offset), or IQ4_NL's signed levels.
+template <GgmlType T>
+TANDEM_AVX2_INLINE void PairBytes(const uint8_t* w0, const uint8_t* w1, __m256i& low,
+                                  __m256i& high) {
+  const __m256i v = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(w1 + QsOffset(T)),
+                                        reinterpret_cast<const __m128i*>(w0 + QsOffset(T)));
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  low = _mm256_and_si256(v, nibble);
+  high = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+  if constexpr (T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1) {
+    // Bit j of a block's qh is quant j's fifth: bits 0–15 go to low, 16–31 to high.
+    uint32_t h0, h1;
+    std::memcpy(&h0, w0 + QhOffset(T), 4);
+    std::memcpy(&h1, w1 + QhOffset(T), 4);
+    const __m256i words =
+        _mm256_setr_epi32(static_cast<int>(h0), 0, 0, 0, static_cast<int>(h1), 0, 0, 0);
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    const __m256i five = _mm256_set1_epi8(0x10);
+    auto spread = [&](int byte) TANDEM_AVX2 {
+      const __m256i pick = _mm256_setr_epi8(
+          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte),
+          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte),
+          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte + 1),
+          static_cast<char>(byte + 1), static_cast<char>(byte + 1), static_cast<char>(byte + 1),
+          static_cast<char>(byte + 1), static_cast<char>(byte + 1), static_cast<char>(byte + 1),
+          static_cast<char>(byte + 1), static_cast<char>(byte), static_cast<char>(byte),
+          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte),
+          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte),
+          static_cast<char>(byte + 1), static_cast<char>(byte + 1), static_cast<char>(byte + 1),
+          static_cast<char>(byte + 1), static_cast<char>(byte + 1), static_cast<char>(byte + 1),
+          static_cast<char>(byte + 1), static_cast<char>(byte + 1));
+      const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(words, pick), bit);
+      return _mm256_and_si256(_mm256_cmpeq_epi8(bits, bit), five);
+    };
+    low = _mm256_or_si256(low, spread(0));
+    high = _mm256_or_si256(high, spread(2));
+  } else if constexpr (T == GgmlType::kIQ4_NL) {
+    low = Iq4Levels(low);
+    high = Iq4Levels(high);
+  }
+}
+
+// Blocks b and b + 1 against their activations (q: PairedRow's 64 bytes, s: its 16 sums)
+// into lo and hi; fd (fm) = D · d_x (M · d_x) of block b in lanes 0–3, of b + 1 in 4–7.
+template <GgmlType T>
+TANDEM_AVX2_INLINE void PairStep(const int8_t* q, const float* s, const uint8_t* w0,
+                                 const uint8_t* w1, __m256 fd, __m256 fm, __m256& lo, __m256& hi) {
+  __m256i wl, wh;
+  PairBytes<T>(w0, w1, wl, wh);
+  const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32));
+  __m256i pl, ph;
+  if constexpr (T == GgmlType::kIQ4_NL) {
+    pl = _mm256_maddubs_epi16(_mm256_sign_epi8(wl, wl), _mm256_sign_epi8(ql, wl));
+    ph = _mm256_maddubs_epi16(_mm256_sign_epi8(wh, wh), _mm256_sign_epi8(qh, wh));
+  } else {
+    pl = _mm256_maddubs_epi16(wl, ql);
+    ph = _mm256_maddubs_epi16(wh, qh);
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 fl = _mm256_cvtepi32_ps(_mm256_madd_epi16(pl, ones));
+  __m256 fh = _mm256_cvtepi32_ps(_mm256_madd_epi16(ph, ones));
+  if constexpr (Offset(T) != 0) {
+    const __m256 off = _mm256_set1_ps(static_cast<float>(Offset(T)));
+    fl = _mm256_fnmadd_ps(_mm256_loadu_ps(s), off, fl);
+    fh = _mm256_fnmadd_ps(_mm256_loadu_ps(s + 8), off, fh);
+  }
+  lo = _mm256_fmadd_ps(fl, fd, lo);
+  hi = _mm256_fmadd_ps(fh, fd, hi);
+  if constexpr (HasMin(T)) {
+    lo = _mm256_fmadd_ps(_mm256_loadu_ps(s), fm, lo);
+    hi = _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), fm, hi);
+  }
+}
+
+// RowDot32Avx2 for the nibble types, two blocks at a time (`paired`: row i of x as
+// PairRow lays it out).
+template <GgmlType T>
+TANDEM_AVX2 float RowDotPairsAvx2(const QuantizedRows& x, const PairedRow& paired, int64_t i,
+                                  const uint8_t* wrow, int64_t nb) {
+  const int64_t bb = BlockBytes(T);
+  const float* dx = x.d.data() + i * nb;
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    const uint8_t* group = wrow + b * bb;
+    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 128), _MM_HINT_T0);
+    const __m256 dxs = _mm256_loadu_ps(dx + b);
+    const __m256 fd8 = _mm256_mul_ps(Halves8(group, bb), dxs);
+    const __m256 fm8 = HasMin(T) ? _mm256_mul_ps(Halves8(group + 2, bb), dxs) : fd8;
+#pragma GCC unroll 4
+    for (int c = 0; c < 8; c += 2) {
+      const __m256i pick = _mm256_setr_epi32(c, c, c, c, c + 1, c + 1, c + 1, c + 1);
+      const int64_t p = (b + c) / 2;
+      PairStep<T>(paired.q.data() + 64 * p, paired.s.data() + 16 * p, group + c * bb,
+                  group + (c + 1) * bb, _mm256_permutevar8x32_ps(fd8, pick),
+                  _mm256_permutevar8x32_ps(fm8, pick), lo, hi);
+    }
+  }
+  __m256 even = _mm256_permute2f128_ps(lo, hi, 0x20), odd = _mm256_permute2f128_ps(lo, hi, 0x31);
+  const int8_t* q = x.q.data() + i * x.cols;
+  const float* sums = x.sums.data() + i * nb * 8;
   for (; b < nb; ++b) {  // the rest one by one (b keeps its parity)
     const uint8_t* block = wrow + b * bb;
     const float fd = Half(block) * dx[b], fm = HasMin(T) ? Half(block + 2) * dx[b] : 0.0f;
@@ -670,10 +848,10 @@ template <GgmlType T>
 TANDEM_AVX2_INLINE void ChunkStep256(const int8_t* q, const uint8_t* block, int c,
                                      const SuperFactors<T>& f, __m256i& lanes, __m256i& mins) {
   const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  lanes = _mm256_add_epi32(lanes, LaneProducts<T>(ChunkBytes<T>(block, c), qv, f.scale[c]));
+  lanes = _mm256_add_epi32(lanes, LaneProducts<T>(ChunkBytes<T>(block, c), qv, f.Scale(c)));
   if constexpr (T == GgmlType::kQ2_K) {
     const __m256i qsums = _mm256_maddubs_epi16(_mm256_set1_epi8(1), qv);
-    mins = _mm256_add_epi32(mins, _mm256_madd_epi16(qsums, f.min[c]));
+    mins = _mm256_add_epi32(mins, _mm256_madd_epi16(qsums, f.Min(c)));
   }
 }
 
@@ -704,7 +882,9 @@ TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t
   SuperFactors<T> f;
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* block = wrow + sb * bb;
-    _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchAhead), _MM_HINT_T0);
+    for (int64_t line = 0; line < bb; line += 64) {  // every line of the super-block ahead
+      _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchAhead + line), _MM_HINT_T0);
+    }
     f.Load(block);
     __m256i lanes = _mm256_setzero_si256(), lane_mins = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -742,8 +922,8 @@ TANDEM_AVX2 void DecodeRow256(const uint8_t* row, int64_t nsb, DecodedChunk* chu
       DecodedChunk& o = chunks[sb * 8 + c];
       o.w = ChunkBytes<T>(block, c);
       o.wabs = _mm256_sign_epi8(o.w, o.w);
-      o.scale = f.scale[c];
-      if constexpr (T == GgmlType::kQ2_K) o.min = f.min[c];
+      o.scale = f.Scale(c);
+      if constexpr (T == GgmlType::kQ2_K) o.min = f.Min(c);
     }
   }
 }
@@ -878,6 +1058,14 @@ TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float*
   if (x.rows > 1) return BatchRangeAvx2<T>(x, w, out, n0, n1);
   // Decode (m = 1): one weight row at a time, decoded on the fly.
   const size_t rb = w.RowBytes();
+  if constexpr (Pairs(T)) {
+    const int64_t nb = w.cols / kQ8Block;
+    thread_local PairedRow paired;  // grows to the widest row, then reused
+    PairRow(x, 0, nb, &paired);
+    for (int64_t j = n0; j < n1; ++j)
+      out[j] = RowDotPairsAvx2<T>(x, paired, 0, w.data + j * rb, nb);
+    return;
+  }
   for (int64_t j = n0; j < n1; ++j) {
     if constexpr (ChunksPerBlock(T) == 1) {
       out[j] = RowDot32Avx2<T>(x, 0, w.data + j * rb, w.cols / kQ8Block);

@@ -37,7 +37,9 @@
 // bounds it).
 //
 // AVX2: decode (m = 1) streams one weight row per thread, decoding each chunk on the
-// fly (a super-block's factors unpacked once, its chunks summed in integer lanes); a
+// fly (a super-block's factors unpacked once, its chunks summed in integer lanes; the
+// nibble types two blocks at a time, their quants unsigned with the offset taken off in
+// exact float, the activations laid out to match once per call); a
 // batch (m > 1) decodes two weight rows once into a buffer and runs tiles of rows down
 // it (2 × 2 for the blocks of 32; 4 × 2 for the super-blocks, whose chunks only add
 // integers).
