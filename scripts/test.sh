@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, checks formatting, fetches the default
 # model, builds, runs every CTest test, runs the quickstart demo once (a real cluster
-# answering through `tandem client`), then the hardening suites: every fuzzer for 30 s
+# answering through `tandem client`), then the hardening suites: every fuzzer for 20 s
 # under ASan+UBSan, the unit and in-process integration tests under ASan+UBSan and the
 # concurrent ones under TSan (scripts/sanitize.sh), and the faults between hosts in
 # network namespaces (tests/chaos/netfault.py; reported as not run without root).

@@ -166,6 +166,133 @@ TANDEM_AVX2 void AttendGenericAvx2(const float* q, int32_t pos, std::span<const 
   AttendPortable<T>(q, pos, table, layer, kvh, sh, cache, scores, out);
 }
 
+// --- AVX2 path ------------------------------------------------------------------
+
+// AttendPortable for all `group` query heads of one KV head at once: each K column and V
+// row is read once per group instead of once per head, and up to eight score chains run
+// side by side (four heads × two runs of eight keys) instead of one. Every value takes
+// AttendPortable's steps in its order — a score is an fma chain over d from 0 whether its
+// key is computed alone or among eight, exp is libm's, the lane sums and the V sums go
+// key by key — so the bits are the portable path's
+// (PagedAttentionAvx2.GivesThePlainPortableBits). head_dim a multiple of 16.
+TANDEM_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+TANDEM_AVX2 inline __m256 Load8(const Bf16* p) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+}
+TANDEM_AVX2 inline __m256 Load8(const Fp16* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Scores of `runs` × 8 keys (1 or 2 runs, adjacent K columns at k) for heads g0 … g0 + ng
+// − 1 (ng ≤ 4), times the scale, into sc[g · n + j0 …].
+template <class T, int kRuns>
+TANDEM_AVX2 inline void ScoreRuns(const float* q, int32_t g0, int32_t ng, const T* k, int32_t bs,
+                                  int32_t hd, float scale, int32_t j0, int32_t n, float* sc) {
+  __m256 s[4][kRuns];
+  for (int g = 0; g < 4; ++g) {
+    for (int r = 0; r < kRuns; ++r) s[g][r] = _mm256_setzero_ps();
+  }
+  for (int32_t d = 0; d < hd; ++d) {
+    __m256 kv[kRuns];
+    for (int r = 0; r < kRuns; ++r) kv[r] = Load8(k + static_cast<int64_t>(d) * bs + 8 * r);
+    for (int32_t g = 0; g < ng; ++g) {
+      const __m256 qd = _mm256_set1_ps(q[static_cast<int64_t>(g0 + g) * hd + d]);
+      for (int r = 0; r < kRuns; ++r) s[g][r] = _mm256_fmadd_ps(qd, kv[r], s[g][r]);
+    }
+  }
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (int32_t g = 0; g < ng; ++g) {
+    for (int r = 0; r < kRuns; ++r) {
+      _mm256_storeu_ps(sc + static_cast<int64_t>(g0 + g) * n + j0 + 8 * r,
+                       _mm256_mul_ps(s[g][r], vs));
+    }
+  }
+}
+
+template <class T>
+TANDEM_AVX2 void AttendGroupAvx2(const float* q, int32_t group, int32_t pos,
+                                 std::span<const int32_t> table, int32_t layer, int32_t kvh,
+                                 const AttentionShape& sh, const KvView& cache,
+                                 std::vector<float>& scores, float* out) {
+  const int32_t hd = sh.head_dim, bs = cache.layout.block_size, lo = sh.FirstKey(pos);
+  const int32_t n = pos + 1;
+  scores.resize(static_cast<size_t>(group) * (n + 1));
+  float* sc = scores.data();                           // head g's score of key j at sc[g · n + j]
+  float* invs = sc + static_cast<int64_t>(group) * n;  // then 1 / Z of each head
+  for (int32_t j0 = lo; j0 < n;) {
+    const T* k = KColumn<T>(cache, table, j0, layer, kvh);
+    const int32_t run = std::min(bs - j0 % bs, n - j0);  // keys left in j0's block
+    if (run >= 8) {
+      const int32_t step = run >= 16 ? 16 : 8;
+      for (int32_t g0 = 0; g0 < group; g0 += 4) {
+        const int32_t ng = std::min(4, group - g0);
+        if (step == 16) {
+          ScoreRuns<T, 2>(q, g0, ng, k, bs, hd, sh.scale, j0, n, sc);
+        } else {
+          ScoreRuns<T, 1>(q, g0, ng, k, bs, hd, sh.scale, j0, n, sc);
+        }
+      }
+      j0 += step;
+    } else {
+      for (int32_t g = 0; g < group; ++g) {
+        const float* qg = q + static_cast<int64_t>(g) * hd;
+        float s = 0;
+        for (int32_t d = 0; d < hd; ++d) {
+          s = std::fma(qg[d], ToFloat(k[static_cast<int64_t>(d) * bs]), s);
+        }
+        sc[static_cast<int64_t>(g) * n + j0] = s * sh.scale;
+      }
+      j0 += 1;
+    }
+  }
+  // Per head: cap, max, exp and the 16 lane partials, as AttendPortable.
+  for (int32_t g = 0; g < group; ++g) {
+    float* sg = sc + static_cast<int64_t>(g) * n;
+    float mx = -INFINITY;
+    for (int32_t j = lo; j < n; ++j) {
+      sg[j] = SoftCap(sg[j], sh.softcap);
+      mx = std::max(mx, sg[j]);
+    }
+    float lanes[16] = {};
+    for (int32_t j = lo; j < n; ++j) {
+      sg[j] = std::exp(sg[j] - mx);
+      lanes[j % 16] += sg[j];
+    }
+    for (int w = 8; w >= 1; w /= 2)
+      for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
+    invs[g] = 1.0f / lanes[0];
+  }
+  // out = Σ_j e_j · v_j key by key, 16 elements of four heads at a time.
+  const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * hd;
+  for (int32_t g0 = 0; g0 < group; g0 += 4) {
+    const int32_t ng = std::min(4, group - g0);
+    for (int32_t d0 = 0; d0 < hd; d0 += 16) {
+      __m256 a[4][2];
+      for (int g = 0; g < 4; ++g) a[g][0] = a[g][1] = _mm256_setzero_ps();
+      for (int32_t j0 = lo; j0 < n;) {
+        const T* vr = VRow<T>(cache, table, j0, layer, kvh) + d0;
+        const int32_t len = std::min(bs - j0 % bs, n - j0);
+        for (int32_t i = 0; i < len; ++i, vr += vstride) {
+          const __m256 v0 = Load8(vr), v1 = Load8(vr + 8);
+          for (int32_t g = 0; g < ng; ++g) {
+            const __m256 p = _mm256_set1_ps(sc[static_cast<int64_t>(g0 + g) * n + j0 + i]);
+            a[g][0] = _mm256_fmadd_ps(p, v0, a[g][0]);
+            a[g][1] = _mm256_fmadd_ps(p, v1, a[g][1]);
+          }
+        }
+        j0 += len;
+      }
+      for (int32_t g = 0; g < ng; ++g) {
+        float* o = out + static_cast<int64_t>(g0 + g) * hd + d0;
+        const __m256 vi = _mm256_set1_ps(invs[g0 + g]);
+        _mm256_storeu_ps(o, _mm256_mul_ps(a[g][0], vi));
+        _mm256_storeu_ps(o + 8, _mm256_mul_ps(a[g][1], vi));
+      }
+    }
+  }
+}
+
 // --- AVX-512 path ----------------------------------------------------------------
 
 // All query heads of one KV head (`group` of them, q rows `group` × head_dim apart)
@@ -298,6 +425,8 @@ void PagedAttentionAs(const float* q, const PagedBatch& batch, const AttentionSh
       float* o = out + first_head * hd;
       if (fast) {
         AttendAvx512<T>(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o);
+      } else if (avx2 && hd % 16 == 0) {
+        AttendGroupAvx2<T>(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o);
       } else if (avx2) {
         for (int32_t g = 0; g < group; ++g) {
           AttendGenericAvx2<T>(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache,

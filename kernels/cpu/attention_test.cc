@@ -122,17 +122,33 @@ INSTANTIATE_TEST_SUITE_P(Kernels, PagedAttentionPaths, ::testing::Values(false, 
 TEST(PagedAttentionAvx2, GivesThePlainPortableBits) {
   if (!HaveAvx2Fma()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
   std::mt19937 rng(9);
+  // Groups of 3, 1, 8 and 6 query heads (the grouped kernel takes four at a time), head
+  // dims it takes (64, 128) and one it leaves to the per-head loop (40); block sizes
+  // under, at and past a run of eight keys; windows and soft-capping.
+  struct Heads {
+    int32_t nh, nkv, hd;
+  };
   for (kv::KvDtype dtype : {kv::KvDtype::kF32, kv::KvDtype::kBF16, kv::KvDtype::kF16}) {
-    for (int32_t block_size : {1, 16, 24}) {
-      Fixture f(9, 3, 64, block_size, {{1, 1}, {40, 40}, {300, 3}}, rng, dtype);
-      std::vector<float> avx2(f.q.size()), plain(f.q.size());
-      ForceAvx2Kernels(true);
-      PagedAttention(f.q.data(), f.batch(), f.shape, 1, *f.cache, avx2.data(), nullptr);
-      ForcePortableKernels(true);
-      PagedAttention(f.q.data(), f.batch(), f.shape, 1, *f.cache, plain.data(), nullptr);
-      ForcePortableKernels(false);
-      EXPECT_EQ(0, std::memcmp(avx2.data(), plain.data(), avx2.size() * sizeof(float)))
-          << kv::KvDtypeName(dtype) << " block " << block_size;
+    for (int32_t block_size : {1, 8, 16, 24, 32}) {
+      for (Heads h : {Heads{9, 3, 64}, Heads{4, 4, 64}, Heads{8, 1, 128}, Heads{12, 2, 64},
+                      Heads{6, 2, 40}}) {
+        Fixture f(h.nh, h.nkv, h.hd, block_size, {{1, 1}, {40, 40}, {300, 3}}, rng, dtype);
+        for (auto [window, softcap] :
+             {std::pair{0, 0.0f}, std::pair{37, 0.0f}, std::pair{0, 0.5f}, std::pair{5, 0.5f}}) {
+          AttentionShape shape = f.shape;
+          shape.window = window;
+          shape.softcap = softcap;
+          std::vector<float> avx2(f.q.size()), plain(f.q.size());
+          ForceAvx2Kernels(true);
+          PagedAttention(f.q.data(), f.batch(), shape, 1, *f.cache, avx2.data(), nullptr);
+          ForcePortableKernels(true);
+          PagedAttention(f.q.data(), f.batch(), shape, 1, *f.cache, plain.data(), nullptr);
+          ForcePortableKernels(false);
+          EXPECT_EQ(0, std::memcmp(avx2.data(), plain.data(), avx2.size() * sizeof(float)))
+              << kv::KvDtypeName(dtype) << " block " << block_size << " heads " << h.nh << "/"
+              << h.nkv << " head_dim " << h.hd << " window " << window << " softcap " << softcap;
+        }
+      }
     }
   }
 }
