@@ -796,46 +796,57 @@ TANDEM_AVX2 void DecodeRow32(const uint8_t* row, int64_t nb, DecodedBlock* out) 
   }
 }
 
-// One block b of MT rows of x against NT decoded weight rows, into one accumulator set.
-template <GgmlType T, int MT, int NT>
-TANDEM_AVX2_INLINE void DecodedStep32(const QuantizedRows& x, int64_t i0,
-                                      const DecodedBlock* const* rows, int64_t nb, int64_t b,
-                                      __m256 (&acc)[MT][NT]) {
-  for (int i = 0; i < MT; ++i) {
-    const int64_t row = i0 + i;
-    const __m256i q = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(x.q.data() + row * x.cols + b * kQ8Block));
-    const float dx = x.d[static_cast<size_t>(row * nb + b)];
-    __m256 sums;
-    if constexpr (HasMin(T)) sums = _mm256_loadu_ps(x.sums.data() + (row * nb + b) * 8);
-    for (int j = 0; j < NT; ++j) {
-      const DecodedBlock& c = rows[j][b];
-      const __m256i pairs = HasMin(T) ? _mm256_maddubs_epi16(c.w, q)
-                                      : _mm256_maddubs_epi16(c.wabs, _mm256_sign_epi8(q, c.w));
-      const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-      acc[i][j] = _mm256_fmadd_ps(p, _mm256_set1_ps(c.d * dx), acc[i][j]);
-      if constexpr (HasMin(T)) {
-        acc[i][j] = _mm256_fmadd_ps(sums, _mm256_set1_ps(c.dmin * dx), acc[i][j]);
-      }
-    }
-  }
-}
-
-// RowDot32Avx2's arithmetic on decoded blocks, MT rows of x × NT weight rows.
+// RowDot32Avx2's arithmetic on decoded blocks, MT rows of x × NT weight rows: the even
+// blocks in one pass, then the odd ones (each pass's MT × NT accumulators, and the
+// operands of a step, fit the 16 registers; both sets at once spilled to the stack).
 template <GgmlType T, int MT, int NT>
 TANDEM_AVX2 void DecodedTile32Avx2(const QuantizedRows& x, int64_t i0,
                                    const DecodedBlock* const* rows, int64_t nb, float* out,
                                    int64_t ldo) {
-  __m256 even[MT][NT], odd[MT][NT];
+  const int8_t* q[MT];
+  const float* dx[MT];
+  const float* sums[MT];
   for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) even[i][j] = odd[i][j] = _mm256_setzero_ps();
+    q[i] = x.q.data() + (i0 + i) * x.cols;
+    dx[i] = x.d.data() + (i0 + i) * nb;
+    sums[i] = x.sums.data() + (i0 + i) * nb * 8;
   }
-  for (int64_t b = 0; b < nb; b += 2) {
-    DecodedStep32<T, MT, NT>(x, i0, rows, nb, b, even);
-    if (b + 1 < nb) DecodedStep32<T, MT, NT>(x, i0, rows, nb, b + 1, odd);
+  const DecodedBlock* w[NT];
+  for (int j = 0; j < NT; ++j) w[j] = rows[j];
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 sets[2][MT][NT];
+  for (int parity = 0; parity < 2; ++parity) {
+    __m256 acc[MT][NT];
+    for (int i = 0; i < MT; ++i) {
+      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
+    }
+    for (int64_t b = parity; b < nb; b += 2) {
+      for (int i = 0; i < MT; ++i) {
+        const __m256i qv =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[i] + b * kQ8Block));
+        // d_x in every lane, times each weight block's factors broadcast from memory (the
+        // same rounding as the scalar product).
+        const __m256 dxv = _mm256_broadcast_ss(dx[i] + b);
+        for (int j = 0; j < NT; ++j) {
+          const DecodedBlock& c = w[j][b];
+          const __m256i pairs = HasMin(T) ? _mm256_maddubs_epi16(c.w, qv)
+                                          : _mm256_maddubs_epi16(c.wabs, _mm256_sign_epi8(qv, c.w));
+          const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+          acc[i][j] = _mm256_fmadd_ps(p, _mm256_mul_ps(_mm256_broadcast_ss(&c.d), dxv), acc[i][j]);
+          if constexpr (HasMin(T)) {
+            acc[i][j] =
+                _mm256_fmadd_ps(_mm256_loadu_ps(sums[i] + b * 8),
+                                _mm256_mul_ps(_mm256_broadcast_ss(&c.dmin), dxv), acc[i][j]);
+          }
+        }
+      }
+    }
+    for (int i = 0; i < MT; ++i) {
+      for (int j = 0; j < NT; ++j) sets[parity][i][j] = acc[i][j];
+    }
   }
   for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(even[i][j], odd[i][j]);
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(sets[0][i][j], sets[1][i][j]);
   }
 }
 

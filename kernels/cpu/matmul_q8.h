@@ -41,8 +41,9 @@
 // nibble types two blocks at a time, their quants unsigned with the offset taken off in
 // exact float, the activations laid out to match once per call); a
 // batch (m > 1) decodes two weight rows once into a buffer and runs tiles of rows down
-// it (2 × 2 for the blocks of 32; 4 × 2 for the super-blocks, whose chunks only add
-// integers).
+// it (2 × 2 for the blocks of 32, their even blocks in one pass and the odd ones in
+// another, so that a pass's accumulators stay in registers; 4 × 2 for the super-blocks,
+// whose chunks only add integers).
 //
 // Thread-safe for distinct outputs; MatMulQ8Group quantizes x into per-thread buffers
 // that grow once and are reused.
