@@ -18,6 +18,38 @@ namespace {
 constexpr float kTiny = 1e-30f;  // a block whose largest |x| is below this quantizes to 0
 
 int64_t BlockBytes(GgmlType type) { return static_cast<int64_t>(model::Traits(type).type_size); }
+// The same for the types with an integer path, at compile time (a wrong one would move
+// every block: matmul_q8_test's bit checks hold it).
+constexpr int64_t StoredBytes(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ8_0:
+      return 34;
+    case GgmlType::kQ4_0:
+      return 18;
+    case GgmlType::kQ4_1:
+      return 20;
+    case GgmlType::kQ5_0:
+      return 22;
+    case GgmlType::kQ5_1:
+      return 24;
+    case GgmlType::kIQ4_NL:
+      return 18;
+    case GgmlType::kQ2_K:
+      return 84;
+    case GgmlType::kQ3_K:
+      return 110;
+    case GgmlType::kQ4_K:
+      return 144;
+    case GgmlType::kQ5_K:
+      return 176;
+    case GgmlType::kQ6_K:
+      return 210;
+    case GgmlType::kIQ4_XS:
+      return 136;
+    default:
+      return 0;
+  }
+}
 
 float HalfAt(const uint8_t* p) {
   uint16_t h;
@@ -552,6 +584,16 @@ TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int64_t block, int8_
 // stream per core, kept ahead of the hardware prefetcher.
 constexpr int64_t kPrefetchAhead = 1024;
 
+// Every cache line of the kBytes at p, kPrefetchAhead further on (the hardware
+// prefetcher alone left decode short of the memory's bandwidth).
+template <int64_t kBytes>
+inline void PrefetchAhead(const uint8_t* p) {
+#pragma GCC unroll 8
+  for (int64_t line = 0; line < kBytes; line += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchAhead + line), _MM_HINT_T0);
+  }
+}
+
 // The f16 at p, p + stride, … p + 7·stride as eight floats (exact).
 TANDEM_AVX2_INLINE __m256 Halves8(const uint8_t* p, int64_t stride) {
   uint16_t h[8];
@@ -575,13 +617,34 @@ TANDEM_AVX2_INLINE void BlockStep(const int8_t* q, const float* sums, const uint
   if constexpr (HasMin(T)) acc = _mm256_fmadd_ps(_mm256_loadu_ps(sums), _mm256_set1_ps(fm), acc);
 }
 
+// Blocks b … nb − 1 of row i against a weight row one by one (each block into its
+// parity's set), then the lanes summed: the end of a decode row.
+template <GgmlType T>
+TANDEM_AVX2_INLINE float FinishRow32(const QuantizedRows& x, int64_t i, const uint8_t* wrow,
+                                     int64_t nb, int64_t b, __m256 even, __m256 odd) {
+  constexpr int64_t bb = StoredBytes(T);
+  const int8_t* q = x.q.data() + i * x.cols;
+  const float* dx = x.d.data() + i * nb;
+  const float* sums = x.sums.data() + i * nb * 8;
+  for (; b < nb; ++b) {
+    const uint8_t* block = wrow + b * bb;
+    const float fd = Half(block) * dx[b], fm = HasMin(T) ? Half(block + 2) * dx[b] : 0.0f;
+    if (b % 2 == 0) {
+      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, even);
+    } else {
+      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, odd);
+    }
+  }
+  return ReduceAdd256x2(even, odd);
+}
+
 // out = row i of x · one weight row (decode: one weight stream per thread), two
 // accumulators (lanes 0–7 for even blocks, 8–15 for odd ones) summed by ReduceAdd256x2.
 // Blocks eight at a time: their f16 scales (and mins) gathered and times d_x in one
 // vector each, then the blocks two by two.
 template <GgmlType T>
 TANDEM_AVX2 float RowDot32Avx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow, int64_t nb) {
-  const int64_t bb = BlockBytes(T);
+  constexpr int64_t bb = StoredBytes(T);
   const int8_t* q = x.q.data() + i * x.cols;
   const float* dx = x.d.data() + i * nb;
   const float* sums = x.sums.data() + i * nb * 8;
@@ -589,9 +652,7 @@ TANDEM_AVX2 float RowDot32Avx2(const QuantizedRows& x, int64_t i, const uint8_t*
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
     const uint8_t* group = wrow + b * bb;
-    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 64), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 128), _MM_HINT_T0);
+    PrefetchAhead<8 * bb>(group);
     alignas(32) float fd[8], fm[8];
     const __m256 dxs = _mm256_loadu_ps(dx + b);
     _mm256_store_ps(fd, _mm256_mul_ps(Halves8(group, bb), dxs));
@@ -604,16 +665,7 @@ TANDEM_AVX2 float RowDot32Avx2(const QuantizedRows& x, int64_t i, const uint8_t*
                    fd[c + 1], HasMin(T) ? fm[c + 1] : 0.0f, odd);
     }
   }
-  for (; b < nb; ++b) {  // the rest one by one (b keeps its parity)
-    const uint8_t* block = wrow + b * bb;
-    const float fd = Half(block) * dx[b], fm = HasMin(T) ? Half(block + 2) * dx[b] : 0.0f;
-    if (b % 2 == 0) {
-      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, even);
-    } else {
-      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, odd);
-    }
-  }
-  return ReduceAdd256x2(even, odd);
+  return FinishRow32<T>(x, i, wrow, nb, b, even, odd);
 }
 
 // Decode of the nibble types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) two blocks at a time. One
@@ -677,19 +729,11 @@ TANDEM_AVX2_INLINE void PairBytes(const uint8_t* w0, const uint8_t* w1, __m256i&
         _mm256_setr_epi32(static_cast<int>(h0), 0, 0, 0, static_cast<int>(h1), 0, 0, 0);
     const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
     const __m256i five = _mm256_set1_epi8(0x10);
+    // Byte `byte` of a lane's word to its first eight quants, byte + 1 to the next eight.
+    const __m256i eighths = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0,
+                                             0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     auto spread = [&](int byte) TANDEM_AVX2 {
-      const __m256i pick = _mm256_setr_epi8(
-          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte),
-          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte),
-          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte + 1),
-          static_cast<char>(byte + 1), static_cast<char>(byte + 1), static_cast<char>(byte + 1),
-          static_cast<char>(byte + 1), static_cast<char>(byte + 1), static_cast<char>(byte + 1),
-          static_cast<char>(byte + 1), static_cast<char>(byte), static_cast<char>(byte),
-          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte),
-          static_cast<char>(byte), static_cast<char>(byte), static_cast<char>(byte),
-          static_cast<char>(byte + 1), static_cast<char>(byte + 1), static_cast<char>(byte + 1),
-          static_cast<char>(byte + 1), static_cast<char>(byte + 1), static_cast<char>(byte + 1),
-          static_cast<char>(byte + 1), static_cast<char>(byte + 1));
+      const __m256i pick = _mm256_add_epi8(eighths, _mm256_set1_epi8(static_cast<char>(byte)));
       const __m256i bits = _mm256_and_si256(_mm256_shuffle_epi8(words, pick), bit);
       return _mm256_and_si256(_mm256_cmpeq_epi8(bits, bit), five);
     };
@@ -739,15 +783,13 @@ TANDEM_AVX2_INLINE void PairStep(const int8_t* q, const float* s, const uint8_t*
 template <GgmlType T>
 TANDEM_AVX2 float RowDotPairsAvx2(const QuantizedRows& x, const PairedRow& paired, int64_t i,
                                   const uint8_t* wrow, int64_t nb) {
-  const int64_t bb = BlockBytes(T);
+  constexpr int64_t bb = StoredBytes(T);
   const float* dx = x.d.data() + i * nb;
   __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
     const uint8_t* group = wrow + b * bb;
-    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 64), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(group + kPrefetchAhead + 128), _MM_HINT_T0);
+    PrefetchAhead<8 * bb>(group);
     const __m256 dxs = _mm256_loadu_ps(dx + b);
     const __m256 fd8 = _mm256_mul_ps(Halves8(group, bb), dxs);
     const __m256 fm8 = HasMin(T) ? _mm256_mul_ps(Halves8(group + 2, bb), dxs) : fd8;
@@ -761,18 +803,7 @@ TANDEM_AVX2 float RowDotPairsAvx2(const QuantizedRows& x, const PairedRow& paire
     }
   }
   __m256 even = _mm256_permute2f128_ps(lo, hi, 0x20), odd = _mm256_permute2f128_ps(lo, hi, 0x31);
-  const int8_t* q = x.q.data() + i * x.cols;
-  const float* sums = x.sums.data() + i * nb * 8;
-  for (; b < nb; ++b) {  // the rest one by one (b keeps its parity)
-    const uint8_t* block = wrow + b * bb;
-    const float fd = Half(block) * dx[b], fm = HasMin(T) ? Half(block + 2) * dx[b] : 0.0f;
-    if (b % 2 == 0) {
-      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, even);
-    } else {
-      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, odd);
-    }
-  }
-  return ReduceAdd256x2(even, odd);
+  return FinishRow32<T>(x, i, wrow, nb, b, even, odd);
 }
 
 // A block decoded once for all the rows of a batch (m > 1): its quants, their
@@ -785,7 +816,7 @@ struct alignas(32) DecodedBlock {
 
 template <GgmlType T>
 TANDEM_AVX2 void DecodeRow32(const uint8_t* row, int64_t nb, DecodedBlock* out) {
-  const int64_t bb = BlockBytes(T);
+  constexpr int64_t bb = StoredBytes(T);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* block = row + b * bb;
     DecodedBlock& o = out[b];
@@ -885,7 +916,7 @@ TANDEM_AVX2_INLINE void SuperBlockFloat(const SuperFactors<T>& f, float dx, __m2
 template <GgmlType T>
 TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow,
                                 int64_t nsb) {
-  const int64_t bb = BlockBytes(T);
+  constexpr int64_t bb = StoredBytes(T);
   const int8_t* q = x.q.data() + i * x.cols;
   const float* dx = x.d.data() + i * nsb;
   const float* block_sums = x.block_sums.data() + i * nsb * 8;
@@ -893,9 +924,7 @@ TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t
   SuperFactors<T> f;
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* block = wrow + sb * bb;
-    for (int64_t line = 0; line < bb; line += 64) {  // every line of the super-block ahead
-      _mm_prefetch(reinterpret_cast<const char*>(block + kPrefetchAhead + line), _MM_HINT_T0);
-    }
+    PrefetchAhead<bb>(block);
     f.Load(block);
     __m256i lanes = _mm256_setzero_si256(), lane_mins = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -924,7 +953,7 @@ struct alignas(32) DecodedChunk {
 template <GgmlType T>
 TANDEM_AVX2 void DecodeRow256(const uint8_t* row, int64_t nsb, DecodedChunk* chunks,
                               SuperFactors<T>* supers) {
-  const int64_t bb = BlockBytes(T);
+  constexpr int64_t bb = StoredBytes(T);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* block = row + sb * bb;
     SuperFactors<T>& f = supers[sb];
