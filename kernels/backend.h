@@ -1,5 +1,5 @@
 // Backend: the memory and the operations the model executor needs, implemented once
-// per device (DESIGN.md §6; in the spirit of ggml-backend).
+// per device (docs/architecture.md, "The CUDA backend"; in the spirit of ggml-backend).
 //
 // Memory. The backend owns every byte the model touches: it allocates buffers by
 // purpose (tensor.h), copies host bytes in and out on its own stream, and records

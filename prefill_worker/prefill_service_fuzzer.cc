@@ -59,7 +59,7 @@ using namespace tandem;  // NOLINT: a fuzzer's one file
 // TANDEM_FUZZ_VERBOSE=1: every answer on stderr (to see how far a seed gets).
 const bool kVerbose = std::getenv("TANDEM_FUZZ_VERBOSE") != nullptr;
 
-// The codes a refusal may carry (DESIGN.md §9): the caller's mistake, a lease that is
+// The codes a refusal may carry (docs/api.md, "Statuses"): the caller's mistake, a lease that is
 // gone or not ready, a layout that does not match, a pool that is full, a decode
 // worker that cannot be reached or ended the transfer.
 void CheckStatus(const grpc::Status& st, const char* call) {

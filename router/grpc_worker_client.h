@@ -24,7 +24,7 @@ WorkerClientFactory GrpcWorkerClients(std::string api_key);
 // worker's message (its first 4 KiB) reads "(a worker)", and the call is named without
 // the worker's address (the router's log has it, for failures that are not the
 // request's). A refusal of the request (INVALID_ARGUMENT, OUT_OF_RANGE) whose message
-// starts with a field ("params.temperature: ...", DESIGN.md §9) becomes a FieldError
+// starts with a field ("params.temperature: ...", docs/api.md "Statuses") becomes a FieldError
 // naming it in the client's terms (params.X → X), so the OpenAI error carries it in
 // `param`; one naming a field only the router fills (destination.*, first_token_id, ...)
 // is the router's fault: INTERNAL. Linear in the message.

@@ -4,8 +4,8 @@
 // default model's tokenizer and config.
 //
 // The first byte picks the endpoint (completions, chat completions, tokenize); the
-// rest is the body. Every refusal must be InvalidArgument (the HTTP 400 of DESIGN.md
-// §9). Every accepted request must be one the engine can run: a non-empty prompt of
+// rest is the body. Every refusal must be InvalidArgument (the HTTP 400 of docs/api.md,
+// "Errors"). Every accepted request must be one the engine can run: a non-empty prompt of
 // in-vocabulary ids, a seed, sampling parameters that validate again, and the prompt
 // plus max_tokens within the context and the KV capacity given. Anything else — a
 // crash, a sanitizer report, another code, a spec the checks should have refused — is

@@ -1,5 +1,5 @@
 // RequestValidator: a client's GenerateRequest → a RequestSpec the router can run, or
-// InvalidArgument naming the offending field (DESIGN.md §9). Tokenizes (applying the
+// InvalidArgument naming the offending field (docs/api.md, "Statuses"). Tokenizes (applying the
 // chat template for chat requests) and counts tokens. The only router file besides
 // the service that reads a client proto.
 //

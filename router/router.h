@@ -1,4 +1,4 @@
-// Router: runs validated requests through the cluster (DESIGN.md §2, steps 2–8).
+// Router: runs validated requests through the cluster (docs/architecture.md, "One request").
 //
 //   Submit → admission queue → dispatcher: once a prefill worker has room, Reserve
 //   decode memory (best decode worker first; none has room, or none answers within 2 s →

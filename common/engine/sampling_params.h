@@ -1,6 +1,6 @@
 // SamplingParams: how a request turns logits into tokens, and when it stops.
 //
-// Field names follow vLLM. Validate() checks every field (DESIGN.md §9) and names the
+// Field names follow vLLM. Validate() checks every field (docs/api.md, "Statuses") and names the
 // offending one in an InvalidArgument status.
 #ifndef TANDEM_COMMON_ENGINE_SAMPLING_PARAMS_H_
 #define TANDEM_COMMON_ENGINE_SAMPLING_PARAMS_H_

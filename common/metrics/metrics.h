@@ -1,4 +1,4 @@
-// Metrics: one process's Prometheus metrics (DESIGN.md §8), as text exposition.
+// Metrics: one process's Prometheus metrics (docs/api.md, "Metrics"), as text exposition.
 //
 // Names are vLLM's with a configurable prefix (`tandem:` by default, `vllm:` makes
 // tandem a drop-in for dashboards written for vLLM); counters end in `_total`; the

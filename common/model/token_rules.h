@@ -1,4 +1,4 @@
-// The rules every request's tokens obey, each worded once (DESIGN.md §9): the router's
+// The rules every request's tokens obey, each worded once (docs/api.md, "Statuses"): the router's
 // validator, the OpenAI front, the detokenizer and the engine (which checks again what
 // a worker is sent) all call these, so a bad id or an overlong request reads the same
 // wherever it is caught. Errors are InvalidArgument, "<field>: why".

@@ -6,9 +6,10 @@
 // are in the storage (SendLayer never blocks the engine thread), and closed with
 // Finish, which reports once the receiver has acknowledged every block — or why it
 // did not. A failed transfer fails its request: there is no "successful" stream built
-// on missing KV. Implementations: host (gRPC stream, host_kv_sender.h) and the peer
-// transports, NCCL and CUDA IPC (peer_kv_sender.h), which fall back to the host one
-// where the handshake pairs two workers over it.
+// on missing KV. One implementation, stream_kv_sender.h: the host transport (the
+// payload in the gRPC stream) and the peer ones, NCCL and CUDA IPC (the payload on a
+// PeerComm), which fall back to the host one unless the handshake pairs two workers
+// over them.
 //
 // Thread-safe: Begin from any thread; one transfer's calls from one thread.
 #ifndef TANDEM_COMMON_TRANSPORT_KV_SENDER_H_

@@ -1,8 +1,9 @@
 // PeerComm: ordered, unframed moves of device bytes between this process and one peer —
 // the shape of ncclSend/ncclRecv on a 2-rank NCCL communicator. Under the peer KV
-// transport (peer_kv_sender.h, peer_kv_receiver.h); implementations: NCCL
-// (nccl_peer_comm.h), a ring in device memory shared over CUDA IPC for two processes on
-// one GPU (cuda_ipc_peer_comm.h), and an in-process fake for tests (fake_peer_comm.h).
+// transport (stream_kv_sender.h sends, decode_worker/peer_kv_receiver.h receives);
+// implementations: NCCL and a ring in device memory shared over CUDA IPC for two
+// processes on one GPU (gpu_transports.h), and an in-process fake for tests
+// (fake_peer_comm.h).
 //
 // Contract:
 //   - the k-th Send pairs with the peer's k-th Recv and both name the same byte count:

@@ -1,6 +1,6 @@
 // FieldError: a status about one field of a request, with the field as data.
 //
-// The message reads "<field>: <why>" (DESIGN.md §9) and the field also travels as the
+// The message reads "<field>: <why>" (docs/api.md, "Statuses") and the field also travels as the
 // status's payload, so a front that reports it separately (the OpenAI error's `param`)
 // reads ErrorField instead of parsing the message. The payload lives only inside a
 // process: across gRPC a client gets the message alone.

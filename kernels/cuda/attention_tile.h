@@ -1,6 +1,6 @@
 // The per-tile math of tandem's GPU attention kernels, written once for host and
-// device (DESIGN.md §6: keep each kernel's tile math in small __host__ __device__
-// functions so the tiled algorithm can be checked on the CPU).
+// device (each kernel's tile math in small __host__ __device__ functions, so the tiled
+// algorithm can be checked on the CPU: docs/architecture.md, "The CUDA backend").
 //
 //   Locate / KvGeometry  paged index arithmetic over the cache layout of
 //                        kv::KvLayout (K [kv_heads][head_dim][block_size], V
@@ -10,8 +10,8 @@
 //                        disjoint key ranges
 //
 // attention_tile_test.cc runs the tiled prefill and split-K decode algorithms in plain
-// loops with these functions against PagedAttentionReference; attention.cu runs the
-// same functions on the GPU.
+// loops with these functions against PagedAttentionReference; attention_kernels.cu
+// and prefill_attention.cu run the same functions on the GPU.
 #ifndef TANDEM_KERNELS_CUDA_ATTENTION_TILE_H_
 #define TANDEM_KERNELS_CUDA_ATTENTION_TILE_H_
 

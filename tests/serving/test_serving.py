@@ -8,7 +8,7 @@ What it checks (issue #7's acceptance):
     shape with the right HTTP status;
   * a client that disconnects mid-stream frees its sequence on the decode worker;
   * every process exports /metrics that `promtool check metrics` accepts, every metric
-    DESIGN.md §8 names is present, the Grafana dashboard refers only to exported
+    docs/api.md's "Metrics" names is present, the Grafana dashboard refers only to exported
     metrics, and a real Prometheus server scraping the cluster under load answers a
     `histogram_quantile` over `tandem:time_to_first_token_seconds_bucket` with a number;
   * with --api-key, TLS and a client CA: requests without the key get 401 (HTTP) and
@@ -55,7 +55,7 @@ import openai
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARGS = None  # set in main
 
-# DESIGN.md §8: every one of these is exported by some process of the cluster.
+# docs/api.md, "Metrics": every one of these is exported by some process of the cluster.
 DESIGN_METRICS = [
     "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "cache_config_info",
     "prefix_cache_queries_total", "prefix_cache_hits_total", "prompt_tokens_total",
