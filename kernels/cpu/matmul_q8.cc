@@ -18,38 +18,6 @@ namespace {
 constexpr float kTiny = 1e-30f;  // a block whose largest |x| is below this quantizes to 0
 
 int64_t BlockBytes(GgmlType type) { return static_cast<int64_t>(model::Traits(type).type_size); }
-// The same for the types with an integer path, at compile time (a wrong one would move
-// every block: matmul_q8_test's bit checks hold it).
-constexpr int64_t StoredBytes(GgmlType t) {
-  switch (t) {
-    case GgmlType::kQ8_0:
-      return 34;
-    case GgmlType::kQ4_0:
-      return 18;
-    case GgmlType::kQ4_1:
-      return 20;
-    case GgmlType::kQ5_0:
-      return 22;
-    case GgmlType::kQ5_1:
-      return 24;
-    case GgmlType::kIQ4_NL:
-      return 18;
-    case GgmlType::kQ2_K:
-      return 84;
-    case GgmlType::kQ3_K:
-      return 110;
-    case GgmlType::kQ4_K:
-      return 144;
-    case GgmlType::kQ5_K:
-      return 176;
-    case GgmlType::kQ6_K:
-      return 210;
-    case GgmlType::kIQ4_XS:
-      return 136;
-    default:
-      return 0;
-  }
-}
 
 float HalfAt(const uint8_t* p) {
   uint16_t h;
@@ -622,7 +590,7 @@ TANDEM_AVX2_INLINE void BlockStep(const int8_t* q, const float* sums, const uint
 template <GgmlType T>
 TANDEM_AVX2_INLINE float FinishRow32(const QuantizedRows& x, int64_t i, const uint8_t* wrow,
                                      int64_t nb, int64_t b, __m256 even, __m256 odd) {
-  constexpr int64_t bb = StoredBytes(T);
+  constexpr int64_t bb = model::TypeBytes(T);
   const int8_t* q = x.q.data() + i * x.cols;
   const float* dx = x.d.data() + i * nb;
   const float* sums = x.sums.data() + i * nb * 8;
@@ -644,7 +612,7 @@ TANDEM_AVX2_INLINE float FinishRow32(const QuantizedRows& x, int64_t i, const ui
 // vector each, then the blocks two by two.
 template <GgmlType T>
 TANDEM_AVX2 float RowDot32Avx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow, int64_t nb) {
-  constexpr int64_t bb = StoredBytes(T);
+  constexpr int64_t bb = model::TypeBytes(T);
   const int8_t* q = x.q.data() + i * x.cols;
   const float* dx = x.d.data() + i * nb;
   const float* sums = x.sums.data() + i * nb * 8;
@@ -783,7 +751,7 @@ TANDEM_AVX2_INLINE void PairStep(const int8_t* q, const float* s, const uint8_t*
 template <GgmlType T>
 TANDEM_AVX2 float RowDotPairsAvx2(const QuantizedRows& x, const PairedRow& paired, int64_t i,
                                   const uint8_t* wrow, int64_t nb) {
-  constexpr int64_t bb = StoredBytes(T);
+  constexpr int64_t bb = model::TypeBytes(T);
   const float* dx = x.d.data() + i * nb;
   __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
   int64_t b = 0;
@@ -816,7 +784,7 @@ struct alignas(32) DecodedBlock {
 
 template <GgmlType T>
 TANDEM_AVX2 void DecodeRow32(const uint8_t* row, int64_t nb, DecodedBlock* out) {
-  constexpr int64_t bb = StoredBytes(T);
+  constexpr int64_t bb = model::TypeBytes(T);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* block = row + b * bb;
     DecodedBlock& o = out[b];
@@ -916,7 +884,7 @@ TANDEM_AVX2_INLINE void SuperBlockFloat(const SuperFactors<T>& f, float dx, __m2
 template <GgmlType T>
 TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow,
                                 int64_t nsb) {
-  constexpr int64_t bb = StoredBytes(T);
+  constexpr int64_t bb = model::TypeBytes(T);
   const int8_t* q = x.q.data() + i * x.cols;
   const float* dx = x.d.data() + i * nsb;
   const float* block_sums = x.block_sums.data() + i * nsb * 8;
@@ -953,7 +921,7 @@ struct alignas(32) DecodedChunk {
 template <GgmlType T>
 TANDEM_AVX2 void DecodeRow256(const uint8_t* row, int64_t nsb, DecodedChunk* chunks,
                               SuperFactors<T>* supers) {
-  constexpr int64_t bb = StoredBytes(T);
+  constexpr int64_t bb = model::TypeBytes(T);
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* block = row + sb * bb;
     SuperFactors<T>& f = supers[sb];
