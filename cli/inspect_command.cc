@@ -127,6 +127,29 @@ int RunInspect(const InspectOptions& o) {
                 static_cast<long long>(c->n_heads), static_cast<long long>(c->n_kv_heads),
                 static_cast<long long>(c->head_dim));
     std::printf("  ffn size          %lld\n", static_cast<long long>(c->ffn_size));
+    if (c->moe.experts > 0) {
+      const model::MoeConfig& m = c->moe;
+      const char* gating = m.gating == model::ExpertGating::kSigmoid ? "sigmoid"
+                           : m.gating == model::ExpertGating::kSoftmaxWeight
+                               ? "softmax of the picked"
+                               : "softmax";
+      std::printf("  experts           %lld, %lld used per token, each %lld wide (%s gating%s",
+                  static_cast<long long>(m.experts), static_cast<long long>(m.used),
+                  static_cast<long long>(m.ffn_size), gating,
+                  m.weights_norm ? ", weights renormalised" : "");
+      if (m.weights_scale != 1.0) std::printf(", scaled by %g", m.weights_scale);
+      if (m.shared_ffn_size > 0) {
+        std::printf("; a shared expert %lld wide", static_cast<long long>(m.shared_ffn_size));
+      }
+      if (m.leading_dense_layers > 0) {
+        std::printf("; the first %lld layers dense",
+                    static_cast<long long>(m.leading_dense_layers));
+      }
+      std::printf(")\n");
+    }
+    const model::ModelConfig::ParameterCount params = c->Parameters();
+    std::printf("  parameters        %.4g B, %.4g B read per token\n", params.total / 1e9,
+                params.per_token / 1e9);
     std::printf("  vocab             %lld\n", static_cast<long long>(c->vocab_size));
     std::printf("  context length    %lld\n", static_cast<long long>(c->context_length));
     std::printf("  rms norm eps      %g\n", c->rms_norm_eps);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/exit_status.h"
 #include "cli/log_relay.h"
+#include "common/engine/model_weights.h"
 #include "common/kv/kv_layout.h"
 #include "common/model/gguf_file.h"
 #include "common/model/hf_directory.h"
@@ -224,6 +225,10 @@ absl::StatusOr<KvPools> SizeKvPools(const ServeOptions& o) {
   auto config = model::ModelConfig::FromGguf(**file);
   if (!config.ok()) return config.status();
   const model::ModelConfig& c = *config;
+  // Every check a worker's load makes (each tensor present, of its shape and of a type
+  // tandem decodes), converting nothing: a model no worker could load is refused here,
+  // in seconds, with the reason, rather than by workers that fail and restart.
+  if (auto fits = engine::ModelWeights::Check(**file, c); !fits.ok()) return fits.status();
   KvPools p;
   p.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.context_length;
   if (o.max_model_len < 0 || p.max_model_len > static_cast<int64_t>(c.context_length)) {

@@ -127,6 +127,32 @@ inline absl::Status CheckCopy2D(const Copy2D& c) {
   return absl::OkStatus();
 }
 
+// A mixture of experts' routing as the kernels take it (model_config.h's MoeConfig).
+enum class MoeGating {
+  kSoftmax,        // softmax over every expert's logit; the k largest picked
+  kSigmoid,        // sigmoid of each logit; picked by sigmoid + bias
+  kSoftmaxWeight,  // the k largest logits picked; softmax over those k
+};
+struct MoeRouting {
+  int32_t experts = 0;
+  int32_t used = 0;  // k
+  MoeGating gating = MoeGating::kSoftmax;
+  bool normalize = false;  // the k weights divided by their sum
+  float scale = 1.0f;      // then multiplied by this
+};
+
+// The gate's activation of a gated FFN: down(act(gate · x) × up · x).
+enum class GatedActivation { kSilu, kGeluTanh };
+
+// One mixture-of-experts layer's matrices for Backend::MoeFfn.
+struct ExpertWeights {
+  std::span<const Tensor> gate, up, down;  // one of each per expert
+  // A shared expert that every row runs, scaled by sigmoid(shared_gate · x)
+  // (qwen2moe); empty tensors: none.
+  Tensor shared_gate;  // [1][hidden] f32
+  Tensor shared_w_gate, shared_w_up, shared_w_down;
+};
+
 // A point in the backend's stream. Wait blocks until every op enqueued before it has
 // finished; thread-safe.
 class Event {
@@ -281,6 +307,20 @@ class Backend {
   // one pass over each row (the same results as Add then RmsNorm).
   virtual void AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                           const Tensor& out) = 0;
+  // Per row t of `logits` [T][experts] (MoeRouting `r`): ids [T][r.used] int32 = the
+  // picked experts, the largest gating value first and the lower id first on equal
+  // ones (values plus `bias` [1][experts] where it is not empty, for the pick only);
+  // weights [T][r.used] f32 = their gating values, divided by their sum when
+  // r.normalize, times r.scale.
+  virtual void MoeRoute(const Tensor& logits, const Tensor& bias, const MoeRouting& r,
+                        const Tensor& ids, const Tensor& weights) = 0;
+  // out [T][hidden] = Σ_s weights[t][s] · down_e(act(gate_e · x[t]) × up_e · x[t]),
+  // e = ids[t][s], summed in slot order from zero, then plus the shared expert's scaled
+  // output where there is one; x [T][hidden]. Row t's result depends on row t alone
+  // (rows are grouped by expert for the products); an id outside the experts is an
+  // error.
+  virtual void MoeFfn(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                      const ExpertWeights& experts, GatedActivation act, const Tensor& out) = 0;
   // x [rows][dim] += bias [1][dim] for every row.
   virtual void AddBias(const Tensor& x, const Tensor& bias) = 0;
   // dst [R][cols] = rows `rows` [1][R] of src.

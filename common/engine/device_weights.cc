@@ -66,15 +66,32 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Prepare(const Mode
     src.insert(src.end(),
                {Vector(L.attn_norm, h, &D.attn_norm), Matrix(L.wq, &D.wq), Matrix(L.wk, &D.wk),
                 Matrix(L.wv, &D.wv), Vector(L.bq, q_dim, &D.bq), Vector(L.bk, kv_dim, &D.bk),
-                Vector(L.bv, kv_dim, &D.bv), Vector(L.q_norm, c.head_dim, &D.q_norm),
-                Vector(L.k_norm, c.head_dim, &D.k_norm), Matrix(L.wo, &D.wo),
-                Vector(L.post_attn_norm, h, &D.post_attn_norm), Vector(L.ffn_norm, h, &D.ffn_norm),
-                Vector(L.post_ffn_norm, h, &D.post_ffn_norm), Matrix(L.w_gate, &D.w_gate),
-                Matrix(L.w_up, &D.w_up), Matrix(L.w_down, &D.w_down)});
+                Vector(L.bv, kv_dim, &D.bv),
+                Vector(L.q_norm, c.qk_norm_full ? q_dim : c.head_dim, &D.q_norm),
+                Vector(L.k_norm, c.qk_norm_full ? kv_dim : c.head_dim, &D.k_norm),
+                Matrix(L.wo, &D.wo), Vector(L.post_attn_norm, h, &D.post_attn_norm),
+                Vector(L.ffn_norm, h, &D.ffn_norm), Vector(L.post_ffn_norm, h, &D.post_ffn_norm),
+                Matrix(L.w_gate, &D.w_gate), Matrix(L.w_up, &D.w_up), Matrix(L.w_down, &D.w_down),
+                Matrix(L.router, &D.router), Vector(L.router_bias, c.moe.experts, &D.router_bias),
+                Vector(L.shared_gate, h, &D.shared_gate)});
+    const size_t experts = L.expert_gate.size();
+    D.expert_gate.resize(experts);
+    D.expert_up.resize(experts);
+    D.expert_down.resize(experts);
+    for (size_t e = 0; e < experts; ++e) {
+      src.insert(src.end(), {Matrix(L.expert_gate[e], &D.expert_gate[e]),
+                             Matrix(L.expert_up[e], &D.expert_up[e]),
+                             Matrix(L.expert_down[e], &D.expert_down[e])});
+    }
   }
   // The type each tensor takes in backend memory.
   const std::optional<model::GgmlType> want = backend->WeightType();
   auto type_of = [&](const Source& s) { return s.matrix && want ? *want : s.type; };
+  if (want && c.moe.experts > 0) {
+    return absl::UnimplementedError(
+        StrCat("weights: the ", backend->name(),
+               " backend does not run mixtures of experts yet (the CPU backend does)"));
+  }
   if (want && *want != model::GgmlType::kBF16) {
     return absl::UnimplementedError(
         StrCat("weights: no conversion to ", model::Traits(*want).name));

@@ -29,7 +29,12 @@ struct DeviceLayer {
   Tensor post_attn_norm;        // [1][hidden] f32, or empty (gemma)
   Tensor ffn_norm;              // [1][hidden] f32
   Tensor post_ffn_norm;         // [1][hidden] f32, or empty (gemma)
-  Tensor w_gate, w_up, w_down;  // [ffn][hidden], [ffn][hidden], [hidden][ffn]
+  Tensor w_gate, w_up, w_down;  // [ffn][hidden], [ffn][hidden], [hidden][ffn]; shared expert
+  // A mixture-of-experts layer (LayerWeights says what each is); else empty.
+  Tensor router;                                            // [experts][hidden]
+  Tensor router_bias;                                       // [1][experts] f32, or empty
+  std::vector<Tensor> expert_gate, expert_up, expert_down;  // one per expert
+  Tensor shared_gate;                                       // [1][hidden] f32, or empty
 };
 
 class DeviceWeights {

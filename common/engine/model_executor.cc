@@ -33,7 +33,8 @@ int64_t Aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; 
 
 // Where each activation lives in the workspace, for capacities (T, S, B).
 struct Regions {
-  int64_t x, h, q, k, v, attn, proj, gate, up, rope, picked, normed, logits, ids, plan, end;
+  int64_t x, h, q, k, v, attn, proj, gate, up, router, expert_ids, expert_w, rope, picked, normed,
+      logits, ids, plan, end;
   Regions(const model::ModelConfig& c, int64_t T, int64_t S, int64_t B) {
     const int64_t H = c.hidden_size, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
     // Each region starts a few cache lines further into its page than the last, so
@@ -55,7 +56,10 @@ struct Regions {
     proj = next(T * H);
     gate = next(T * c.ffn_size);
     up = next(T * c.ffn_size);
-    rope = next(2 * T * c.rope_dim);  // global layers' table, then local layers'
+    router = next(T * c.moe.experts);   // a mixture of experts' router logits
+    expert_ids = next(T * c.moe.used);  // int32, its picks
+    expert_w = next(T * c.moe.used);    // and their weights
+    rope = next(2 * T * c.rope_dim);    // global layers' table, then local layers'
     picked = next(S * H);
     normed = next(S * H);
     logits = next(S * c.vocab_size);
@@ -117,6 +121,14 @@ ModelExecutor::ModelExecutor(const model::ModelConfig& c, const DeviceWeights& w
   attn_.scale = c.attention_scale > 0 ? static_cast<float>(c.attention_scale)
                                       : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   attn_.softcap = static_cast<float>(c.attn_softcap);
+  routing_.experts = static_cast<int32_t>(c.moe.experts);
+  routing_.used = static_cast<int32_t>(c.moe.used);
+  routing_.gating = c.moe.gating == model::ExpertGating::kSigmoid ? kernels::MoeGating::kSigmoid
+                    : c.moe.gating == model::ExpertGating::kSoftmaxWeight
+                        ? kernels::MoeGating::kSoftmaxWeight
+                        : kernels::MoeGating::kSoftmax;
+  routing_.normalize = c.moe.weights_norm;
+  routing_.scale = static_cast<float>(c.moe.weights_scale);
 }
 
 absl::Status ModelExecutor::Reserve(int64_t tokens, int64_t seqs, int64_t table_entries) {
@@ -313,7 +325,10 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
     if (!L.bq.empty()) backend_->AddBias(q, L.bq);
     if (!L.bk.empty()) backend_->AddBias(k, L.bk);
     if (!L.bv.empty()) backend_->AddBias(v, L.bv);
-    if (!L.q_norm.empty()) {  // per head: [T·heads][head_dim] rows, in place
+    if (!L.q_norm.empty() && c.qk_norm_full) {  // over the whole projection, in place
+      backend_->RmsNorm(q, L.q_norm, eps, q);
+      backend_->RmsNorm(k, L.k_norm, eps, k);
+    } else if (!L.q_norm.empty()) {  // per head: [T·heads][head_dim] rows, in place
       backend_->RmsNorm(f32(at.q, T * c.n_heads, c.head_dim), L.q_norm, eps,
                         f32(at.q, T * c.n_heads, c.head_dim));
       backend_->RmsNorm(f32(at.k, T * c.n_kv_heads, c.head_dim), L.k_norm, eps,
@@ -328,13 +343,28 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
     if (!L.post_attn_norm.empty()) backend_->RmsNorm(proj, L.post_attn_norm, eps, proj);
     backend_->AddRmsNorm(x, proj, L.ffn_norm, eps, h);  // residual, then the FFN's norm
 
-    backend_->MatMul2(h, L.w_gate, gate, L.w_up, up);
-    if (c.ffn_activation == model::FfnActivation::kGeluTanh) {
-      backend_->GeGlu(gate, up, gate);
+    if (c.LayerIsMoe(l)) {
+      const kernels::Tensor router = f32(at.router, T, c.moe.experts);
+      const kernels::Tensor ids{ws, at.expert_ids, model::GgmlType::kI32, T, c.moe.used};
+      const kernels::Tensor weights = f32(at.expert_w, T, c.moe.used);
+      backend_->MatMul(h, L.router, router);
+      backend_->MoeRoute(router, L.router_bias, routing_, ids, weights);
+      const kernels::ExpertWeights experts{L.expert_gate, L.expert_up, L.expert_down, L.shared_gate,
+                                           L.w_gate,      L.w_up,      L.w_down};
+      backend_->MoeFfn(h, ids, weights, experts,
+                       c.ffn_activation == model::FfnActivation::kGeluTanh
+                           ? kernels::GatedActivation::kGeluTanh
+                           : kernels::GatedActivation::kSilu,
+                       proj);
     } else {
-      backend_->SwiGlu(gate, up, gate);
+      backend_->MatMul2(h, L.w_gate, gate, L.w_up, up);
+      if (c.ffn_activation == model::FfnActivation::kGeluTanh) {
+        backend_->GeGlu(gate, up, gate);
+      } else {
+        backend_->SwiGlu(gate, up, gate);
+      }
+      backend_->MatMul(gate, L.w_down, proj);
     }
-    backend_->MatMul(gate, L.w_down, proj);
     if (!L.post_ffn_norm.empty()) backend_->RmsNorm(proj, L.post_ffn_norm, eps, proj);
     if (l + 1 < n_layers) {
       backend_->AddRmsNorm(x, proj, w_.layers()[l + 1].attn_norm, eps, h);  // and the next norm

@@ -111,6 +111,7 @@ class ModelExecutor {
   kernels::RopeParams rope_local_;  // sliding-window layers' RoPE where it differs
   bool local_rope_ = false;         // whether it does (Gemma 3)
   kernels::AttentionShape attn_;
+  kernels::MoeRouting routing_;  // a mixture of experts' (experts 0: none)
   std::unique_ptr<kernels::Buffer> workspace_;
   int64_t cap_tokens_ = 0, cap_seqs_ = 0, cap_table_ = 0;
   std::vector<int32_t> plan_;  // host staging of the step plan, uploaded once per pass

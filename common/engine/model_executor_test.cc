@@ -20,6 +20,7 @@
 #include "common/model/hf_directory.h"
 #include "common/model/model_config.h"
 #include "common/util/half.h"
+#include "common/util/strings.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
 #include "kernels/cpu/matmul_q8.h"
@@ -288,7 +289,9 @@ TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
 }
 
 // Tiny random-weight models of each architecture made with Hugging Face transformers
-// (tests/reference/make_arch_golden.py), against transformers' float32 logits.
+// (tests/reference/make_arch_golden.py), against transformers' float32 logits — the
+// mixtures of experts too (qwen3moe, mixtral with stacked and with per-expert tensors,
+// olmoe, qwen2moe with its shared expert).
 class ArchGoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -298,8 +301,12 @@ class ArchGoldenTest : public ::testing::TestWithParam<std::string> {
     golden_ = std::move(*g);
     EXPECT_EQ(weights_->config().architecture, Arch());
   }
-  // The GGUF architecture of a golden (llama31 is llama with Llama 3.1's RoPE scaling).
-  std::string Arch() const { return GetParam() == "llama31" ? "llama" : GetParam(); }
+  // The GGUF architecture of a golden (llama31 is llama with Llama 3.1's RoPE scaling,
+  // mixtral llama with experts).
+  std::string Arch() const {
+    const std::string& p = GetParam();
+    return p == "llama31" || p.starts_with("mixtral") ? "llama" : p;
+  }
   std::unique_ptr<model::GgufFile> model_, golden_;
   std::unique_ptr<ModelWeights> weights_;
 };
@@ -358,7 +365,9 @@ TEST_P(ArchGoldenTest, GreedyContinuationMatchesTransformers) {
 TEST_P(ArchGoldenTest, HuggingFaceDirectoryGivesTheGgufLogits) {
   std::unique_ptr<model::GgufFile> dir_file;
   std::unique_ptr<ModelWeights> dir_weights;
-  LoadModelFile(TestDataPath("tiny_" + GetParam() + "_hf"), &dir_file, &dir_weights);
+  // mixtral_split's directory is mixtral's: the same model.
+  const std::string dir = GetParam() == "mixtral_split" ? "mixtral" : GetParam();
+  LoadModelFile(TestDataPath("tiny_" + dir + "_hf"), &dir_file, &dir_weights);
   ASSERT_NE(dir_weights, nullptr);
   EXPECT_TRUE(dir_file->assembled());
   EXPECT_EQ(dir_weights->config().architecture, Arch());
@@ -389,8 +398,83 @@ TEST_P(ArchGoldenTest, HuggingFaceDirectoryGivesTheGgufLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchGoldenTest,
                          ::testing::Values("llama", "llama31", "qwen2", "qwen3", "gemma2", "gemma3",
-                                           "phi3", "mistral"),
+                                           "phi3", "mistral", "qwen3moe", "mixtral",
+                                           "mixtral_split", "olmoe", "qwen2moe"),
                          [](const auto& info) { return info.param; });
+
+// A one-layer qwen3moe file built tensor by tensor, with `skip` left out and the
+// stacked gate experts `gate_rows` tall: loading names what is missing or misshapen.
+absl::Status LoadMoe(const std::string& skip, uint64_t gate_rows = 16, bool per_expert = false) {
+  constexpr uint64_t kH = 32, kE = 4, kF = 16, kVocab = 8, kHead = 16;
+  ::tandem::testing::GgufBuilder b;
+  b.String("general.architecture", "qwen3moe")
+      .Uint32("qwen3moe.block_count", 1)
+      .Uint32("qwen3moe.embedding_length", kH)
+      .Uint32("qwen3moe.attention.head_count", 2)
+      .Uint32("qwen3moe.attention.head_count_kv", 2)
+      .Uint32("qwen3moe.feed_forward_length", 64)
+      .Uint32("qwen3moe.expert_feed_forward_length", kF)
+      .Uint32("qwen3moe.expert_count", kE)
+      .Uint32("qwen3moe.expert_used_count", 2)
+      .Uint32("qwen3moe.vocab_size", kVocab);
+  auto add = [&](const std::string& name, std::vector<uint64_t> dims) {
+    if (name == skip) return;
+    uint64_t n = 1;
+    for (uint64_t d : dims) n *= d;
+    b.F32Tensor(name, dims, std::vector<float>(n, 0.0f));
+  };
+  add("token_embd.weight", {kH, kVocab});
+  add("output.weight", {kH, kVocab});
+  add("output_norm.weight", {kH});
+  add("blk.0.attn_norm.weight", {kH});
+  add("blk.0.attn_q.weight", {kH, 2 * kHead});
+  add("blk.0.attn_k.weight", {kH, 2 * kHead});
+  add("blk.0.attn_v.weight", {kH, 2 * kHead});
+  add("blk.0.attn_output.weight", {2 * kHead, kH});
+  add("blk.0.attn_q_norm.weight", {kHead});
+  add("blk.0.attn_k_norm.weight", {kHead});
+  add("blk.0.ffn_norm.weight", {kH});
+  add("blk.0.ffn_gate_inp.weight", {kH, kE});
+  if (per_expert) {
+    for (uint64_t e = 0; e < kE; ++e) {
+      add(StrCat("blk.0.ffn_gate.", e, ".weight"), {kH, kF});
+      add(StrCat("blk.0.ffn_up.", e, ".weight"), {kH, kF});
+      add(StrCat("blk.0.ffn_down.", e, ".weight"), {kF, kH});
+    }
+  } else {
+    add("blk.0.ffn_gate_exps.weight", {kH, gate_rows, kE});
+    add("blk.0.ffn_up_exps.weight", {kH, kF, kE});
+    add("blk.0.ffn_down_exps.weight", {kF, kH, kE});
+  }
+  const std::string bytes = b.Build();
+  auto f = model::GgufFile::Parse({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  if (!f.ok()) return f.status();
+  auto c = model::ModelConfig::FromGguf(**f);
+  if (!c.ok()) return c.status();
+  auto w = ModelWeights::Load(**f, *c);
+  if (!w.ok()) return w.status();
+  // And its experts take their place on the CPU backend.
+  auto backend = *kernels::MakeBackend({"cpu", 1});
+  auto dw = DeviceWeights::Prepare(**w, backend.get());
+  if (!dw.ok()) return dw.status();
+  return absl::OkStatus();
+}
+
+TEST(MoeWeights, AMissingOrMisshapenExpertTensorIsNamed) {
+  EXPECT_TRUE(LoadMoe("").ok()) << LoadMoe("");
+  EXPECT_TRUE(LoadMoe("", 16, /*per_expert=*/true).ok()) << LoadMoe("", 16, true);
+  auto message = [](const absl::Status& st) { return std::string(st.message()); };
+  EXPECT_EQ(message(LoadMoe("blk.0.ffn_gate_inp.weight")),
+            "model: tensor 'blk.0.ffn_gate_inp.weight' is missing");
+  EXPECT_EQ(message(LoadMoe("blk.0.ffn_up_exps.weight")),
+            "model: tensor 'blk.0.ffn_up_exps.weight' is missing (nor are there per-expert "
+            "tensors 'blk.0.ffn_up.0.weight', ...)");
+  EXPECT_EQ(
+      message(LoadMoe("", 15)),
+      "model: tensor 'blk.0.ffn_gate_exps.weight' has shape [32, 15, 4], expected [32, 16, 4]");
+  EXPECT_EQ(message(LoadMoe("blk.0.ffn_down.3.weight", 16, true)),
+            "model: tensor 'blk.0.ffn_down.3.weight' is missing");
+}
 
 // A tiny llama model whose every matrix is random weights of `type` (quantized types:
 // random blocks, tests/quant_blocks.h),

@@ -22,24 +22,30 @@ absl::StatusOr<WeightMatrix> ModelWeights::Matrix(const GgufFile& f, const std::
                                              ", ", t->ne[1], "], expected [", cols, ", ", rows,
                                              "]"));
   }
-  WeightMatrix w{t->type, rows, cols, t->data.data()};
+  return Place(*t, name, rows, cols);
+}
+
+absl::StatusOr<WeightMatrix> ModelWeights::Place(const model::GgufTensorInfo& t,
+                                                 const std::string& name, int64_t rows,
+                                                 int64_t cols) {
+  WeightMatrix w{t.type, rows, cols, t.data.data()};
   // Used in place where MatMul reads it; a float32 tensor must also be float-aligned (a
   // safetensors file need not align it).
-  const bool aligned = t->type != GgmlType::kF32 ||
-                       reinterpret_cast<uintptr_t>(t->data.data()) % alignof(float) == 0;
-  if (kernels::MatMulSupports(t->type) && cols % 32 == 0 && aligned) {
-    weight_bytes_ += static_cast<int64_t>(t->n_bytes);
+  const bool aligned =
+      t.type != GgmlType::kF32 || reinterpret_cast<uintptr_t>(t.data.data()) % alignof(float) == 0;
+  if (kernels::MatMulSupports(t.type) && cols % 32 == 0 && aligned) {
+    weight_bytes_ += static_cast<int64_t>(t.n_bytes);
     return w;
   }
-  if (!model::Traits(t->type).can_dequantize) {
+  if (!model::Traits(t.type).can_dequantize) {
     return absl::UnimplementedError(
-        StrCat("model: tensor '", name, "' has unsupported type ", model::GgmlTypeName(t->type)));
+        StrCat("model: tensor '", name, "' has unsupported type ", model::GgmlTypeName(t.type)));
   }
   weight_bytes_ += rows * cols * 4;
   converted_bytes_ += rows * cols * 4;
   w.type = GgmlType::kF32;
   if (check_only_) return w;
-  ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(*t));
+  ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(t));
   owned_.push_back(std::move(values));
   w.data = reinterpret_cast<const uint8_t*>(owned_.back().data());
   return w;
@@ -56,6 +62,34 @@ WeightMatrix Rows(const WeightMatrix& w, int64_t first, int64_t n) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<WeightMatrix>> ModelWeights::Experts(const GgufFile& f,
+                                                                const std::string& base,
+                                                                int64_t experts, int64_t rows,
+                                                                int64_t cols) {
+  std::vector<WeightMatrix> out;
+  const std::string stacked = base + "_exps.weight";
+  if (const model::GgufTensorInfo* t = f.FindTensor(stacked); t != nullptr) {
+    if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != experts) {
+      return absl::InvalidArgumentError(
+          StrCat("model: tensor '", stacked, "' has shape [", t->ne[0], ", ", t->ne[1], ", ",
+                 t->ne[2], "], expected [", cols, ", ", rows, ", ", experts, "]"));
+    }
+    ASSIGN_OR_RETURN(WeightMatrix all, Place(*t, stacked, experts * rows, cols));
+    for (int64_t e = 0; e < experts; ++e) out.push_back(Rows(all, e * rows, rows));
+    return out;
+  }
+  if (f.FindTensor(StrCat(base, ".0.weight")) == nullptr) {
+    return absl::InvalidArgumentError(StrCat("model: tensor '", stacked,
+                                             "' is missing (nor are there per-expert tensors '",
+                                             base, ".0.weight', ...)"));
+  }
+  for (int64_t e = 0; e < experts; ++e) {
+    ASSIGN_OR_RETURN(WeightMatrix m, Matrix(f, StrCat(base, ".", e, ".weight"), rows, cols));
+    out.push_back(m);
+  }
+  return out;
+}
 
 absl::StatusOr<const float*> ModelWeights::Vector(const GgufFile& f, const std::string& name,
                                                   int64_t n, bool optional) {
@@ -138,14 +172,34 @@ absl::Status ModelWeights::LoadInto(const GgufFile& f, const model::ModelConfig&
     ASSIGN_OR_RETURN(L.bk, w->Vector(f, p + "attn_k.bias", kv_dim, true));
     ASSIGN_OR_RETURN(L.bv, w->Vector(f, p + "attn_v.bias", kv_dim, true));
     if (c.qk_norm) {
-      ASSIGN_OR_RETURN(L.q_norm, w->Vector(f, p + "attn_q_norm.weight", c.head_dim));
-      ASSIGN_OR_RETURN(L.k_norm, w->Vector(f, p + "attn_k_norm.weight", c.head_dim));
+      ASSIGN_OR_RETURN(L.q_norm,
+                       w->Vector(f, p + "attn_q_norm.weight", c.qk_norm_full ? q_dim : c.head_dim));
+      ASSIGN_OR_RETURN(
+          L.k_norm, w->Vector(f, p + "attn_k_norm.weight", c.qk_norm_full ? kv_dim : c.head_dim));
     }
     ASSIGN_OR_RETURN(L.wo, w->Matrix(f, p + "attn_output.weight", h, q_dim));
     ASSIGN_OR_RETURN(L.ffn_norm, w->Vector(f, p + "ffn_norm.weight", h));
     if (c.post_norms) {
       ASSIGN_OR_RETURN(L.post_attn_norm, w->Vector(f, p + "post_attention_norm.weight", h));
       ASSIGN_OR_RETURN(L.post_ffn_norm, w->Vector(f, p + "post_ffw_norm.weight", h));
+    }
+    if (c.LayerIsMoe(i)) {
+      const model::MoeConfig& m = c.moe;
+      ASSIGN_OR_RETURN(L.router, w->Matrix(f, p + "ffn_gate_inp.weight", m.experts, h));
+      ASSIGN_OR_RETURN(L.router_bias,
+                       w->Vector(f, p + "exp_probs_b.bias", m.experts, /*optional=*/true));
+      ASSIGN_OR_RETURN(L.expert_gate, w->Experts(f, p + "ffn_gate", m.experts, m.ffn_size, h));
+      ASSIGN_OR_RETURN(L.expert_up, w->Experts(f, p + "ffn_up", m.experts, m.ffn_size, h));
+      ASSIGN_OR_RETURN(L.expert_down, w->Experts(f, p + "ffn_down", m.experts, h, m.ffn_size));
+      if (m.shared_ffn_size > 0) {
+        ASSIGN_OR_RETURN(L.shared_gate, w->Vector(f, p + "ffn_gate_inp_shexp.weight", h));
+        ASSIGN_OR_RETURN(L.w_gate, w->Matrix(f, p + "ffn_gate_shexp.weight", m.shared_ffn_size, h));
+        ASSIGN_OR_RETURN(L.w_up, w->Matrix(f, p + "ffn_up_shexp.weight", m.shared_ffn_size, h));
+        ASSIGN_OR_RETURN(L.w_down, w->Matrix(f, p + "ffn_down_shexp.weight", h, m.shared_ffn_size));
+      }
+      w->layers_.push_back(std::move(L));
+      if (progress) progress(static_cast<int>(i + 1), total);
+      continue;
     }
     if (c.fused_gate_up) {
       ASSIGN_OR_RETURN(WeightMatrix gate_up, w->Matrix(f, p + "ffn_up.weight", 2 * c.ffn_size, h));

@@ -3,7 +3,9 @@
 //
 // Weights of a type MatMul handles (every common GGUF type) stay as views into the
 // memory-mapped GGUF file; others are dequantized to F32 once, at load. Fused
-// projections (Phi-3's attn_qkv and gate/up ffn_up) become views of their row ranges.
+// projections (Phi-3's attn_qkv and gate/up ffn_up) become views of their row ranges,
+// and a mixture of experts' stacked tensors (ffn_gate_exps [experts][ffn][hidden], …)
+// one view per expert; older Mixtral files' per-expert tensors (ffn_gate.E) load too.
 // Norm vectors are float32. Immutable after Load; the GgufFile must outlive it.
 #ifndef TANDEM_COMMON_ENGINE_MODEL_WEIGHTS_H_
 #define TANDEM_COMMON_ENGINE_MODEL_WEIGHTS_H_
@@ -35,9 +37,18 @@ struct LayerWeights {
   const float* post_attn_norm = nullptr;  // gemma: [hidden], of the attention output
   const float* ffn_norm = nullptr;        // [hidden]
   const float* post_ffn_norm = nullptr;   // gemma: [hidden], of the FFN output
-  WeightMatrix w_gate;                    // [ffn][hidden]
-  WeightMatrix w_up;                      // [ffn][hidden]
-  WeightMatrix w_down;                    // [hidden][ffn]
+  // The dense FFN; on a mixture-of-experts layer the shared expert's (ffn_*_shexp,
+  // qwen2moe: [shared_ffn] wide) or empty.
+  WeightMatrix w_gate;  // [ffn][hidden]
+  WeightMatrix w_up;    // [ffn][hidden]
+  WeightMatrix w_down;  // [hidden][ffn]
+  // A mixture-of-experts layer (ModelConfig::LayerIsMoe; model_config.h, MoeConfig).
+  WeightMatrix router;                    // ffn_gate_inp [experts][hidden]
+  const float* router_bias = nullptr;     // exp_probs_b [experts], or null: added for picking only
+  std::vector<WeightMatrix> expert_gate;  // [experts] of [expert ffn][hidden]
+  std::vector<WeightMatrix> expert_up;    // [experts] of [expert ffn][hidden]
+  std::vector<WeightMatrix> expert_down;  // [experts] of [hidden][expert ffn]
+  const float* shared_gate = nullptr;     // ffn_gate_inp_shexp [hidden], with a shared expert
 };
 
 class ModelWeights {
@@ -81,6 +92,14 @@ class ModelWeights {
                         const std::function<void(int, int)>& progress);
   absl::StatusOr<WeightMatrix> Matrix(const model::GgufFile& f, const std::string& name,
                                       int64_t rows, int64_t cols);
+  // `t` as a [rows][cols] matrix: in place where MatMul reads it, else converted.
+  absl::StatusOr<WeightMatrix> Place(const model::GgufTensorInfo& t, const std::string& name,
+                                     int64_t rows, int64_t cols);
+  // The `experts` matrices [rows][cols] of `base` (e.g. "blk.0.ffn_gate"): views of the
+  // stacked base_exps.weight, or base.E.weight each.
+  absl::StatusOr<std::vector<WeightMatrix>> Experts(const model::GgufFile& f,
+                                                    const std::string& base, int64_t experts,
+                                                    int64_t rows, int64_t cols);
   absl::StatusOr<const float*> Vector(const model::GgufFile& f, const std::string& name, int64_t n,
                                       bool optional = false);
 

@@ -18,12 +18,14 @@ struct Shape {
   const char* name;
   int64_t layers, hidden, heads, kv_heads, ffn, vocab, context;
   double theta;
+  int64_t experts = 0, used = 0;  // a mixture of experts, each `ffn` wide
 };
 
 constexpr Shape kShapes[] = {
     {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 500000.0},
     {"llama3-1b", 16, 2048, 32, 8, 8192, 128256, 8192, 500000.0},
     {"tiny", 4, 256, 8, 2, 640, 1024, 2048, 10000.0},
+    {"tiny-moe", 4, 256, 8, 2, 128, 1024, 2048, 10000.0, 16, 4},
 };
 
 // A counter-based uniform draw in [-1, 1) (splitmix64 of seed and index): any element
@@ -61,6 +63,10 @@ absl::StatusOr<model::ModelConfig> SyntheticConfig(std::string_view shape) {
     c.rope_dim = c.head_dim;
     c.rms_norm_eps = 1e-5;
     c.rope_theta = s.theta;
+    c.moe.experts = s.experts;
+    c.moe.used = s.used;
+    c.moe.ffn_size = s.experts > 0 ? s.ffn : 0;
+    c.moe.weights_norm = true;  // as Mixtral
     return c;
   }
   return absl::InvalidArgumentError(
@@ -126,7 +132,8 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const model::
     return w->owned_.back().data();
   };
   if (type == model::GgmlType::kQ8_0 &&
-      (c.hidden_size % 32 != 0 || c.ffn_size % 32 != 0 || (c.n_heads * c.head_dim) % 32 != 0)) {
+      (c.hidden_size % 32 != 0 || c.ffn_size % 32 != 0 || (c.n_heads * c.head_dim) % 32 != 0 ||
+       c.moe.ffn_size % 32 != 0 || c.moe.shared_ffn_size % 32 != 0)) {
     return absl::InvalidArgumentError("synthetic weights: Q8_0 needs widths divisible by 32");
   }
   const int64_t h = c.hidden_size, q_dim = c.n_heads * c.head_dim,
@@ -142,10 +149,23 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Random(const model::
     L.wv = matrix(kv_dim, h);
     L.wo = matrix(h, q_dim);
     L.ffn_norm = ones(h);
-    L.w_gate = matrix(c.ffn_size, h);
-    L.w_up = matrix(c.ffn_size, h);
-    L.w_down = matrix(h, c.ffn_size);
-    w->layers_.push_back(L);
+    const bool moe = c.LayerIsMoe(i);
+    const int64_t dense = moe ? c.moe.shared_ffn_size : c.ffn_size;
+    if (dense > 0) {
+      L.w_gate = matrix(dense, h);
+      L.w_up = matrix(dense, h);
+      L.w_down = matrix(h, dense);
+    }
+    if (moe) {
+      L.router = matrix(c.moe.experts, h);
+      for (int64_t e = 0; e < c.moe.experts; ++e) {
+        L.expert_gate.push_back(matrix(c.moe.ffn_size, h));
+        L.expert_up.push_back(matrix(c.moe.ffn_size, h));
+        L.expert_down.push_back(matrix(h, c.moe.ffn_size));
+      }
+      if (c.moe.shared_ffn_size > 0) L.shared_gate = ones(h);
+    }
+    w->layers_.push_back(std::move(L));
   }
   return w;
 }

@@ -6,6 +6,8 @@
 //               RoPE θ 500000, context 8192 (Llama 3 8B's numbers)
 //   llama3-1b   16 layers, hidden 2048, 32 heads, 8 KV heads, FFN 8192, vocab 128256
 //   tiny        4 layers, hidden 256, 8 heads, 2 KV heads, FFN 640, vocab 1024 (tests)
+//   tiny-moe    tiny's attention, each FFN 16 experts 128 wide of which 4 picked (as
+//               Mixtral: softmax, renormalised) (tests)
 //
 // The weights are ModelWeights::Random's; the tokens are plain ids (no tokenizer).
 #ifndef TANDEM_COMMON_ENGINE_SYNTHETIC_MODEL_H_

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "common/engine/device_weights.h"
 #include "common/engine/engine.h"
@@ -27,6 +28,11 @@ TEST(SyntheticModel, NamedShapes) {
   EXPECT_EQ(c->ffn_size, 14336);
   EXPECT_EQ(c->vocab_size, 128256);
   EXPECT_EQ(c->head_dim, 128);
+  auto moe = SyntheticConfig("tiny-moe");
+  ASSERT_TRUE(moe.ok()) << moe.status();
+  EXPECT_EQ(moe->moe.experts, 16);
+  EXPECT_EQ(moe->moe.used, 4);
+  EXPECT_TRUE(moe->LayerIsMoe(0));
   auto bad = SyntheticConfig("gpt5");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("llama3-8b"), std::string_view::npos);
@@ -185,9 +191,13 @@ TEST(ExecutorGraphs, AScratchMovedByAnotherExecutorIsCapturedAgain) {
 // --cpu-math fast on a Q8_0 model (the integer path): a request's tokens do not depend
 // on what it is batched with nor on which engine computed its prompt — the invariance
 // exact math has — and teacher-forced, fast and exact pick the same token almost
-// everywhere (the quantization moves logits a little, never far).
-TEST(FastMath, TokensDoNotDependOnBatchingOrWhereThePromptWasComputed) {
-  const model::ModelConfig c = *SyntheticConfig("tiny");
+// everywhere (the quantization moves logits a little, never far). On the dense shape
+// and on a mixture of experts (whose rows are grouped by expert differently in every
+// batch).
+class FastMath : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FastMath, TokensDoNotDependOnBatchingOrWhereThePromptWasComputed) {
+  const model::ModelConfig c = *SyntheticConfig(GetParam());
   auto w = *ModelWeights::Random(c, model::GgmlType::kQ8_0, 12);
   auto make = [&](kernels::CpuMath math) {
     EngineOptions o;
@@ -246,7 +256,9 @@ TEST(FastMath, TokensDoNotDependOnBatchingOrWhereThePromptWasComputed) {
   }
   // Fast is not exact — the integer path really ran — yet close: over one pass of a
   // 96-token prompt, every row's logits within 5 % of the row's largest and the same
-  // arg-max on at least 90 % of the rows.
+  // arg-max on at least 90 % of the rows. A mixture of experts may route a token to
+  // other experts where the two maths move its router logits across a near-tie; there
+  // (measured: 6 of 96 rows) the row moves further, so at least 88 rows within 5 %.
   auto logits = [&](kernels::CpuMath math) {
     kernels::CpuBackend backend(kernels::CpuBackendOptions{.num_threads = 2, .math = math});
     auto dw = *DeviceWeights::Prepare(*w, &backend);
@@ -269,7 +281,7 @@ TEST(FastMath, TokensDoNotDependOnBatchingOrWhereThePromptWasComputed) {
   ASSERT_EQ(fast.size(), exact.size());
   EXPECT_NE(fast, exact) << "fast math gave exact math's bits: did the integer path run?";
   const int64_t vocab = c.vocab_size;
-  int same = 0;
+  int same = 0, within = 0;
   for (int64_t r = 0; r < 96; ++r) {
     const float* f = fast.data() + r * vocab;
     const float* e = exact.data() + r * vocab;
@@ -278,10 +290,78 @@ TEST(FastMath, TokensDoNotDependOnBatchingOrWhereThePromptWasComputed) {
       largest = std::max(largest, std::fabs(e[v]));
       worst = std::max(worst, std::fabs(f[v] - e[v]));
     }
-    EXPECT_LT(worst, 0.05f * largest) << "row " << r;
+    if (c.moe.experts == 0) EXPECT_LT(worst, 0.05f * largest) << "row " << r;
+    within += worst < 0.05f * largest;
     same += std::max_element(f, f + vocab) - f == std::max_element(e, e + vocab) - e;
   }
+  std::printf("%s: fast within 5 %% of exact on %d of 96 rows, same arg-max on %d\n",
+              GetParam().c_str(), within, same);
+  EXPECT_GE(within, c.moe.experts == 0 ? 96 : 88) << "of 96 rows";
   EXPECT_GE(same, 87) << "of 96 rows";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FastMath, ::testing::Values("tiny", "tiny-moe"),
+                         [](const auto& info) {
+                           return info.param == "tiny" ? std::string("Dense") : std::string("Moe");
+                         });
+
+// A mixture of experts groups each step's rows by expert, differently in every batch:
+// a request's tokens still do not depend on what it runs with, on its prompt being cut
+// into chunks, nor on being preempted and recomputed — in both maths, greedy and
+// sampled.
+TEST(MoeInvariance, ChunkedPreemptedAndBatchedRequestsGiveTheTokensOfOneAlone) {
+  const model::ModelConfig c = *SyntheticConfig("tiny-moe");
+  auto w = *ModelWeights::Random(c, model::GgmlType::kQ8_0, 21);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> p;
+    for (int t = 0; t < 3 + 13 * i; ++t) p.push_back((t * 211 + i * 37 + 1) % 1024);
+    prompts.push_back(p);
+  }
+  for (kernels::CpuMath math : {kernels::CpuMath::kExact, kernels::CpuMath::kFast}) {
+    for (double temperature : {0.0, 0.9}) {
+      SCOPED_TRACE(testing::Message() << kernels::CpuMathName(math) << " t=" << temperature);
+      auto make = [&](int64_t kv_bytes, int32_t chunk) {
+        EngineOptions o;
+        o.num_threads = 2;
+        o.cpu_math = math;
+        o.kv_cache_bytes = kv_bytes;
+        o.scheduler.max_prefill_chunk = chunk;
+        return *Engine::Create(*w, o);
+      };
+      auto run = [&](Engine& e, const std::vector<size_t>& which) {
+        std::vector<kv::SeqId> ids;
+        for (size_t i : which) {
+          SamplingParams sp;
+          sp.temperature = temperature;
+          sp.seed = 100 + i;
+          sp.max_tokens = 24;
+          sp.ignore_eos = true;
+          ids.push_back(*e.AddRequest(prompts[i], sp));
+        }
+        std::vector<std::vector<int32_t>> out(which.size());
+        while (e.HasWork()) {
+          for (const auto& ev : StepOk(e)) {
+            const size_t i = std::find(ids.begin(), ids.end(), ev.id) - ids.begin();
+            if (ev.token >= 0) out[i].push_back(ev.token);
+          }
+        }
+        return out;
+      };
+      std::vector<size_t> all(prompts.size());
+      std::iota(all.begin(), all.end(), 0);
+      std::vector<std::vector<int32_t>> alone;
+      for (size_t i : all) alone.push_back(run(*make(int64_t{64} << 20, 512), {i})[0]);
+      auto batched = make(int64_t{64} << 20, 512);
+      EXPECT_EQ(run(*batched, all), alone) << "batched";
+      auto chunked = make(int64_t{64} << 20, 16);
+      EXPECT_EQ(run(*chunked, all), alone) << "prompts in chunks of 16";
+      // 16 blocks of 16 tokens of 4 layers × 2 KV heads × 32 dims × K and V in float32.
+      auto small = make(int64_t{16} * 16 * 4 * 2 * 32 * 2 * 4, 64);
+      EXPECT_EQ(run(*small, all), alone) << "preempted";
+      EXPECT_GT(small->Stats().preemptions, 0) << "the pool was meant to force preemption";
+    }
+  }
 }
 
 // --gpu-memory-utilization sizes from device memory, which the CPU backend has not got:

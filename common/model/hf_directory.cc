@@ -94,11 +94,56 @@ struct Arch {
   std::string_view hf, gguf;
 };
 constexpr Arch kArchs[] = {
-    {"LlamaForCausalLM", "llama"},   {"MistralForCausalLM", "mistral"},
-    {"Qwen2ForCausalLM", "qwen2"},   {"Qwen3ForCausalLM", "qwen3"},
-    {"Phi3ForCausalLM", "phi3"},     {"Gemma2ForCausalLM", "gemma2"},
-    {"Gemma3ForCausalLM", "gemma3"},
+    {"LlamaForCausalLM", "llama"},       {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},       {"Qwen3ForCausalLM", "qwen3"},
+    {"Phi3ForCausalLM", "phi3"},         {"Gemma2ForCausalLM", "gemma2"},
+    {"Gemma3ForCausalLM", "gemma3"},     {"Qwen3MoeForCausalLM", "qwen3moe"},
+    {"MixtralForCausalLM", "llama"},     {"OlmoeForCausalLM", "olmoe"},
+    {"Qwen2MoeForCausalLM", "qwen2moe"},
 };
+
+// A mixture of experts' config.json keys → the expert_* metadata (model_config.h's
+// MoeConfig). Qwen's decoder_sparse_step / mlp_only_layers (dense layers between the
+// sparse ones) and OLMoE's clip_qkv are refused.
+absl::Status MoeMetadata(const Config& c, std::string_view hf_arch, const fs::path& file,
+                         GgufWriter* w, const std::string& p) {
+  // transformers 5 writes num_local_experts for every family; older configs
+  // num_experts (Qwen, OLMoE).
+  const std::string count_key = c.Has("num_local_experts") ? "num_local_experts" : "num_experts";
+  ASSIGN_OR_RETURN(int64_t experts, c.Int(count_key));
+  ASSIGN_OR_RETURN(int64_t used, c.Int("num_experts_per_tok"));
+  if (experts < 1 || experts > 4096 || used < 1 || used > experts) {
+    return Bad(file, StrCat("'num_experts_per_tok' = ", used, " must be in 1 .. '", count_key,
+                            "' = ", experts));
+  }
+  w->Uint32(p + "expert_count", static_cast<uint32_t>(experts))
+      .Uint32(p + "expert_used_count", static_cast<uint32_t>(used));
+  if (c.Has("moe_intermediate_size")) {
+    ASSIGN_OR_RETURN(int64_t f, c.Int("moe_intermediate_size"));
+    w->Uint32(p + "expert_feed_forward_length", static_cast<uint32_t>(f));
+  }
+  if (c.Has("norm_topk_prob")) {
+    if (!c.j().at("norm_topk_prob").is_boolean()) {
+      return Bad(file, "'norm_topk_prob' must be true or false");
+    }
+    w->Bool(p + "expert_weights_norm", c.j().at("norm_topk_prob").get<bool>());
+  }
+  if (c.Has("shared_expert_intermediate_size")) {
+    ASSIGN_OR_RETURN(int64_t f, c.Int("shared_expert_intermediate_size"));
+    w->Uint32(p + "expert_shared_count", 1)
+        .Uint32(p + "expert_shared_feed_forward_length", static_cast<uint32_t>(f));
+  }
+  ASSIGN_OR_RETURN(int64_t step, c.Int("decoder_sparse_step", 1));
+  if (step != 1 || (c.Has("mlp_only_layers") && !c.j().at("mlp_only_layers").empty())) {
+    return absl::UnimplementedError(
+        "config.json: dense layers between the sparse ones (decoder_sparse_step, "
+        "mlp_only_layers) are not supported");
+  }
+  if (c.Has("clip_qkv")) {
+    return absl::UnimplementedError("config.json: OLMoE's clip_qkv is not supported");
+  }
+  return absl::OkStatus();
+}
 
 // The RoPE section (transformers 5's rope_parameters, or the older rope_theta and
 // rope_scaling) → rope.* metadata. Gemma 3's holds one entry per layer kind; the
@@ -219,7 +264,9 @@ absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWrit
     return absl::UnimplementedError(
         StrCat("config.json: architecture '", hf_arch,
                "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-               "Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM)"));
+               "Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
+               "Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, "
+               "Qwen2MoeForCausalLM)"));
   }
   *arch_out = std::string(arch);
   const std::string p = *arch_out + ".";
@@ -261,8 +308,12 @@ absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWrit
       .Uint32(p + "attention.value_length", u32(head_dim))
       .Float32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(eps));
   RETURN_IF_ERROR(RopeMetadata(c, arch, file, w, p, head_dim, llama3_factors));
-  if ((arch == "qwen2" || arch == "qwen3") && c.Has("use_sliding_window") &&
-      c.j().at("use_sliding_window") == true) {
+  if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "olmoe" ||
+      hf_arch == "MixtralForCausalLM") {
+    RETURN_IF_ERROR(MoeMetadata(c, hf_arch, file, w, p));
+  }
+  if ((arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen2moe") &&
+      c.Has("use_sliding_window") && c.j().at("use_sliding_window") == true) {
     return absl::UnimplementedError(
         "config.json: Qwen's use_sliding_window (windows on some layers) is not supported");
   }
@@ -348,7 +399,31 @@ std::optional<std::string> GgufName(std::string_view arch, std::string_view name
       {"input_layernorm", "attn_norm"},
       {"pre_feedforward_layernorm", "ffn_norm"},
       {"post_feedforward_layernorm", "post_ffw_norm"},
+      {"mlp.gate", "ffn_gate_inp"},
+      {"block_sparse_moe.gate", "ffn_gate_inp"},
+      {"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},
+      {"mlp.shared_expert.up_proj", "ffn_up_shexp"},
+      {"mlp.shared_expert.down_proj", "ffn_down_shexp"},
+      {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
   };
+  // Experts, one tensor each (transformers saves its fused experts so, and Mixtral as
+  // w1 / w3 / w2): llama.cpp's names of older Mixtral files, ffn_gate.E and so on.
+  for (std::string_view prefix : {"mlp.experts.", "block_sparse_moe.experts."}) {
+    if (!rest.starts_with(prefix) || suffix != ".weight") continue;
+    std::string_view e = rest.substr(prefix.size());
+    const size_t at = e.find('.');
+    if (at == 0 || at == std::string_view::npos || at > 5) return std::nullopt;
+    const std::string_view id = e.substr(0, at), what = e.substr(at + 1);
+    if (!std::all_of(id.begin(), id.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      return std::nullopt;
+    }
+    std::string_view kind;
+    if (what == "gate_proj" || what == "w1") kind = "ffn_gate";
+    if (what == "up_proj" || what == "w3") kind = "ffn_up";
+    if (what == "down_proj" || what == "w2") kind = "ffn_down";
+    if (kind.empty()) return std::nullopt;
+    return StrCat("blk.", index, ".", kind, ".", id, ".weight");
+  }
   std::string_view g;
   if (rest == "post_attention_layernorm") {
     g = gemma ? "post_attention_norm" : "ffn_norm";

@@ -44,16 +44,103 @@ absl::StatusOr<int32_t> TokenIdOr(const GgufFile& f, const std::string& key) {
   return static_cast<int32_t>(v);
 }
 
+// The mixture-of-experts keys (MoeConfig), with each family's defaults where the
+// file does not say (llama.cpp's: Mixtral and Qwen3-MoE renormalise the k weights,
+// Qwen2-MoE and OLMoE do not).
+absl::Status ReadMoe(const GgufFile& f, const std::string& p, std::string_view arch, MoeConfig* m) {
+  const bool moe_arch = arch == "qwen3moe" || arch == "qwen2moe" || arch == "olmoe";
+  if (moe_arch && f.Find(p + "expert_count") == nullptr) {
+    return Invalid(p + "expert_count", StrCat("is missing (", arch, " is a mixture of experts)"));
+  }
+  ASSIGN_OR_RETURN(m->experts, IntOr(f, p + "expert_count", 0));
+  if (m->experts == 0) {
+    if (moe_arch) return Invalid(p + "expert_count", "must be positive");
+    return absl::OkStatus();
+  }
+  if (m->experts > 4096)
+    return Invalid(p + "expert_count", StrCat("= ", m->experts, " is above 4096"));
+  if (f.Find(p + "expert_used_count") == nullptr) {
+    return Invalid(p + "expert_used_count", "is missing (the file has experts)");
+  }
+  ASSIGN_OR_RETURN(m->used, IntOr(f, p + "expert_used_count", 0));
+  if (m->used < 1 || m->used > m->experts) {
+    return Invalid(p + "expert_used_count",
+                   StrCat("= ", m->used, " must be in 1 .. expert_count = ", m->experts));
+  }
+  ASSIGN_OR_RETURN(m->ffn_size, IntOr(f, p + "expert_feed_forward_length", 0));
+  ASSIGN_OR_RETURN(int64_t shared, IntOr(f, p + "expert_shared_count", arch == "qwen2moe" ? 1 : 0));
+  if (shared > 1) {
+    return absl::UnimplementedError(StrCat("model config: ", p, "expert_shared_count = ", shared,
+                                           ": more than one shared expert is not supported"));
+  }
+  if (shared == 1) {
+    ASSIGN_OR_RETURN(m->shared_ffn_size, IntOr(f, p + "expert_shared_feed_forward_length", 0));
+    if (m->shared_ffn_size == 0) {
+      return Invalid(p + "expert_shared_feed_forward_length",
+                     "is missing or zero (a shared expert)");
+    }
+  }
+  ASSIGN_OR_RETURN(m->leading_dense_layers, IntOr(f, p + "leading_dense_block_count", 0));
+  ASSIGN_OR_RETURN(int64_t gating, IntOr(f, p + "expert_gating_func", 0));
+  if (gating == 0) gating = static_cast<int64_t>(ExpertGating::kSoftmax);  // llama.cpp's "none"
+  if (gating > 3) {
+    return Invalid(p + "expert_gating_func",
+                   StrCat("= ", gating,
+                          " is not a gating function (1 softmax, 2 sigmoid, 3 "
+                          "softmax over the picked)"));
+  }
+  m->gating = static_cast<ExpertGating>(gating);
+  m->weights_norm = arch == "llama" || arch == "qwen3moe";
+  if (f.Find(p + "expert_weights_norm") != nullptr) {
+    ASSIGN_OR_RETURN(m->weights_norm, f.GetBool(p + "expert_weights_norm"));
+  }
+  ASSIGN_OR_RETURN(m->weights_scale, FloatOr(f, p + "expert_weights_scale", 1.0));
+  if (m->weights_scale == 0) m->weights_scale = 1.0;  // 0: unscaled, as llama.cpp reads it
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+ModelConfig::ParameterCount ModelConfig::Parameters() const {
+  const int64_t h = hidden_size, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
+  ParameterCount n;
+  const int64_t output = tied_embeddings ? 0 : vocab_size * h;
+  n.total = vocab_size * h + output + h;
+  n.per_token = h + (tied_embeddings ? vocab_size * h : output) + h;
+  for (int64_t l = 0; l < n_layers; ++l) {
+    const int64_t attention = h * (q_dim + 2 * kv_dim) + q_dim * h + 2 * h +
+                              (post_norms ? 2 * h : 0) + (qkv_bias ? q_dim + 2 * kv_dim : 0) +
+                              (qk_norm ? (qk_norm_full ? q_dim + kv_dim : 2 * head_dim) : 0);
+    n.total += attention;
+    n.per_token += attention;
+    if (!LayerIsMoe(l)) {
+      n.total += 3 * h * ffn_size;
+      n.per_token += 3 * h * ffn_size;
+      continue;
+    }
+    const int64_t expert = 3 * h * moe.ffn_size, shared = 3 * h * moe.shared_ffn_size;
+    const int64_t router = moe.experts * h + (moe.shared_ffn_size > 0 ? h : 0);
+    n.total += router + moe.experts * expert + shared;
+    n.per_token += router + moe.used * expert + shared;
+  }
+  return n;
+}
 
 absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ModelConfig c;
   ASSIGN_OR_RETURN(std::string_view arch, f.GetString("general.architecture"));
-  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" &&
-      arch != "phi3" && arch != "gemma2" && arch != "gemma3") {
+  if (arch == "deepseek2") {
     return absl::UnimplementedError(
         StrCat("model config: architecture '", arch,
-               "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3)"));
+               "' uses multi-head latent attention (MLA), which tandem does not support"));
+  }
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" &&
+      arch != "phi3" && arch != "gemma2" && arch != "gemma3" && arch != "qwen3moe" &&
+      arch != "qwen2moe" && arch != "olmoe") {
+    return absl::UnimplementedError(
+        StrCat("model config: architecture '", arch,
+               "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, "
+               "qwen2moe, olmoe)"));
   }
   const bool gemma = arch == "gemma2" || arch == "gemma3";
   c.architecture = std::string(arch);
@@ -64,7 +151,19 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(c.hidden_size, RequiredInt(f, p + "embedding_length"));
   ASSIGN_OR_RETURN(c.n_heads, RequiredInt(f, p + "attention.head_count"));
   ASSIGN_OR_RETURN(c.n_kv_heads, IntOr(f, p + "attention.head_count_kv", c.n_heads));
-  ASSIGN_OR_RETURN(c.ffn_size, RequiredInt(f, p + "feed_forward_length"));
+  RETURN_IF_ERROR(ReadMoe(f, p, arch, &c.moe));
+  // A mixture of experts may give only its experts' width.
+  if (c.moe.experts > 0 && f.Find(p + "feed_forward_length") == nullptr &&
+      f.Find(p + "expert_feed_forward_length") != nullptr) {
+    c.ffn_size = c.moe.ffn_size;
+  } else {
+    ASSIGN_OR_RETURN(c.ffn_size, RequiredInt(f, p + "feed_forward_length"));
+  }
+  if (c.moe.experts > 0 && c.moe.ffn_size == 0) c.moe.ffn_size = c.ffn_size;
+  if (c.moe.leading_dense_layers > c.n_layers) {
+    return Invalid(p + "leading_dense_block_count",
+                   StrCat("= ", c.moe.leading_dense_layers, " exceeds block_count = ", c.n_layers));
+  }
   ASSIGN_OR_RETURN(c.context_length, IntOr(f, p + "context_length", 2048));
   ASSIGN_OR_RETURN(c.sliding_window, IntOr(f, p + "attention.sliding_window", 0));
   if (c.sliding_window < 0 || c.sliding_window > INT32_MAX) {
@@ -153,11 +252,17 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   c.qkv_bias = f.FindTensor("blk.0.attn_q.bias") != nullptr;
   // NeoX-style RoPE: llama.cpp's converter permutes Q/K for adjacent pairs only for
   // llama and mistral.
-  c.rope_halves = arch == "qwen2" || arch == "qwen3" || arch == "phi3" || gemma;
+  c.rope_halves = arch == "qwen2" || arch == "qwen3" || arch == "phi3" || gemma ||
+                  arch == "qwen3moe" || arch == "qwen2moe" || arch == "olmoe";
   // Qwen3 and Gemma 3 always have it (loading then requires the tensors); others where
   // the file does.
-  c.qk_norm =
-      arch == "qwen3" || arch == "gemma3" || f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
+  c.qk_norm = arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe" || arch == "olmoe" ||
+              f.FindTensor("blk.0.attn_q_norm.weight") != nullptr;
+  c.qk_norm_full = arch == "olmoe";
+  if (arch == "olmoe" && f.Find(p + "attention.clamp_kqv") != nullptr) {
+    return absl::UnimplementedError(
+        StrCat("model config: ", p, "attention.clamp_kqv (OLMoE's clip_qkv) is not supported"));
+  }
 
   ASSIGN_OR_RETURN(c.bos_token_id, TokenIdOr(f, "tokenizer.ggml.bos_token_id"));
   ASSIGN_OR_RETURN(c.eos_token_id, TokenIdOr(f, "tokenizer.ggml.eos_token_id"));

@@ -1,11 +1,13 @@
 // ModelConfig: the hyper-parameters of a Llama-family decoder, read from GGUF metadata.
 //
-// Covers `general.architecture` = llama, mistral, qwen2, qwen3, phi3, gemma2 and gemma3:
+// Covers `general.architecture` = llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3 and
+// the mixtures of experts qwen3moe, qwen2moe, olmoe and llama with experts (Mixtral):
 // one decoder (RMSNorm, RoPE attention with GQA, a gated FFN) whose variations are the
-// fields below — qwen2's Q/K/V biases; qwen3's and gemma3's per-head QK-norm; phi3's
-// fused QKV and gate/up projections; Gemma's GeGLU, embedding scale, norms after
-// attention and after the FFN, soft-capping (gemma2), and sliding-window layers
-// interleaved with global ones, each kind with its own RoPE base (gemma3). A plain
+// fields below — qwen2's Q/K/V biases; qwen3's and gemma3's per-head QK-norm, olmoe's
+// over the whole projection; phi3's fused QKV and gate/up projections; Gemma's GeGLU,
+// embedding scale, norms after attention and after the FFN, soft-capping (gemma2), and
+// sliding-window layers interleaved with global ones, each kind with its own RoPE base
+// (gemma3); a routed FFN of experts (MoeConfig), with a shared expert (qwen2moe). A plain
 // value type; FromGguf checks that the numbers are consistent (heads divide the hidden
 // size, KV heads divide heads, ...) and returns InvalidArgument naming the key
 // otherwise.
@@ -27,6 +29,31 @@ enum class RopeScalingType { kNone, kLinear, kYarn, kLlama3 };
 enum class FfnActivation {
   kSilu,      // SwiGLU (Llama, Qwen, Phi-3)
   kGeluTanh,  // GeGLU, GELU's tanh approximation (Gemma)
+};
+
+// How a token's router logits become its experts' weights (GGUF expert_gating_func,
+// llama.cpp's numbering).
+enum class ExpertGating {
+  kSoftmax = 1,        // softmax over every expert, the top k picked (Mixtral, Qwen, OLMoE)
+  kSigmoid = 2,        // sigmoid of each logit, the top k picked (DeepSeek V3, GLM-4.5)
+  kSoftmaxWeight = 3,  // the top k logits picked, softmax over those k (gpt-oss)
+};
+
+// A mixture-of-experts FFN (llama.cpp's GGUF: ffn_gate_inp, ffn_{gate,up,down}_exps).
+// Each token's router logits (ffn_gate_inp · x) pick `used` of `experts` experts —
+// the k largest gating values, the lower index first on ties — whose weights are the
+// gating values of those k, renormalised to sum to 1 when `weights_norm`, times
+// `weights_scale`; the FFN's output is Σ weight × expert(x) over the k, plus
+// sigmoid(ffn_gate_inp_shexp · x) × the shared expert(x) where there is one (qwen2moe).
+struct MoeConfig {
+  int64_t experts = 0;               // expert_count; 0: every layer's FFN is dense
+  int64_t used = 0;                  // expert_used_count (k)
+  int64_t ffn_size = 0;              // expert_feed_forward_length (feed_forward_length when absent)
+  int64_t shared_ffn_size = 0;       // the shared expert's (qwen2moe); 0: none
+  int64_t leading_dense_layers = 0;  // leading_dense_block_count: dense FFN below this
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool weights_norm = false;
+  double weights_scale = 1.0;
 };
 
 struct RopeScaling {
@@ -83,6 +110,10 @@ struct ModelConfig {
   // Each head's query and key RMS-normalised (weights attn_q_norm / attn_k_norm, one
   // per head dim) after the projection, before RoPE (qwen3).
   bool qk_norm = false;
+  // olmoe: the QK-norm spans the whole projection (weights [n_heads·head_dim] and
+  // [n_kv_heads·head_dim]), not each head.
+  bool qk_norm_full = false;
+  MoeConfig moe;
 
   int32_t bos_token_id = -1;  // -1: none
   int32_t eos_token_id = -1;
@@ -94,6 +125,20 @@ struct ModelConfig {
     return sliding_window > 0 && (sliding_window_period == 0 ||
                                   layer % sliding_window_period != sliding_window_period - 1);
   }
+
+  // Whether layer `layer`'s FFN is the mixture of experts (else the dense one).
+  bool LayerIsMoe(int64_t layer) const {
+    return moe.experts > 0 && layer >= moe.leading_dense_layers;
+  }
+
+  // Weights of the model: every matrix and norm, and those one token's forward pass
+  // reads (of a mixture-of-experts layer its router, its `used` picked experts and the
+  // shared one, not the others; one row of the embedding table).
+  struct ParameterCount {
+    int64_t total = 0;
+    int64_t per_token = 0;
+  };
+  ParameterCount Parameters() const;
 
   // 2 × layers × kv_heads × head_dim: float elements of K and V per token.
   int64_t KvElementsPerToken() const { return 2 * n_layers * n_kv_heads * head_dim; }

@@ -128,6 +128,100 @@ TEST(ModelConfig, ReadsMistralLikeLlamaAndCapsTheContextAtItsSlidingWindow) {
   EXPECT_TRUE(v01->LayerIsLocal(1));
 }
 
+GgufBuilder Qwen3Moe(uint32_t experts = 8, uint32_t used = 4) {
+  GgufBuilder b;
+  b.String("general.architecture", "qwen3moe")
+      .Uint32("qwen3moe.block_count", 2)
+      .Uint32("qwen3moe.embedding_length", 64)
+      .Uint32("qwen3moe.attention.head_count", 4)
+      .Uint32("qwen3moe.feed_forward_length", 128)
+      .Uint32("qwen3moe.expert_feed_forward_length", 32)
+      .Uint32("qwen3moe.expert_count", experts)
+      .Uint32("qwen3moe.expert_used_count", used)
+      .Uint32("qwen3moe.vocab_size", 100);
+  return b;
+}
+
+// The expert keys, with each family's defaults (llama.cpp's): Qwen3-MoE and Mixtral
+// renormalise the picked weights, OLMoE and Qwen2-MoE do not; Qwen2-MoE has a shared
+// expert.
+TEST(ModelConfig, ReadsMixturesOfExperts) {
+  auto q = Parse(Qwen3Moe());
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->moe.experts, 8);
+  EXPECT_EQ(q->moe.used, 4);
+  EXPECT_EQ(q->moe.ffn_size, 32);
+  EXPECT_EQ(q->ffn_size, 128);
+  EXPECT_EQ(q->moe.gating, ExpertGating::kSoftmax);
+  EXPECT_TRUE(q->moe.weights_norm);
+  EXPECT_TRUE(q->qk_norm);
+  EXPECT_FALSE(q->qk_norm_full);
+  EXPECT_TRUE(q->rope_halves);
+  EXPECT_TRUE(q->LayerIsMoe(0));
+
+  auto norm_off = Parse(Qwen3Moe().Bool("qwen3moe.expert_weights_norm", false));
+  ASSERT_TRUE(norm_off.ok());
+  EXPECT_FALSE(norm_off->moe.weights_norm);
+
+  auto mixtral =
+      Parse(Llama().Uint32("llama.expert_count", 8).Uint32("llama.expert_used_count", 2));
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_EQ(mixtral->moe.ffn_size, 128);  // feed_forward_length is the experts' width
+  EXPECT_TRUE(mixtral->moe.weights_norm);
+  EXPECT_FALSE(mixtral->rope_halves);
+  EXPECT_FALSE(Parse(Llama())->LayerIsMoe(0));
+
+  GgufBuilder o;
+  o.String("general.architecture", "olmoe")
+      .Uint32("olmoe.block_count", 2)
+      .Uint32("olmoe.embedding_length", 64)
+      .Uint32("olmoe.attention.head_count", 4)
+      .Uint32("olmoe.expert_feed_forward_length", 32)
+      .Uint32("olmoe.expert_count", 8)
+      .Uint32("olmoe.expert_used_count", 3)
+      .Uint32("olmoe.vocab_size", 100);
+  auto olmoe = Parse(o);
+  ASSERT_TRUE(olmoe.ok()) << olmoe.status();
+  EXPECT_EQ(olmoe->ffn_size, 32);  // no feed_forward_length: the experts'
+  EXPECT_FALSE(olmoe->moe.weights_norm);
+  EXPECT_TRUE(olmoe->qk_norm_full);
+
+  auto sigmoid = Parse(Qwen3Moe()
+                           .Uint32("qwen3moe.expert_gating_func", 2)
+                           .Uint32("qwen3moe.leading_dense_block_count", 1)
+                           .Float32("qwen3moe.expert_weights_scale", 2.5f));
+  ASSERT_TRUE(sigmoid.ok()) << sigmoid.status();
+  EXPECT_EQ(sigmoid->moe.gating, ExpertGating::kSigmoid);
+  EXPECT_EQ(sigmoid->moe.weights_scale, 2.5);
+  EXPECT_FALSE(sigmoid->LayerIsMoe(0));
+  EXPECT_TRUE(sigmoid->LayerIsMoe(1));
+}
+
+// Bad expert keys name the key; an architecture tandem does not run says why.
+TEST(ModelConfig, RejectsBadExpertKeys) {
+  auto message = [](const GgufBuilder& b) { return std::string(Parse(b).status().message()); };
+  EXPECT_THAT(message(Qwen3Moe(8, 9)),
+              HasSubstr("qwen3moe.expert_used_count = 9 must be in 1 .. expert_count = 8"));
+  EXPECT_THAT(message(Qwen3Moe(8, 0)), HasSubstr("expert_used_count"));
+  EXPECT_THAT(message(Qwen3Moe().Uint32("qwen3moe.expert_gating_func", 7)),
+              HasSubstr("qwen3moe.expert_gating_func = 7 is not a gating function"));
+  EXPECT_THAT(message(Qwen3Moe().Uint32("qwen3moe.leading_dense_block_count", 3)),
+              HasSubstr("leading_dense_block_count = 3 exceeds block_count"));
+  EXPECT_THAT(message(Qwen3Moe(0, 0)), HasSubstr("expert_count"));
+  EXPECT_THAT(message(Llama().Uint32("llama.expert_count", 8)),
+              HasSubstr("llama.expert_used_count is missing"));
+  EXPECT_THAT(message(Llama()
+                          .Uint32("llama.expert_count", 8)
+                          .Uint32("llama.expert_used_count", 2)
+                          .Uint32("llama.expert_shared_count", 2)),
+              HasSubstr("more than one shared expert"));
+  GgufBuilder deepseek;
+  deepseek.String("general.architecture", "deepseek2");
+  const absl::Status mla = Parse(deepseek).status();
+  EXPECT_EQ(mla.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(mla.message()), HasSubstr("multi-head latent attention"));
+}
+
 TEST(ModelConfig, RejectsInconsistentShapes) {
   EXPECT_THAT(
       std::string(Parse(Llama().Uint32("llama.attention.head_count_kv", 3)).status().message()),

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "common/util/strings.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_q8.h"
+#include "kernels/cpu/moe.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/kv_storage.h"
 #include "kernels/select.h"
@@ -208,13 +210,19 @@ void CpuBackend::Embedding(const Tensor& table, const Tensor& ids, const Tensor&
 void CpuBackend::Gemms(const Tensor& x, std::initializer_list<const WeightMatrix*> ws,
                        std::initializer_list<float* const*> outs) {
   if (!Proceed()) return;
+  Gemms(Host(x), x.rows, x.cols, ws, outs);
+}
+
+void CpuBackend::Gemms(const float* x, int64_t rows, int64_t cols,
+                       std::initializer_list<const WeightMatrix*> ws,
+                       std::initializer_list<float* const*> outs) {
   // Fast math where every matrix of the group has an integer path (they share the
   // quantized x); the float path otherwise.
   const bool q8 =
-      math_ == CpuMath::kFast && x.cols % kQ8Block == 0 &&
+      math_ == CpuMath::kFast && cols % kQ8Block == 0 &&
       std::all_of(ws.begin(), ws.end(), [](const WeightMatrix* w) { return Q8Supports(w->type); });
-  if (q8) return MatMulQ8Group(Host(x), x.rows, ws, outs, pool_.get());
-  MatMulGroup(Host(x), x.rows, ws, outs, pool_.get());
+  if (q8) return MatMulQ8Group(x, rows, ws, outs, pool_.get());
+  MatMulGroup(x, rows, ws, outs, pool_.get());
 }
 
 void CpuBackend::MatMul(const Tensor& x, const Tensor& w, const Tensor& out) {
@@ -314,6 +322,106 @@ void CpuBackend::AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weig
   pool_->ParallelFor(x.rows, [&](int64_t b, int64_t e, int) {
     AddInPlace(xs + b * dim, ys + b * dim, (e - b) * dim);
     kernels::RmsNorm(xs + b * dim, w, e - b, dim, eps, o + b * dim);
+  });
+}
+
+void CpuBackend::MoeRoute(const Tensor& logits, const Tensor& bias, const MoeRouting& r,
+                          const Tensor& ids, const Tensor& weights) {
+  if (!Proceed()) return;
+  if (logits.cols != r.experts || ids.cols != r.used || weights.cols != r.used || r.used < 1 ||
+      r.used > r.experts) {
+    return Fail(absl::InvalidArgumentError("moe route: shapes do not agree with the routing"));
+  }
+  float* l = Host(logits);
+  int32_t* id = Host<int32_t>(ids);
+  float* w = Host(weights);
+  const float* b = bias.empty() ? nullptr : Host(bias);
+  pool_->ParallelFor(logits.rows, [&](int64_t begin, int64_t end, int) {
+    RouteExperts(l + begin * r.experts, b, end - begin, r, id + begin * r.used, w + begin * r.used);
+  });
+}
+
+void CpuBackend::GatedFfn(const float* x, int64_t rows, const WeightMatrix& gate,
+                          const WeightMatrix& up, const WeightMatrix& down, GatedActivation act,
+                          float* out) {
+  const int64_t width = gate.rows;
+  float* g = out + rows * down.rows;  // after out: gate, then up
+  float* u = g + rows * width;
+  Gemms(x, rows, gate.cols, {&gate, &up}, {&g, &u});
+  auto* fn = act == GatedActivation::kGeluTanh ? kernels::GeGlu : kernels::SwiGlu;
+  pool_->ParallelFor(
+      rows * width, [&](int64_t b, int64_t e, int) { fn(g + b, u + b, e - b, g + b); }, 1024);
+  Gemms(g, rows, width, {&down}, {&out});
+}
+
+void CpuBackend::MoeFfn(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                        const ExpertWeights& experts, GatedActivation act, const Tensor& out) {
+  if (!Proceed()) return;
+  const int64_t T = x.rows, H = x.cols, k = ids.cols;
+  const int32_t n_experts = static_cast<int32_t>(experts.gate.size());
+  if (n_experts == 0 || experts.up.size() != experts.gate.size() ||
+      experts.down.size() != experts.gate.size() || weights.cols != k || ids.rows != T ||
+      out.cols != H) {
+    return Fail(absl::InvalidArgumentError("moe ffn: shapes do not agree"));
+  }
+  const int32_t* id = Host<int32_t>(ids);
+  const float* w = Host(weights);
+  const float* xs = Host(x);
+  float* o = Host(out);
+  ExpertGroups groups;
+  if (absl::Status st = GroupByExpert(id, T, static_cast<int32_t>(k), n_experts, &groups);
+      !st.ok()) {
+    return Fail(st);
+  }
+  int64_t width = experts.gate[0].rows;
+  for (const Tensor& g : experts.gate) width = std::max(width, g.rows);
+  if (!experts.shared_w_gate.empty()) width = std::max(width, experts.shared_w_gate.rows);
+  // Scratch: every (token, slot) pair's expert output [T·k][H], then one group's rows
+  // [n][H], its output [n][H] and its gate and up products [n][width] each.
+  int64_t most = experts.shared_w_gate.empty() ? 0 : T;  // rows of the largest product
+  for (int32_t e = 0; e < n_experts; ++e) {
+    most = std::max<int64_t>(most, groups.begin[e + 1] - groups.begin[e]);
+  }
+  const size_t need = static_cast<size_t>(T * k * H + most * (2 * H + 2 * width));
+  if (moe_scratch_.size() < need) moe_scratch_.resize(need);
+  float* ys = moe_scratch_.data();  // [T·k][H]
+  float* rows = ys + T * k * H;     // [n][H]
+  float* products = rows + most * H;
+  for (int32_t e = 0; e < n_experts; ++e) {
+    const int32_t b = groups.begin[e], n = groups.begin[e + 1] - b;
+    if (n == 0) continue;
+    for (int32_t i = 0; i < n; ++i) {
+      std::memcpy(rows + i * H, xs + groups.pairs[b + i] / k * H, static_cast<size_t>(H) * 4);
+    }
+    GatedFfn(rows, n, Weight(experts.gate[e]), Weight(experts.up[e]), Weight(experts.down[e]), act,
+             products);
+    for (int32_t i = 0; i < n; ++i) {
+      std::memcpy(ys + static_cast<int64_t>(groups.pairs[b + i]) * H, products + i * H,
+                  static_cast<size_t>(H) * 4);
+    }
+  }
+  float* shared = nullptr;
+  if (!experts.shared_w_gate.empty()) {
+    shared = products;  // [T][H], then its gate and up products
+    GatedFfn(xs, T, Weight(experts.shared_w_gate), Weight(experts.shared_w_up),
+             Weight(experts.shared_w_down), act, shared);
+  }
+  const float* shared_gate = experts.shared_gate.empty() ? nullptr : Host(experts.shared_gate);
+  pool_->ParallelFor(T, [&](int64_t begin, int64_t end, int) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = o + t * H;
+      std::fill(row, row + H, 0.0f);
+      for (int64_t s = 0; s < k; ++s) {
+        const float ws = w[t * k + s];
+        const float* y = ys + (t * k + s) * H;
+        for (int64_t c = 0; c < H; ++c) row[c] += ws * y[c];
+      }
+      if (shared == nullptr) continue;
+      float dot = 0;
+      for (int64_t c = 0; c < H; ++c) dot += xs[t * H + c] * shared_gate[c];
+      const float g = 1.0f / (1.0f + std::exp(-dot));
+      for (int64_t c = 0; c < H; ++c) row[c] += g * shared[t * H + c];
+    }
   });
 }
 

@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -74,6 +75,10 @@ class CpuBackend : public Backend {
   void Add(const Tensor& x, const Tensor& y) override;
   void AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                   const Tensor& out) override;
+  void MoeRoute(const Tensor& logits, const Tensor& bias, const MoeRouting& r, const Tensor& ids,
+                const Tensor& weights) override;
+  void MoeFfn(const Tensor& x, const Tensor& ids, const Tensor& weights,
+              const ExpertWeights& experts, GatedActivation act, const Tensor& out) override;
   void AddBias(const Tensor& x, const Tensor& bias) override;
   void GatherRows(const Tensor& src, const Tensor& rows, const Tensor& dst) override;
   void ArgMax(const Tensor& logits, const Tensor& ids) override;
@@ -94,7 +99,15 @@ class CpuBackend : public Backend {
   // group has an integer path (x quantized once for all), the float path otherwise.
   void Gemms(const Tensor& x, std::initializer_list<const WeightMatrix*> ws,
              std::initializer_list<float* const*> outs);
+  void Gemms(const float* x, int64_t rows, int64_t cols,
+             std::initializer_list<const WeightMatrix*> ws,
+             std::initializer_list<float* const*> outs);
+  // rows [rows][gate.cols] through one gated FFN into out [rows][down.rows] (the
+  // expert's width of `hidden` scratch floats per row).
+  void GatedFfn(const float* x, int64_t rows, const WeightMatrix& gate, const WeightMatrix& up,
+                const WeightMatrix& down, GatedActivation act, float* out);
 
+  std::vector<float> moe_scratch_;  // MoeFfn's gathered rows and products; grows only
   const bool fence_;
   const CpuMath math_;
   std::unique_ptr<ThreadPool> pool_;

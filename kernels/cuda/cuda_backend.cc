@@ -649,6 +649,18 @@ void CudaBackend::AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& wei
         "add_rms_norm");
 }
 
+void CudaBackend::MoeRoute(const Tensor&, const Tensor&, const MoeRouting&, const Tensor&,
+                           const Tensor&) {
+  if (!Proceed()) return;
+  Fail(absl::UnimplementedError("cuda backend: mixture-of-experts routing is not implemented"));
+}
+
+void CudaBackend::MoeFfn(const Tensor&, const Tensor&, const Tensor&, const ExpertWeights&,
+                         GatedActivation, const Tensor&) {
+  if (!Proceed()) return;
+  Fail(absl::UnimplementedError("cuda backend: mixture-of-experts FFN is not implemented"));
+}
+
 void CudaBackend::AddBias(const Tensor& x, const Tensor& bias) {
   if (!Proceed()) return;
   Check(LaunchAddBias(Dev(x), Dev(bias), x.rows, x.cols, s_->stream), "add_bias");

@@ -105,6 +105,12 @@ class CudaBackend : public Backend {
   void Add(const Tensor& x, const Tensor& y) override;
   void AddRmsNorm(const Tensor& x, const Tensor& y, const Tensor& weight, float eps,
                   const Tensor& out) override;
+  // Not yet on the device: each fails the pass with Unimplemented (DeviceWeights
+  // refuses a mixture of experts on this backend before any pass).
+  void MoeRoute(const Tensor& logits, const Tensor& bias, const MoeRouting& r, const Tensor& ids,
+                const Tensor& weights) override;
+  void MoeFfn(const Tensor& x, const Tensor& ids, const Tensor& weights,
+              const ExpertWeights& experts, GatedActivation act, const Tensor& out) override;
   void AddBias(const Tensor& x, const Tensor& bias) override;
   void GatherRows(const Tensor& src, const Tensor& rows, const Tensor& dst) override;
   void ArgMax(const Tensor& logits, const Tensor& ids) override;

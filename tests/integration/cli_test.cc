@@ -177,6 +177,22 @@ TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
   std::filesystem::remove_all(dir);
 }
 
+// A mixture of experts: its experts and the weights one token reads beside the total
+// (tiny_qwen3moe: 64 wide, untied 512-token vocabulary, 2 layers of 24,768 attention
+// and norm weights, a 512-weight router and 8 experts of 6,144: 65,600 + 2 × 74,432 in
+// all; per token one embedding row, the output matrix and norm, and 4 of the experts:
+// 32,896 + 2 × 49,856).
+TEST(CliInspect, ReportsExpertsAndTheParametersReadPerToken) {
+  RunResult r = Tandem("inspect --model " + TestDataPath("tiny_qwen3moe.gguf"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, ::testing::HasSubstr(
+                         "experts           8, 4 used per token, each 32 wide (softmax gating, "
+                         "weights renormalised)"));
+  EXPECT_THAT(r.out,
+              ::testing::HasSubstr("parameters        0.0002145 B, 0.0001326 B read per token"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("servable          yes"));
+}
+
 TEST(CliTokenize, JsonIdsMatchTheReference) {
   std::ifstream in(TestDataPath("tokenizer_smollm2.json"));
   nlohmann::json golden = nlohmann::json::parse(in);
@@ -533,6 +549,44 @@ TEST(CliServe, APoolThatCannotHoldOneFullRequestIsRefusedAtStart) {
   EXPECT_THAT(too_long.out, ::testing::HasSubstr("--max-model-len: 9000 is outside 1 .. 8192"));
   EXPECT_THAT(small.out + decode.out + too_long.out,
               ::testing::Not(::testing::HasSubstr("listening")));  // nothing was started
+}
+
+// A model no worker could load (here a Mixtral-style file, llama with experts, whose
+// router tensor is missing) is refused before any process starts, with the reason
+// the workers would give, in seconds.
+TEST(CliServe, AModelNoWorkerCanLoadIsRefusedAtStartWithTheReason) {
+  testing::GgufBuilder b = testing::TinyGpt2Vocab();  // architecture llama, 4 tokens
+  b.Uint32("llama.block_count", 1)
+      .Uint32("llama.embedding_length", 64)
+      .Uint32("llama.attention.head_count", 4)
+      .Uint32("llama.feed_forward_length", 32)
+      .Uint32("llama.context_length", 256)
+      .Uint32("llama.expert_count", 4)
+      .Uint32("llama.expert_used_count", 2);
+  auto f32 = [&](const std::string& name, std::vector<uint64_t> dims) {
+    uint64_t n = 1;
+    for (uint64_t d : dims) n *= d;
+    b.F32Tensor(name, dims, std::vector<float>(n, 0.01f));
+  };
+  f32("token_embd.weight", {64, 4});
+  f32("output_norm.weight", {64});
+  f32("blk.0.attn_norm.weight", {64});
+  f32("blk.0.ffn_norm.weight", {64});
+  for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_output"}) {
+    f32(StrCat("blk.0.", m, ".weight"), {64, 64});
+  }
+  f32("blk.0.ffn_gate_exps.weight", {64, 32, 4});
+  f32("blk.0.ffn_up_exps.weight", {64, 32, 4});
+  f32("blk.0.ffn_down_exps.weight", {32, 64, 4});
+  const std::string path = std::filesystem::temp_directory_path() / "tandem-serve-no-router.gguf";
+  ASSERT_TRUE(b.WriteTo(path));
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult r = Tandem("serve --grpc-port 0 --http-port -1 --model " + path);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("tensor 'blk.0.ffn_gate_inp.weight' is missing"));
+  EXPECT_THAT(r.out, ::testing::Not(::testing::HasSubstr("listening")));  // nothing started
+  std::filesystem::remove(path);
 }
 
 // Start-up is supervised: a worker that exits before the cluster is ready (here the

@@ -1,7 +1,9 @@
 """Tiny random-weight models of each architecture, made with Hugging Face transformers,
 written as GGUF, with transformers' logits and greedy continuations on them.
 
-Produces, for ARCH in ARCHS (llama, qwen2, qwen3, gemma2, gemma3, phi3, mistral):
+Produces, for ARCH in ARCHS (llama, qwen2, qwen3, gemma2, gemma3, phi3, mistral, and the
+mixtures of experts qwen3moe, mixtral, mixtral_split, olmoe, qwen2moe) or those named on
+the command line:
     tests/data/tiny_<ARCH>.gguf          the model as GGUF, float32 weights (general.architecture
                                          = ARCH, the names and metadata llama.cpp's converter
                                          writes for it; no tokenizer: tests feed token ids)
@@ -24,7 +26,13 @@ Reference
     (1.5 and 4), so that both shape the logits of these short prompts. Greedy: argmax of a full forward pass per step (no cache),
     N_NEW steps; then one teacher-forced pass over prompt + continuation gives the logits.
 
-    /tmp/refvenv/bin/python tests/reference/make_arch_golden.py
+    Mixtures of experts: 8 experts (2 to 4 picked), the experts' weights as llama.cpp's
+    converter stacks them (ffn_{gate,up,down}_exps [experts][rows][cols]), mixtral_split
+    as older Mixtral files hold them (ffn_gate.E, one tensor per expert); a prompt is
+    also drawn again until no token's k-th and (k+1)-th router logits lie within 1e-3
+    (a near-tie float32 rounding could flip).
+
+    /tmp/refvenv/bin/python tests/reference/make_arch_golden.py [ARCH ...]
 
 Requirements: tests/reference/requirements.txt (transformers, gguf, numpy) and torch
 (CPU is enough; a few seconds).
@@ -251,7 +259,101 @@ def qwen2():
     return Qwen2ForCausalLM(cfg), meta, names
 
 
-ARCHS = {"llama": llama, "llama31": llama31, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3, "mistral": mistral}
+def _moe_meta(cfg, head_dim, experts, used, expert_ffn, **extra):
+    return _meta(cfg, head_dim, **{"rope.freq_base": float(cfg.rope_parameters["rope_theta"]),
+                                   "expert_count": experts, "expert_used_count": used,
+                                   "expert_feed_forward_length": expert_ffn, **extra})
+
+
+MOE_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate": "ffn_gate_inp", "input_layernorm": "attn_norm",
+             "post_attention_layernorm": "ffn_norm"}
+
+
+def qwen3moe():
+    """Per-head QK-norm, head dim 32 beside hidden / heads = 16, 8 experts of which 4
+    picked, their weights renormalised (norm_topk_prob, as llama.cpp reads qwen3moe)."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    cfg = Qwen3MoeConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
+                         moe_intermediate_size=32, num_experts=8, num_experts_per_tok=4,
+                         norm_topk_prob=True, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                         rope_theta=1e6, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                         attn_implementation="eager")
+    meta = _moe_meta(cfg, cfg.head_dim, 8, 4, cfg.moe_intermediate_size)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+             "model.norm.weight": "output_norm.weight"}
+    layer = dict(MOE_LAYER, **{"self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"})
+    return Qwen3MoeForCausalLM(cfg), meta, _layer_names(cfg, layer, names)
+
+
+def mixtral():
+    """Llama with 8 experts, 2 picked and renormalised; Q/K permuted for adjacent RoPE."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+    cfg = MixtralConfig(vocab_size=512, hidden_size=64, intermediate_size=32, num_local_experts=8,
+                        num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+                        rope_theta=1e6, tie_word_embeddings=False, attn_implementation="eager")
+    model, meta, names, permute = _adjacent_rope(MixtralForCausalLM, cfg, **{
+        "expert_count": 8, "expert_used_count": 2})
+    names = {k: v for k, v in names.items() if ".mlp." not in k}
+    for i in range(cfg.num_hidden_layers):
+        names[f"model.layers.{i}.mlp.gate.weight"] = f"blk.{i}.ffn_gate_inp.weight"
+    return model, meta, names, permute
+
+
+def olmoe():
+    """QK-norm over the whole projection, 8 experts of which 3 picked, not renormalised."""
+    from transformers import OlmoeConfig, OlmoeForCausalLM
+    cfg = OlmoeConfig(vocab_size=512, hidden_size=64, intermediate_size=32, num_experts=8,
+                      num_experts_per_tok=3, norm_topk_prob=False, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      rms_norm_eps=1e-5, tie_word_embeddings=False, pad_token_id=1,
+                      eos_token_id=2, bos_token_id=None, attn_implementation="eager")
+    meta = _moe_meta(cfg, cfg.hidden_size // cfg.num_attention_heads, 8, 3, cfg.intermediate_size)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+             "model.norm.weight": "output_norm.weight"}
+    layer = dict(MOE_LAYER, **{"self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"})
+    return OlmoeForCausalLM(cfg), meta, _layer_names(cfg, layer, names)
+
+
+def qwen2moe():
+    """Q/K/V biases, 8 experts of which 2 picked (not renormalised) and a shared expert
+    of another width behind its sigmoid gate."""
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+    cfg = Qwen2MoeConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
+                         moe_intermediate_size=32, shared_expert_intermediate_size=96,
+                         num_experts=8, num_experts_per_tok=2, norm_topk_prob=False,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, rope_theta=1e6, rms_norm_eps=1e-6,
+                         tie_word_embeddings=False, attn_implementation="eager")
+    meta = _moe_meta(cfg, cfg.hidden_size // cfg.num_attention_heads, 8, 2,
+                     cfg.moe_intermediate_size, expert_shared_count=1,
+                     expert_shared_feed_forward_length=cfg.shared_expert_intermediate_size)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+             "model.norm.weight": "output_norm.weight"}
+    layer = dict(MOE_LAYER, **{"mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+                               "mlp.shared_expert.up_proj": "ffn_up_shexp",
+                               "mlp.shared_expert.down_proj": "ffn_down_shexp",
+                               "mlp.shared_expert_gate": "ffn_gate_inp_shexp"})
+    _layer_names(cfg, layer, names)
+    for i in range(cfg.num_hidden_layers):
+        for hf, g in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v")):
+            names[f"model.layers.{i}.self_attn.{hf}.bias"] = f"blk.{i}.{g}.bias"
+    return Qwen2MoeForCausalLM(cfg), meta, names
+
+
+def mixtral_split():
+    """mixtral, its experts one tensor each (ffn_gate.E), as older Mixtral files hold them."""
+    return mixtral()
+
+
+ARCHS = {"llama": llama, "llama31": llama31, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3, "mistral": mistral,
+         "qwen3moe": qwen3moe, "mixtral": mixtral, "mixtral_split": mixtral_split, "olmoe": olmoe,
+         "qwen2moe": qwen2moe}
+# general.architecture where it is not the golden's name.
+GGUF_ARCH = {"llama31": "llama", "mixtral": "llama", "mixtral_split": "llama"}
 # How each family's GGUF stores a norm weight w of the transformers model.
 NORM_SHIFT = {"gemma2": 1.0, "gemma3": 1.0}
 
@@ -267,8 +369,27 @@ def randomize(model, gen, norm_center=1.0):
                 p.copy_(INIT_STD * torch.randn(p.shape, generator=gen))
 
 
+def _expert_tensors(state, split):
+    """The fused experts of transformers (gate_up_proj [E][2F][H], gate first;
+    down_proj [E][H][F]) as llama.cpp's GGUF names them: stacked, or one per expert."""
+    out = {}
+    for key in [k for k in state if k.endswith("mlp.experts.gate_up_proj")]:
+        i = int(key.split(".")[2])
+        gate_up = state.pop(key).detach().numpy().astype(np.float32)
+        down = state.pop(key.replace("gate_up_proj", "down_proj")).detach().numpy()
+        f = gate_up.shape[1] // 2
+        parts = {"ffn_gate": gate_up[:, :f], "ffn_up": gate_up[:, f:], "ffn_down": down}
+        for g, t in parts.items():
+            if split:
+                for e in range(t.shape[0]):
+                    out[f"blk.{i}.{g}.{e}.weight"] = np.ascontiguousarray(t[e], dtype=np.float32)
+            else:
+                out[f"blk.{i}.{g}_exps.weight"] = np.ascontiguousarray(t, dtype=np.float32)
+    return out
+
+
 def write_model(arch, model, meta, names, path, permute=None, norm_shift=0.0, extra=None):
-    gguf_arch = model.config.model_type if arch == "llama31" else arch
+    gguf_arch = GGUF_ARCH.get(arch, arch)
     w = gguf.GGUFWriter(path, arch=gguf_arch)
     w.add_name(f"tiny-random-{arch}")
     for key, value in meta.items():
@@ -279,6 +400,7 @@ def write_model(arch, model, meta, names, path, permute=None, norm_shift=0.0, ex
             w.add_uint32(full, value)
     state = {k: v for k, v in model.state_dict().items()
              if not (k == "lm_head.weight" and model.config.tie_word_embeddings)}
+    experts = _expert_tensors(state, split=arch == "mixtral_split")
     assert set(state) == set(names), sorted(set(state) ^ set(names))
     for hf, g in names.items():
         t = state[hf].detach().numpy().astype(np.float32)
@@ -286,6 +408,10 @@ def write_model(arch, model, meta, names, path, permute=None, norm_shift=0.0, ex
             t = _permute_for_adjacent_rope(t, permute[hf])
         if hf.endswith("norm.weight"):
             t = t + np.float32(norm_shift)
+        if hf.endswith("shared_expert_gate.weight"):
+            t = t.reshape(-1)  # [hidden], as llama.cpp's converter writes it
+        w.add_tensor(g, t)
+    for g, t in experts.items():
         w.add_tensor(g, t)
     for g, t in (extra or {}).items():
         w.add_tensor(g, np.asarray(t, dtype=np.float32))
@@ -295,9 +421,29 @@ def write_model(arch, model, meta, names, path, permute=None, norm_shift=0.0, ex
     w.close()
 
 
+def _router_gaps(model):
+    """Hooks that record, per call of a router, the smallest gap between each token's
+    k-th and (k+1)-th logit (a near-tie could pick other experts in float32)."""
+    gaps = []
+
+    def hook(module, args, output):
+        logits = output[0] if isinstance(output, tuple) else output
+        top = torch.sort(logits.float(), dim=-1, descending=True).values
+        k = module.top_k
+        gaps.append(float((top[:, k - 1] - top[:, k]).min()))
+
+    for name, m in model.named_modules():
+        if name.endswith("mlp.gate") and hasattr(m, "top_k"):
+            m.register_forward_hook(hook)
+    return gaps
+
+
 def main():
+    import sys
     torch.set_num_threads(2)
-    for arch, make in ARCHS.items():
+    chosen = sys.argv[1:] or list(ARCHS)
+    for arch in chosen:
+        make = ARCHS[arch]
         gen = torch.Generator().manual_seed(SEED)
         model, meta, names, *rest = make()
         permute = rest[:1]
@@ -312,18 +458,21 @@ def main():
         # shards with an index, as large checkpoints are).
         hf_dir = os.path.join(DATA, f"tiny_{arch}_hf")
         shutil.rmtree(hf_dir, ignore_errors=True)
-        model.save_pretrained(hf_dir, safe_serialization=True,
-                              max_shard_size="300KB" if arch == "gemma3" else "50GB")
+        if arch != "mixtral_split":  # mixtral's directory holds the same model
+            model.save_pretrained(hf_dir, safe_serialization=True,
+                                  max_shard_size="300KB" if arch == "gemma3" else "50GB")
         for extra in ("generation_config.json",):
             if os.path.exists(os.path.join(hf_dir, extra)):
                 os.remove(os.path.join(hf_dir, extra))
         out = gguf.GGUFWriter(os.path.join(DATA, f"tiny_{arch}_golden.gguf"), arch="tandem-golden")
         out.add_uint32("n_prompts", len(PROMPT_LENGTHS))
         vocab = model.config.vocab_size
+        gaps = _router_gaps(model)
         for i, n in enumerate(PROMPT_LENGTHS):
             # A prompt whose greedy continuation has no near-tie (margin < 2e-3), so that
             # float32 rounding cannot flip a token: drawn again until so.
             for _ in range(20):
+                gaps.clear()
                 tokens = torch.randint(0, vocab, (n,), generator=gen).tolist()
                 with torch.no_grad():
                     for _ in range(N_NEW):
@@ -332,7 +481,7 @@ def main():
                     logits = model(torch.tensor([tokens])).logits[0].numpy().astype(np.float32)
                 top2 = np.sort(logits, axis=1)[:, -2:]
                 margin = (top2[:, 1] - top2[:, 0]).astype(np.float32)
-                if margin[n - 1:n - 1 + N_NEW].min() >= 2e-3:
+                if margin[n - 1:n - 1 + N_NEW].min() >= 2e-3 and min(gaps, default=1) >= 1e-3:
                     break
             out.add_uint32(f"p{i}.n_prompt", n)
             out.add_tensor(f"p{i}.tokens", np.array(tokens, dtype=np.int32))
@@ -340,7 +489,8 @@ def main():
             out.add_tensor(f"p{i}.margin", margin)
             print(f"{arch} prompt {i}: {n} + {N_NEW} tokens, logits in [{logits.min():.3f}, "
                   f"{logits.max():.3f}], smallest greedy margin "
-                  f"{margin[n - 1:n - 1 + N_NEW].min():.4f}")
+                  f"{margin[n - 1:n - 1 + N_NEW].min():.4f}"
+                  + (f", smallest router gap {min(gaps):.4f}" if gaps else ""))
         out.write_header_to_file()
         out.write_kv_data_to_file()
         out.write_tensors_to_file()
