@@ -68,7 +68,7 @@ void PrintSupport(const model::GgufFile& f) {
   for (const auto& t : f.tensors()) {
     const model::GgmlTypeTraits& traits = model::Traits(t.type);
     if (!traits.can_dequantize) no_decoder[std::string(traits.name)].push_back(std::string(t.name));
-    if (t.n_dims == 2) {
+    if (t.n_dims == 2 || t.n_dims == 3) {  // 3: a mixture of experts' stacked experts
       matrix_bytes += t.n_bytes;
       if (kernels::Q8Supports(t.type)) integer_bytes += t.n_bytes;
     }

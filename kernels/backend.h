@@ -45,6 +45,8 @@ struct RopeParams {
   float theta = 10000.0f;
   float position_scale = 1.0f;  // linear scaling: position / factor
   RopeStyle style = RopeStyle::kAdjacent;
+  // YaRN's attention factor: cos and sin multiplied by it (so q·k by its square).
+  float attention_factor = 1.0f;
 };
 
 struct AttentionShape {

@@ -109,11 +109,13 @@ ModelExecutor::ModelExecutor(const model::ModelConfig& c, const DeviceWeights& w
   if (c.rope_scaling.type == model::RopeScalingType::kLinear && c.rope_scaling.factor > 0) {
     rope_.position_scale = static_cast<float>(c.rope_scaling.factor);
   }
+  rope_.attention_factor = static_cast<float>(c.RopeAttentionFactor());
   rope_local_ = rope_;
   if (c.rope_theta_local > 0) {
     local_rope_ = true;
     rope_local_.theta = static_cast<float>(c.rope_theta_local);
     rope_local_.position_scale = 1.0f;  // scaling applies to the global layers only
+    rope_local_.attention_factor = 1.0f;
   }
   attn_.n_heads = static_cast<int32_t>(c.n_heads);
   attn_.n_kv_heads = static_cast<int32_t>(c.n_kv_heads);

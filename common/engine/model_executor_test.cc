@@ -291,7 +291,7 @@ TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
 // Tiny random-weight models of each architecture made with Hugging Face transformers
 // (tests/reference/make_arch_golden.py), against transformers' float32 logits — the
 // mixtures of experts too (qwen3moe, mixtral with stacked and with per-expert tensors,
-// olmoe, qwen2moe with its shared expert).
+// olmoe, qwen2moe with its shared expert) and qwen3 with YaRN RoPE scaling.
 class ArchGoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -305,6 +305,7 @@ class ArchGoldenTest : public ::testing::TestWithParam<std::string> {
   // mixtral llama with experts).
   std::string Arch() const {
     const std::string& p = GetParam();
+    if (p == "qwen3_yarn") return "qwen3";
     return p == "llama31" || p.starts_with("mixtral") ? "llama" : p;
   }
   std::unique_ptr<model::GgufFile> model_, golden_;
@@ -399,7 +400,7 @@ TEST_P(ArchGoldenTest, HuggingFaceDirectoryGivesTheGgufLogits) {
 INSTANTIATE_TEST_SUITE_P(Archs, ArchGoldenTest,
                          ::testing::Values("llama", "llama31", "qwen2", "qwen3", "gemma2", "gemma3",
                                            "phi3", "mistral", "qwen3moe", "mixtral",
-                                           "mixtral_split", "olmoe", "qwen2moe"),
+                                           "mixtral_split", "olmoe", "qwen2moe", "qwen3_yarn"),
                          [](const auto& info) { return info.param; });
 
 // A one-layer qwen3moe file built tensor by tensor, with `skip` left out and the

@@ -6,6 +6,7 @@
 #include "common/model/dequantize.h"
 #include "common/util/status_macros.h"
 #include "common/util/strings.h"
+#include "kernels/cpu/ops.h"
 
 namespace tandem::engine {
 
@@ -135,9 +136,6 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> ModelWeights::Load(
 
 absl::Status ModelWeights::LoadInto(const GgufFile& f, const model::ModelConfig& c,
                                     const std::function<void(int, int)>& progress) {
-  if (c.rope_scaling.type == model::RopeScalingType::kYarn) {
-    return absl::UnimplementedError("model: YaRN RoPE scaling is not supported yet");
-  }
   ModelWeights* w = this;
   w->config_ = c;
   const int64_t h = c.hidden_size, q_dim = c.n_heads * c.head_dim,
@@ -151,6 +149,14 @@ absl::Status ModelWeights::LoadInto(const GgufFile& f, const model::ModelConfig&
   ASSIGN_OR_RETURN(w->output_norm_, w->Vector(f, "output_norm.weight", h));
   if (c.rope_scaling.has_freq_factors_tensor) {
     ASSIGN_OR_RETURN(w->rope_freqs_, w->Vector(f, "rope_freqs.weight", c.rope_dim / 2));
+  } else if (c.rope_scaling.type == model::RopeScalingType::kYarn) {
+    const model::RopeScaling& y = c.rope_scaling;
+    w->owned_.push_back(kernels::YarnFreqFactors(
+        {y.factor, static_cast<double>(y.original_context_length), y.yarn_beta_fast,
+         y.yarn_beta_slow, y.yarn_truncate},
+        static_cast<float>(c.rope_theta), static_cast<int32_t>(c.rope_dim)));
+    w->rope_freqs_ = w->owned_.back().data();
+    w->weight_bytes_ += c.rope_dim / 2 * 4;
   }
   const int total = static_cast<int>(c.n_layers);
   for (int64_t i = 0; i < c.n_layers; ++i) {

@@ -208,6 +208,42 @@ absl::Status RopeMetadata(const Config& c, std::string_view arch, const fs::path
   if (type == "linear") {
     ASSIGN_OR_RETURN(double factor, c.Float(*params, "factor", 1.0));
     w->String(p + "rope.scaling.type", "linear").Float32(p + "rope.scaling.factor", factor);
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters: the factor (or max_position_embeddings /
+    // original_max_position_embeddings), the ramp's betas and truncation, and an
+    // attention factor given outright or by mscale / mscale_all_dim — stored as
+    // rope.scaling.attn_factor, the multiple of YaRN's own 1 + 0.1 · ln(factor).
+    ASSIGN_OR_RETURN(int64_t context, c.Int("max_position_embeddings", 2048));
+    ASSIGN_OR_RETURN(double original, c.Float(*params, "original_max_position_embeddings",
+                                              static_cast<double>(context)));
+    if (original <= 0) return Bad(file, "'original_max_position_embeddings' must be positive");
+    ASSIGN_OR_RETURN(double factor, c.Float(*params, "factor", context / original));
+    if (factor <= 0) return Bad(file, "the YaRN 'factor' must be positive");
+    ASSIGN_OR_RETURN(double beta_fast, c.Float(*params, "beta_fast", 32.0));
+    ASSIGN_OR_RETURN(double beta_slow, c.Float(*params, "beta_slow", 1.0));
+    bool truncate = true;
+    if (params->contains("truncate") && !params->at("truncate").is_null()) {
+      if (!params->at("truncate").is_boolean())
+        return Bad(file, "'truncate' must be true or false");
+      truncate = params->at("truncate").get<bool>();
+    }
+    auto mscale = [](double scale, double m) {
+      return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+    };
+    double attention = mscale(factor, 1.0);
+    ASSIGN_OR_RETURN(double ms, c.Float(*params, "mscale", 0.0));
+    ASSIGN_OR_RETURN(double ms_all, c.Float(*params, "mscale_all_dim", 0.0));
+    if (ms != 0 && ms_all != 0) attention = mscale(factor, ms) / mscale(factor, ms_all);
+    ASSIGN_OR_RETURN(attention, c.Float(*params, "attention_factor", attention));
+    if (attention <= 0) return Bad(file, "'attention_factor' must be positive");
+    w->String(p + "rope.scaling.type", "yarn")
+        .Float32(p + "rope.scaling.factor", static_cast<float>(factor))
+        .Uint32(p + "rope.scaling.original_context_length", static_cast<uint32_t>(original))
+        .Float32(p + "rope.scaling.yarn_beta_fast", static_cast<float>(beta_fast))
+        .Float32(p + "rope.scaling.yarn_beta_slow", static_cast<float>(beta_slow))
+        .Bool(p + "rope.scaling.yarn_truncate", truncate)
+        .Float32(p + "rope.scaling.attn_factor",
+                 static_cast<float>(attention / mscale(factor, 1.0)));
   } else if (type == "llama3" && (arch == "llama" || arch == "mistral")) {
     ASSIGN_OR_RETURN(*llama3_factors, Llama3Factors(c, *params, theta, head_dim, file));
   } else if (type != "default") {

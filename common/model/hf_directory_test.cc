@@ -91,10 +91,16 @@ TEST_F(HfDirectoryTest, ConfigErrorsNameTheField) {
   EXPECT_THAT(Open().message(), HasSubstr("'hidden_size' must be a positive integer"));
 
   c = config_;
-  c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
+  c["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 500000.0}, {"factor", 8.0}};
   Write("config.json", c.dump());
   EXPECT_EQ(Open().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(Open().message(), HasSubstr("RoPE scaling 'yarn'"));
+  EXPECT_THAT(Open().message(), HasSubstr("RoPE scaling 'dynamic'"));
+  c["rope_parameters"] = {{"rope_type", "yarn"},
+                          {"rope_theta", 500000.0},
+                          {"factor", 8.0},
+                          {"original_max_position_embeddings", 0}};
+  Write("config.json", c.dump());
+  EXPECT_THAT(Open().message(), HasSubstr("'original_max_position_embeddings' must be positive"));
 }
 
 // Values of an unexpected type or size are errors, not crashes; null means absent.

@@ -101,6 +101,12 @@ absl::Status ReadMoe(const GgufFile& f, const std::string& p, std::string_view a
 
 }  // namespace
 
+double ModelConfig::RopeAttentionFactor() const {
+  if (rope_scaling.type != RopeScalingType::kYarn) return 1.0;
+  const double factor = rope_scaling.factor;
+  return rope_scaling.attn_factor * (factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0);
+}
+
 ModelConfig::ParameterCount ModelConfig::Parameters() const {
   const int64_t h = hidden_size, q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
   ParameterCount n;
@@ -207,6 +213,33 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   ASSIGN_OR_RETURN(c.rope_scaling.factor, FloatOr(f, p + "rope.scaling.factor", 1.0));
   ASSIGN_OR_RETURN(c.rope_scaling.original_context_length,
                    IntOr(f, p + "rope.scaling.original_context_length", 0));
+  if (c.rope_scaling.type == RopeScalingType::kYarn) {
+    RopeScaling& y = c.rope_scaling;
+    if (y.factor <= 0) return Invalid(p + "rope.scaling.factor", "must be positive");
+    if (y.original_context_length <= 0) {
+      return Invalid(p + "rope.scaling.original_context_length", "is missing (YaRN needs it)");
+    }
+    ASSIGN_OR_RETURN(y.yarn_beta_fast, FloatOr(f, p + "rope.scaling.yarn_beta_fast", 32.0));
+    ASSIGN_OR_RETURN(y.yarn_beta_slow, FloatOr(f, p + "rope.scaling.yarn_beta_slow", 1.0));
+    if (y.yarn_beta_fast <= 0 || y.yarn_beta_slow <= 0) {
+      return Invalid(p + "rope.scaling.yarn_beta_fast", "and yarn_beta_slow must be positive");
+    }
+    if (f.Find(p + "rope.scaling.yarn_truncate") != nullptr) {
+      ASSIGN_OR_RETURN(y.yarn_truncate, f.GetBool(p + "rope.scaling.yarn_truncate"));
+    }
+    ASSIGN_OR_RETURN(y.attn_factor, FloatOr(f, p + "rope.scaling.attn_factor", 1.0));
+    if (y.attn_factor <= 0) return Invalid(p + "rope.scaling.attn_factor", "must be positive");
+    ASSIGN_OR_RETURN(double ext, FloatOr(f, p + "rope.scaling.yarn_ext_factor", -1.0));
+    if (ext >= 0 && ext != 1.0) {
+      return absl::UnimplementedError(StrCat("model config: ", p, "rope.scaling.yarn_ext_factor = ",
+                                             ext, " is not supported (only YaRN's full ramp, 1)"));
+    }
+    ASSIGN_OR_RETURN(double log_mul, FloatOr(f, p + "rope.scaling.yarn_log_multiplier", 0.0));
+    if (log_mul != 0) {
+      return absl::UnimplementedError(
+          StrCat("model config: ", p, "rope.scaling.yarn_log_multiplier is not supported"));
+    }
+  }
   if (f.FindTensor("rope_freqs.weight") != nullptr) {
     c.rope_scaling.type = RopeScalingType::kLlama3;
     c.rope_scaling.has_freq_factors_tensor = true;

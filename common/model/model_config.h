@@ -62,6 +62,14 @@ struct RopeScaling {
   int64_t original_context_length = 0;
   // Llama 3 style: per-frequency factors are stored as the tensor `rope_freqs.weight`.
   bool has_freq_factors_tensor = false;
+  // YaRN (kernels/cpu/ops.h, YarnFreqFactors): rope.scaling.yarn_beta_fast / _slow;
+  // whether the ramp's bounds are rounded (transformers' `truncate`; llama.cpp always
+  // rounds; tandem's key rope.scaling.yarn_truncate for configs that do not); and
+  // rope.scaling.attn_factor, which multiplies YaRN's own 1 + 0.1 · ln(factor).
+  double yarn_beta_fast = 32.0;
+  double yarn_beta_slow = 1.0;
+  bool yarn_truncate = true;
+  double attn_factor = 1.0;
 };
 
 struct ModelConfig {
@@ -125,6 +133,9 @@ struct ModelConfig {
     return sliding_window > 0 && (sliding_window_period == 0 ||
                                   layer % sliding_window_period != sliding_window_period - 1);
   }
+
+  // What RoPE's cos and sin are multiplied by: YaRN's attention factor, else 1.
+  double RopeAttentionFactor() const;
 
   // Whether layer `layer`'s FFN is the mixture of experts (else the dense one).
   bool LayerIsMoe(int64_t layer) const {

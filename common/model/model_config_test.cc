@@ -1,5 +1,7 @@
 #include "common/model/model_config.h"
 
+#include <cmath>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/gguf_builder.h"
@@ -220,6 +222,42 @@ TEST(ModelConfig, RejectsBadExpertKeys) {
   const absl::Status mla = Parse(deepseek).status();
   EXPECT_EQ(mla.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(std::string(mla.message()), HasSubstr("multi-head latent attention"));
+}
+
+// YaRN's keys (llama.cpp's names, and tandem's rope.scaling.yarn_truncate): defaults
+// beta 32 / 1, truncated, attention factor 1 + 0.1 · ln(factor); the original context
+// is required, and the variants tandem does not run are refused by key.
+TEST(ModelConfig, ReadsYarnAndRefusesWhatItCannotRun) {
+  auto yarn = [] {
+    return Llama()
+        .String("llama.rope.scaling.type", "yarn")
+        .Float32("llama.rope.scaling.factor", 32.0f)
+        .Uint32("llama.rope.scaling.original_context_length", 4096);
+  };
+  auto c = Parse(yarn());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling.type, RopeScalingType::kYarn);
+  EXPECT_EQ(c->rope_scaling.yarn_beta_fast, 32.0);
+  EXPECT_EQ(c->rope_scaling.yarn_beta_slow, 1.0);
+  EXPECT_TRUE(c->rope_scaling.yarn_truncate);
+  EXPECT_NEAR(c->RopeAttentionFactor(), 1.0 + 0.1 * std::log(32.0), 1e-12);
+  auto tuned = Parse(yarn()
+                         .Float32("llama.rope.scaling.yarn_beta_fast", 16.0f)
+                         .Bool("llama.rope.scaling.yarn_truncate", false)
+                         .Float32("llama.rope.scaling.attn_factor", 0.5f));
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_EQ(tuned->rope_scaling.yarn_beta_fast, 16.0);
+  EXPECT_FALSE(tuned->rope_scaling.yarn_truncate);
+  EXPECT_NEAR(tuned->RopeAttentionFactor(), 0.5 * (1.0 + 0.1 * std::log(32.0)), 1e-7);
+  EXPECT_EQ(Parse(Llama())->RopeAttentionFactor(), 1.0);
+
+  auto message = [](const GgufBuilder& b) { return std::string(Parse(b).status().message()); };
+  EXPECT_THAT(message(Llama().String("llama.rope.scaling.type", "yarn")),
+              HasSubstr("llama.rope.scaling.original_context_length is missing (YaRN needs it)"));
+  EXPECT_THAT(message(yarn().Float32("llama.rope.scaling.yarn_ext_factor", 0.5f)),
+              HasSubstr("yarn_ext_factor = 0.5 is not supported"));
+  EXPECT_THAT(message(yarn().Float32("llama.rope.scaling.yarn_log_multiplier", 0.1f)),
+              HasSubstr("yarn_log_multiplier is not supported"));
 }
 
 TEST(ModelConfig, RejectsInconsistentShapes) {

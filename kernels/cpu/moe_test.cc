@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <cstring>
+#include <numeric>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -18,8 +18,8 @@ namespace tandem::kernels {
 namespace {
 
 // The picks and weights of one row, straight from the definitions in double.
-void Expected(const std::vector<float>& logits, const std::vector<float>& bias,
-              const MoeRouting& r, std::vector<int32_t>* ids, std::vector<double>* weights) {
+void Expected(const std::vector<float>& logits, const std::vector<float>& bias, const MoeRouting& r,
+              std::vector<int32_t>* ids, std::vector<double>* weights) {
   const int n = r.experts;
   std::vector<double> value(n), key(n);
   double top = *std::max_element(logits.begin(), logits.end()), z = 0;
@@ -60,7 +60,10 @@ TEST(RouteExperts, PicksTheLargestAndWeighsThemAsEachGatingSays) {
   std::normal_distribution<float> normal(0.0f, 2.0f);
   for (MoeGating gating : {MoeGating::kSoftmax, MoeGating::kSigmoid, MoeGating::kSoftmaxWeight}) {
     for (bool normalize : {false, true}) {
-      const MoeRouting r{.experts = 13, .used = 5, .gating = gating, .normalize = normalize,
+      const MoeRouting r{.experts = 13,
+                         .used = 5,
+                         .gating = gating,
+                         .normalize = normalize,
                          .scale = normalize ? 2.5f : 1.0f};
       SCOPED_TRACE(static_cast<int>(gating) * 2 + normalize);
       constexpr int kRows = 40;
@@ -76,8 +79,8 @@ TEST(RouteExperts, PicksTheLargestAndWeighsThemAsEachGatingSays) {
       for (int t = 0; t < kRows; ++t) {
         std::vector<int32_t> want_ids;
         std::vector<double> want_w;
-        Expected({logits.begin() + t * r.experts, logits.begin() + (t + 1) * r.experts},
-                 used_bias, r, &want_ids, &want_w);
+        Expected({logits.begin() + t * r.experts, logits.begin() + (t + 1) * r.experts}, used_bias,
+                 r, &want_ids, &want_w);
         for (int s = 0; s < r.used; ++s) {
           ASSERT_EQ(ids[t * r.used + s], want_ids[s]) << "row " << t << " slot " << s;
           EXPECT_NEAR(weights[t * r.used + s], want_w[s], 1e-6 * std::max(1.0, want_w[s]))
@@ -103,8 +106,8 @@ TEST(RouteExperts, BreaksTiesByTheLowerIdAndPicksWithTheBias) {
   const MoeRouting sig{.experts = 4, .used = 1, .gating = MoeGating::kSigmoid};
   const std::vector<float> l2 = {1.0f, 0.0f, 0.0f, 0.0f}, bias = {0.0f, 0.0f, 0.5f, 0.0f};
   RouteExperts(l2.data(), bias.data(), 1, sig, ids.data(), w.data());
-  EXPECT_EQ(ids[0], 2);       // sigmoid(0) + 0.5 > sigmoid(1)
-  EXPECT_EQ(w[0], 0.5f);      // the weight is sigmoid(0), without the bias
+  EXPECT_EQ(ids[0], 2);   // sigmoid(0) + 0.5 > sigmoid(1)
+  EXPECT_EQ(w[0], 0.5f);  // the weight is sigmoid(0), without the bias
 }
 
 TEST(GroupByExpert, OrdersPairsByExpertThenTokenAndRejectsABadId) {

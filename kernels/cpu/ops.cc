@@ -57,10 +57,49 @@ void BuildRopeTable(std::span<const int32_t> positions, const RopeParams& p,
     float* row = table + r * p.rope_dim;
     for (int32_t i = 0; i < half; ++i) {
       const float angle = pos * inv[i];
-      row[i] = std::cos(angle);
-      row[half + i] = std::sin(angle);
+      row[i] = std::cos(angle) * p.attention_factor;
+      row[half + i] = std::sin(angle) * p.attention_factor;
     }
   }
+}
+
+std::vector<float> YarnFreqFactors(const YarnParams& y, float theta, int32_t rope_dim) {
+  const int32_t half = rope_dim / 2;
+  const double two_pi = 6.283185307179586;
+  auto correction_dim = [&](double rotations) {
+    return rope_dim * std::log(y.original_context / (rotations * two_pi)) /
+           (2 * std::log(static_cast<double>(theta)));
+  };
+  double low = correction_dim(y.beta_fast), high = correction_dim(y.beta_slow);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, rope_dim - 1.0);
+  if (low == high) high += 0.001;  // as transformers: no division by zero
+  const float factor = static_cast<float>(y.factor);
+  std::vector<float> out(static_cast<size_t>(half));
+  for (int32_t i = 0; i < half; ++i) {
+    // float32 throughout, as torch computes it.
+    const float pos_freq =
+        std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(rope_dim));
+    const float extrapolated = 1.0f / pos_freq, interpolated = 1.0f / (factor * pos_freq);
+    const float ramp = std::clamp(
+        (static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f,
+        1.0f);
+    const float keep = 1.0f - ramp;  // the extrapolated share
+    const float inv = interpolated * (1.0f - keep) + extrapolated * keep;
+    RopeParams plain;
+    plain.theta = theta;
+    plain.rope_dim = rope_dim;
+    out[i] = static_cast<float>(static_cast<double>(InvFreq(plain, nullptr, i)) / inv);
+  }
+  return out;
+}
+
+double YarnAttentionFactor(double factor) {
+  return factor <= 1 ? 1.0 : 0.1 * std::log(factor) + 1.0;
 }
 
 void ApplyRope(float* x, int64_t n, int32_t n_heads, const float* table, int64_t first,
@@ -108,7 +147,8 @@ void RopeReference(float* x, int64_t n, int32_t n_heads, std::span<const int32_t
       float inv = static_cast<float>(
           std::exp(-std::log(static_cast<double>(p.theta)) * (2.0 * i / p.rope_dim)));
       if (freq_factors != nullptr) inv /= freq_factors[i];
-      const std::complex<double> turn = std::polar(1.0, static_cast<double>(scaled * inv));
+      const std::complex<double> turn =
+          std::polar(static_cast<double>(p.attention_factor), static_cast<double>(scaled * inv));
       for (int32_t h = 0; h < n_heads; ++h) {
         float* v = x + (t * n_heads + h) * p.head_dim;
         const auto [a, b] = pairs[i];

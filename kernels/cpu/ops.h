@@ -21,13 +21,31 @@ void RmsNormReference(const float* x, const float* weight, int64_t rows, int64_t
                       float* out);
 
 // RoPE (RopeParams and RopeStyle: kernels/backend.h). `freq_factors` [rope_dim / 2]
-// divides the frequencies (Llama 3) or is null.
+// divides the frequencies (Llama 3, YaRN) or is null; cos and sin are multiplied by
+// p.attention_factor.
 //
 // table [n][rope_dim]: cos of every (token, pair) angle in the first rope_dim / 2
 // columns, sin in the rest. Built once per forward pass and shared by Q and K of
 // every layer.
 void BuildRopeTable(std::span<const int32_t> positions, const RopeParams& p,
                     const float* freq_factors, float* table);
+
+// YaRN (transformers' _compute_yarn_parameters): the inverse frequency of pair i
+// blends the interpolated θ^(−2i/d) / factor and the extrapolated θ^(−2i/d) by a ramp
+// that is 0 below the correction dim of beta_fast rotations over the original context
+// and 1 above that of beta_slow (bounds floored / ceiled when `truncate`), in float32
+// as transformers computes it; returned as the divisors `freq_factors` of the plain
+// inverse frequencies that BuildRopeTable applies ([rope_dim / 2]).
+struct YarnParams {
+  double factor = 1.0;
+  double original_context = 0;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
+};
+std::vector<float> YarnFreqFactors(const YarnParams& y, float theta, int32_t rope_dim);
+// YaRN's default attention factor: 1 + 0.1 · ln(factor) (1 for factor ≤ 1).
+double YarnAttentionFactor(double factor);
 
 // Rotates x [n][n_heads][head_dim] in place with rows [first, first + n) of `table`.
 void ApplyRope(float* x, int64_t n, int32_t n_heads, const float* table, int64_t first,

@@ -64,8 +64,10 @@ TEST(Ops, RopeMatchesReferenceForBothStylesAndScalings) {
 
 // RoPE against transformers' own (tests/data/rope_golden.json, made by
 // tests/reference/make_rope_golden.py): the default rotation, Llama 3's scaled
-// frequencies (given as the divisors a GGUF's rope_freqs carries) and linear position
-// scaling, at positions 0 to 8191, in both pair orders — halves (NeoX: pairs (i, i + d/2),
+// frequencies (given as the divisors a GGUF's rope_freqs carries), linear position
+// scaling and YaRN with gpt-oss's and Qwen3's parameters (YarnFreqFactors' divisors,
+// whose frequencies are transformers' within 1e-6 relative, and its attention factor),
+// at positions 0 to 8191, in both pair orders — halves (NeoX: pairs (i, i + d/2),
 // transformers' layout) and adjacent (pairs (2i, 2i + 1), GGUF's permuted llama layout,
 // the golden rows permuted to match) — for the kernel and the reference. Both sides
 // compute the angle in float32, so the bound grows with the position: one float32
@@ -74,15 +76,34 @@ TEST(Ops, RopeMatchesTransformersInBothPairOrders) {
   std::ifstream in(::tandem::testing::TestDataPath("rope_golden.json"));
   ASSERT_TRUE(in.good());
   const nlohmann::json golden = nlohmann::json::parse(in);
-  ASSERT_EQ(golden.at("cases").size(), 3u);
+  ASSERT_EQ(golden.at("cases").size(), 5u);
+  int yarn_cases = 0;
   for (const auto& c : golden.at("cases")) {
     SCOPED_TRACE(c.at("name").get<std::string>());
     const int32_t d = c.at("head_dim"), half = d / 2;
     const std::vector<int32_t> pos = c.at("positions");
     std::vector<float> factors;
     if (!c.at("freq_factors").is_null()) factors = c.at("freq_factors").get<std::vector<float>>();
+    float attention_factor = 1.0f;
+    if (c.contains("yarn")) {
+      ++yarn_cases;
+      const nlohmann::json& y = c.at("yarn");
+      const YarnParams params{y.at("factor"), y.at("original_max_position_embeddings"),
+                              y.at("beta_fast"), y.at("beta_slow"), y.at("truncate")};
+      factors = YarnFreqFactors(params, c.at("theta"), d);
+      const std::vector<double> want = c.at("inv_freq");
+      ASSERT_EQ(factors.size(), want.size());
+      for (int32_t i = 0; i < half; ++i) {
+        const float plain =
+            1.0f / std::pow(c.at("theta").get<float>(), static_cast<float>(2 * i) / d);
+        EXPECT_NEAR(plain / factors[i], want[i], 1e-6 * want[i]) << "pair " << i;
+      }
+      attention_factor = static_cast<float>(YarnAttentionFactor(y.at("factor")));
+      EXPECT_NEAR(attention_factor, c.at("attention_factor").get<double>(), 1e-7);
+    }
     for (RopeStyle style : {RopeStyle::kHalves, RopeStyle::kAdjacent}) {
       RopeParams p;
+      p.attention_factor = attention_factor;
       p.head_dim = d;
       p.rope_dim = d;
       p.theta = c.at("theta");
@@ -112,6 +133,7 @@ TEST(Ops, RopeMatchesTransformersInBothPairOrders) {
       }
     }
   }
+  EXPECT_EQ(yarn_cases, 2);
 }
 
 TEST(Ops, RopeAtPositionZeroIsIdentityAndPreservesNorms) {

@@ -606,7 +606,7 @@ void CudaBackend::RopeTable(const Tensor& positions, const Tensor& freq_factors,
   if (!Proceed()) return;
   Check(LaunchRopeTable(Dev<int32_t>(positions), positions.cols,
                         freq_factors.empty() ? nullptr : Dev(freq_factors), p.rope_dim, p.theta,
-                        p.position_scale, Dev(table), s_->stream),
+                        p.position_scale, p.attention_factor, Dev(table), s_->stream),
         "rope_table");
 }
 

@@ -104,7 +104,8 @@ __global__ void AddRmsNormKernel(float* x, const float* y, const float* w, int64
 }
 
 __global__ void RopeTableKernel(const int32_t* positions, int64_t n, const float* ff,
-                                int32_t rope_dim, float theta, float position_scale, float* table) {
+                                int32_t rope_dim, float theta, float position_scale,
+                                float attention_factor, float* table) {
   const int32_t half = rope_dim / 2;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < n * half;
        e += int64_t{gridDim.x} * blockDim.x) {
@@ -124,8 +125,8 @@ __global__ void RopeTableKernel(const int32_t* positions, int64_t n, const float
     const float r = static_cast<float>(a - rint(a / two_pi) * two_pi);
     float s, c;
     __sincosf(r, &s, &c);  // abs. error ≤ 2^-21.4 on [-π, π]
-    table[t * rope_dim + i] = c;
-    table[t * rope_dim + half + i] = s;
+    table[t * rope_dim + i] = c * attention_factor;
+    table[t * rope_dim + half + i] = s * attention_factor;
   }
 }
 
@@ -285,11 +286,11 @@ int LaunchAddRmsNorm(float* x, const float* y, const float* weight, int64_t rows
 }
 
 int LaunchRopeTable(const int32_t* positions, int64_t n, const float* freq_factors,
-                    int32_t rope_dim, float theta, float position_scale, float* table,
-                    void* stream) {
+                    int32_t rope_dim, float theta, float position_scale, float attention_factor,
+                    float* table, void* stream) {
   if (n == 0) return cudaSuccess;
   TANDEM_LAUNCH(RopeTableKernel, Grid(n * rope_dim / 2), kThreads, S(stream))
-  (positions, n, freq_factors, rope_dim, theta, position_scale, table);
+  (positions, n, freq_factors, rope_dim, theta, position_scale, attention_factor, table);
   return Last();
 }
 

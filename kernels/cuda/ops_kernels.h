@@ -46,10 +46,10 @@ int LaunchAddRmsNorm(float* x, const float* y, const float* weight, int64_t rows
                      float eps, float* out, void* stream);
 
 // table [n][rope_dim]: cos | sin of pos/position_scale × inv_freq(i) (÷ freq_factors[i]
-// when given), as BuildRopeTable (kernels/cpu/ops.h).
+// when given), times attention_factor, as BuildRopeTable (kernels/cpu/ops.h).
 int LaunchRopeTable(const int32_t* positions, int64_t n, const float* freq_factors,
-                    int32_t rope_dim, float theta, float position_scale, float* table,
-                    void* stream);
+                    int32_t rope_dim, float theta, float position_scale, float attention_factor,
+                    float* table, void* stream);
 
 // x [n][n_heads][head_dim] rotated in place by row t of `table`; `halves`: pairs
 // (i, i + rope_dim/2), else (2i, 2i+1).

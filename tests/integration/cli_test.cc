@@ -97,7 +97,8 @@ TEST(CliInspect, ListsEveryTensorWithTypeAndShape) {
 }
 
 // Files tandem cannot serve (a tensor in a type it has no decoder for; YaRN RoPE
-// scaling), and ones it can, with the memory their weights take.
+// scaling without the original context it needs), and ones it can, with the memory
+// their weights take.
 TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
   auto write = [](const std::string& path, uint32_t q_type, bool yarn, bool unused = false) {
     testing::GgufBuilder b = testing::TinyGpt2Vocab();  // architecture llama, 4 tokens
@@ -155,7 +156,10 @@ TEST(CliInspect, SaysWhetherTheFileIsServableAndWhyNot) {
   write(dir + "/yarn.gguf", static_cast<uint32_t>(model::GgmlType::kQ4_K), true);
   RunResult yarn = Tandem("inspect --model " + dir + "/yarn.gguf");
   EXPECT_THAT(yarn.out, ::testing::HasSubstr("servable          no"));
-  EXPECT_THAT(yarn.out, ::testing::HasSubstr("unsupported       model: YaRN RoPE scaling"));
+  EXPECT_THAT(yarn.out,
+              ::testing::HasSubstr(
+                  "unsupported       config: model config: "
+                  "llama.rope.scaling.original_context_length is missing (YaRN needs it)"));
 
   write(dir + "/good.gguf", static_cast<uint32_t>(model::GgmlType::kF16), false);
   RunResult good = Tandem("inspect --model " + dir + "/good.gguf");

@@ -2,8 +2,8 @@
 written as GGUF, with transformers' logits and greedy continuations on them.
 
 Produces, for ARCH in ARCHS (llama, qwen2, qwen3, gemma2, gemma3, phi3, mistral, and the
-mixtures of experts qwen3moe, mixtral, mixtral_split, olmoe, qwen2moe) or those named on
-the command line:
+mixtures of experts qwen3moe, mixtral, mixtral_split, olmoe, qwen2moe; qwen3_yarn, qwen3
+with YaRN RoPE scaling) or those named on the command line:
     tests/data/tiny_<ARCH>.gguf          the model as GGUF, float32 weights (general.architecture
                                          = ARCH, the names and metadata llama.cpp's converter
                                          writes for it; no tokenizer: tests feed token ids)
@@ -259,6 +259,24 @@ def qwen2():
     return Qwen2ForCausalLM(cfg), meta, names
 
 
+def qwen3_yarn():
+    """qwen3 with YaRN RoPE scaling (factor 4 over an original context of 16, so that
+    the ramp spans the 16 rotated pairs and the prompts run past the original context)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    cfg = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                      max_position_embeddings=64, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                      rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                       "original_max_position_embeddings": 16},
+                      attn_implementation="eager")
+    model, meta, names = qwen3()
+    model = Qwen3ForCausalLM(cfg)
+    meta.update({"context_length": cfg.max_position_embeddings, "rope.freq_base": 10000.0,
+                 "rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                 "rope.scaling.original_context_length": 16})
+    return model, meta, names
+
+
 def _moe_meta(cfg, head_dim, experts, used, expert_ffn, **extra):
     return _meta(cfg, head_dim, **{"rope.freq_base": float(cfg.rope_parameters["rope_theta"]),
                                    "expert_count": experts, "expert_used_count": used,
@@ -351,9 +369,10 @@ def mixtral_split():
 
 ARCHS = {"llama": llama, "llama31": llama31, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3, "mistral": mistral,
          "qwen3moe": qwen3moe, "mixtral": mixtral, "mixtral_split": mixtral_split, "olmoe": olmoe,
-         "qwen2moe": qwen2moe}
+         "qwen2moe": qwen2moe, "qwen3_yarn": qwen3_yarn}
 # general.architecture where it is not the golden's name.
-GGUF_ARCH = {"llama31": "llama", "mixtral": "llama", "mixtral_split": "llama"}
+GGUF_ARCH = {"llama31": "llama", "mixtral": "llama", "mixtral_split": "llama",
+             "qwen3_yarn": "qwen3"}
 # How each family's GGUF stores a norm weight w of the transformers model.
 NORM_SHIFT = {"gemma2": 1.0, "gemma3": 1.0}
 
@@ -394,7 +413,9 @@ def write_model(arch, model, meta, names, path, permute=None, norm_shift=0.0, ex
     w.add_name(f"tiny-random-{arch}")
     for key, value in meta.items():
         full = f"{gguf_arch}.{key}"
-        if isinstance(value, float):
+        if isinstance(value, str):
+            w.add_string(full, value)
+        elif isinstance(value, float):
             w.add_float32(full, value)
         else:
             w.add_uint32(full, value)

@@ -110,13 +110,15 @@ TEST(KernelsOnCpu, RopeTableAndRotationMatchTheCpu) {
     float theta, position_scale;
     bool factors;
     RopeStyle style;
+    float attention_factor = 1.0f;  // YaRN's
   };
   for (const Case& k : {Case{64, 64, 10000.f, 1.f, false, RopeStyle::kAdjacent},
-                        Case{128, 128, 500000.f, 1.f, true, RopeStyle::kHalves},
+                        Case{128, 128, 500000.f, 1.f, true, RopeStyle::kHalves, 1.3466f},
                         Case{80, 32, 10000.f, 4.f, false, RopeStyle::kHalves},
                         Case{2, 2, 10000.f, 1.f, false, RopeStyle::kAdjacent}}) {
     SCOPED_TRACE(::testing::Message() << "head_dim " << k.head_dim << " rope_dim " << k.rope_dim);
-    const RopeParams p{k.head_dim, k.rope_dim, k.theta, k.position_scale, k.style};
+    const RopeParams p{k.head_dim,       k.rope_dim, k.theta,
+                       k.position_scale, k.style,    k.attention_factor};
     std::vector<float> factors;
     if (k.factors) {
       std::uniform_real_distribution<float> u(1.f, 8.f);
@@ -125,7 +127,7 @@ TEST(KernelsOnCpu, RopeTableAndRotationMatchTheCpu) {
     const float* ff = k.factors ? factors.data() : nullptr;
     std::vector<float> table(static_cast<size_t>(n * k.rope_dim), NAN), want(table.size());
     ASSERT_EQ(LaunchRopeTable(positions.data(), n, ff, k.rope_dim, k.theta, k.position_scale,
-                              table.data(), nullptr),
+                              k.attention_factor, table.data(), nullptr),
               0);
     BuildRopeTable(positions, p, ff, want.data());
     // The angle is the same float on both sides; the kernel reduces it to [-π, π] in
