@@ -8,6 +8,11 @@ with std 0.02 (norms 1), so the model is fast to make and meaningless to read.
 
     /tmp/refvenv/bin/python bench/make_random_model.py --tokenizer-from models/smollm2-135m-instruct-q4_1.gguf \
         --out build/bench/random-f16.gguf [--layers 12 --hidden 768 --heads 12 --kv-heads 4 --ffn 2048]
+        [--experts 64 --experts-used 8]
+
+With --experts, every layer's FFN is a mixture of that many experts, each --ffn wide, of
+which --experts-used are picked per token (llama with experts, as Mixtral's GGUF files
+are: a float32 router ffn_gate_inp and stacked ffn_{gate,up,down}_exps).
 
 Needs numpy and the gguf package (tests/reference/requirements.txt).
 """
@@ -27,6 +32,8 @@ def main():
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--ffn", type=int, default=2048)
+    ap.add_argument("--experts", type=int, default=0)
+    ap.add_argument("--experts-used", type=int, default=0)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     for name, v in (("hidden", a.hidden), ("ffn", a.ffn)):
@@ -37,7 +44,12 @@ def main():
 
     src = gguf.GGUFReader(a.tokenizer_from)
     w = gguf.GGUFWriter(a.out, arch="llama")
-    w.add_name(f"random-llama-{a.layers}x{a.hidden}")
+    if a.experts and not 0 < a.experts_used <= a.experts:
+        ap.error("--experts-used must be in 1 .. --experts")
+    w.add_name(f"random-llama-{a.layers}x{a.hidden}" + (f"-{a.experts}x{a.ffn}" if a.experts else ""))
+    if a.experts:
+        w.add_expert_count(a.experts)
+        w.add_expert_used_count(a.experts_used)
     head_dim = a.hidden // a.heads
     tokens = [bytes(src.fields["tokenizer.ggml.tokens"].parts[i]).decode("utf-8", "replace")
               for i in src.fields["tokenizer.ggml.tokens"].data]
@@ -88,6 +100,15 @@ def main():
         matrix(p + "attn_v.weight", a.kv_heads * head_dim, a.hidden)
         matrix(p + "attn_output.weight", a.hidden, a.heads * head_dim)
         norm(p + "ffn_norm.weight", a.hidden)
+        if a.experts:
+            w.add_tensor(p + "ffn_gate_inp.weight",
+                         rng.standard_normal((a.experts, a.hidden), dtype=np.float32) * 0.02)
+            for name, rows, cols in (("ffn_gate_exps", a.ffn, a.hidden),
+                                     ("ffn_up_exps", a.ffn, a.hidden),
+                                     ("ffn_down_exps", a.hidden, a.ffn)):
+                w.add_tensor(p + name + ".weight", (rng.standard_normal(
+                    (a.experts, rows, cols), dtype=np.float32) * 0.02).astype(np.float16))
+            continue
         matrix(p + "ffn_gate.weight", a.ffn, a.hidden)
         matrix(p + "ffn_up.weight", a.ffn, a.hidden)
         matrix(p + "ffn_down.weight", a.hidden, a.ffn)

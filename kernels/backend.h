@@ -60,6 +60,9 @@ struct AttentionShape {
   // Soft-capping: > 0 maps each scaled score x to softcap · tanh(x / softcap) before
   // the softmax (Gemma 2); 0 leaves scores as they are.
   float softcap = 0;
+  // Attention sinks (gpt-oss): [1][n_heads] f32, one logit per query head that joins its
+  // softmax's normaliser and weighs no value (kernels/cpu/attention.h); empty: none.
+  Tensor sinks;
   // The first key position row `pos` sees.
   int32_t FirstKey(int32_t pos) const { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 };

@@ -99,6 +99,28 @@ inline float SoftCap(float x, float softcap) {
   return softcap > 0 ? softcap * std::tanh(x / softcap) : x;
 }
 
+// One head's scaled scores s[lo, n) → soft-capped, then exp(s − m) in place, m the
+// largest of them and of *sink where there is one; returns 1 / Z, Z their sum in 16
+// lanes (key j in lane j mod 16, folded (l + l⊕8), (+ l⊕4), (+ l⊕2), (+ l⊕1)) plus
+// exp(*sink − m) last. The portable and AVX2 paths both take these steps.
+__attribute__((always_inline)) inline float SoftmaxInPlace(float* s, int32_t lo, int32_t n,
+                                                           float softcap, const float* sink) {
+  float mx = sink != nullptr ? *sink : -INFINITY;
+  for (int32_t j = lo; j < n; ++j) {
+    s[j] = SoftCap(s[j], softcap);
+    mx = std::max(mx, s[j]);
+  }
+  float lanes[16] = {};
+  for (int32_t j = lo; j < n; ++j) {
+    s[j] = std::exp(s[j] - mx);
+    lanes[j % 16] += s[j];
+  }
+  for (int w = 8; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
+  if (sink != nullptr) lanes[0] += std::exp(*sink - mx);
+  return 1.0f / lanes[0];
+}
+
 // --- portable path -------------------------------------------------------------
 
 // One body, built twice: for any x86-64, and with AVX2 and FMA for the CPUs that have
@@ -107,12 +129,14 @@ inline float SoftCap(float x, float softcap) {
 // fma rounds once either way, exp is the same function, and every sum keeps its order
 // (each score is a chain over d; keys are only computed side by side).
 template <class T>
-__attribute__((always_inline)) inline void AttendPortable(
-    const float* q, int32_t pos, std::span<const int32_t> table, int32_t layer, int32_t kvh,
-    const AttentionShape& sh, const KvView& cache, std::vector<float>& scores, float* out) {
+__attribute__((always_inline)) inline void AttendPortable(const float* q, int32_t pos,
+                                                          std::span<const int32_t> table,
+                                                          int32_t layer, int32_t kvh,
+                                                          const AttentionShape& sh,
+                                                          const KvView& cache, const float* sink,
+                                                          std::vector<float>& scores, float* out) {
   const int32_t hd = sh.head_dim, bs = cache.layout.block_size, lo = sh.FirstKey(pos);
   scores.resize(pos + 1);
-  float mx = -INFINITY;
   for (int32_t j0 = lo; j0 <= pos;) {
     const T* k = KColumn<T>(cache, table, j0, layer, kvh);
     if (pos + 1 - j0 >= 8 && j0 % bs + 8 <= bs) {
@@ -122,28 +146,17 @@ __attribute__((always_inline)) inline void AttendPortable(
         const T* kd = k + static_cast<int64_t>(d) * bs;
         for (int32_t i = 0; i < 8; ++i) s[i] = std::fma(q[d], ToFloat(kd[i]), s[i]);
       }
-      for (int32_t i = 0; i < 8; ++i) {
-        scores[j0 + i] = SoftCap(s[i] * sh.scale, sh.softcap);
-        mx = std::max(mx, scores[j0 + i]);
-      }
+      for (int32_t i = 0; i < 8; ++i) scores[j0 + i] = s[i] * sh.scale;
       j0 += 8;
     } else {
       float s = 0;
       for (int32_t d = 0; d < hd; ++d)
         s = std::fma(q[d], ToFloat(k[static_cast<int64_t>(d) * bs]), s);
-      scores[j0] = SoftCap(s * sh.scale, sh.softcap);
-      mx = std::max(mx, scores[j0]);
+      scores[j0] = s * sh.scale;
       j0 += 1;
     }
   }
-  float lanes[16] = {};
-  for (int32_t j = lo; j <= pos; ++j) {
-    scores[j] = std::exp(scores[j] - mx);
-    lanes[j % 16] += scores[j];
-  }
-  for (int w = 8; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
-  const float inv = 1.0f / lanes[0];
+  const float inv = SoftmaxInPlace(scores.data(), lo, pos + 1, sh.softcap, sink);
   for (int32_t d = 0; d < hd; ++d) out[d] = 0;
   for (int32_t j = lo; j <= pos; ++j) {
     const T* v = VRow<T>(cache, table, j, layer, kvh);
@@ -154,16 +167,17 @@ __attribute__((always_inline)) inline void AttendPortable(
 
 template <class T>
 void AttendGeneric(const float* q, int32_t pos, std::span<const int32_t> table, int32_t layer,
-                   int32_t kvh, const AttentionShape& sh, const KvView& cache,
+                   int32_t kvh, const AttentionShape& sh, const KvView& cache, const float* sink,
                    std::vector<float>& scores, float* out) {
-  AttendPortable<T>(q, pos, table, layer, kvh, sh, cache, scores, out);
+  AttendPortable<T>(q, pos, table, layer, kvh, sh, cache, sink, scores, out);
 }
 
 template <class T>
 TANDEM_AVX2 void AttendGenericAvx2(const float* q, int32_t pos, std::span<const int32_t> table,
                                    int32_t layer, int32_t kvh, const AttentionShape& sh,
-                                   const KvView& cache, std::vector<float>& scores, float* out) {
-  AttendPortable<T>(q, pos, table, layer, kvh, sh, cache, scores, out);
+                                   const KvView& cache, const float* sink,
+                                   std::vector<float>& scores, float* out) {
+  AttendPortable<T>(q, pos, table, layer, kvh, sh, cache, sink, scores, out);
 }
 
 // --- AVX2 path ------------------------------------------------------------------
@@ -213,7 +227,7 @@ TANDEM_AVX2 inline void ScoreRuns(const float* q, int32_t g0, int32_t ng, const 
 template <class T>
 TANDEM_AVX2 void AttendGroupAvx2(const float* q, int32_t group, int32_t pos,
                                  std::span<const int32_t> table, int32_t layer, int32_t kvh,
-                                 const AttentionShape& sh, const KvView& cache,
+                                 const AttentionShape& sh, const KvView& cache, const float* sinks,
                                  std::vector<float>& scores, float* out) {
   const int32_t hd = sh.head_dim, bs = cache.layout.block_size, lo = sh.FirstKey(pos);
   const int32_t n = pos + 1;
@@ -248,20 +262,8 @@ TANDEM_AVX2 void AttendGroupAvx2(const float* q, int32_t group, int32_t pos,
   }
   // Per head: cap, max, exp and the 16 lane partials, as AttendPortable.
   for (int32_t g = 0; g < group; ++g) {
-    float* sg = sc + static_cast<int64_t>(g) * n;
-    float mx = -INFINITY;
-    for (int32_t j = lo; j < n; ++j) {
-      sg[j] = SoftCap(sg[j], sh.softcap);
-      mx = std::max(mx, sg[j]);
-    }
-    float lanes[16] = {};
-    for (int32_t j = lo; j < n; ++j) {
-      sg[j] = std::exp(sg[j] - mx);
-      lanes[j % 16] += sg[j];
-    }
-    for (int w = 8; w >= 1; w /= 2)
-      for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
-    invs[g] = 1.0f / lanes[0];
+    invs[g] = SoftmaxInPlace(sc + static_cast<int64_t>(g) * n, lo, n, sh.softcap,
+                             sinks != nullptr ? sinks + g : nullptr);
   }
   // out = Σ_j e_j · v_j key by key, 16 elements of four heads at a time.
   const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * hd;
@@ -300,7 +302,7 @@ TANDEM_AVX2 void AttendGroupAvx2(const float* q, int32_t group, int32_t pos,
 template <class T>
 TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
                                 std::span<const int32_t> table, int32_t layer, int32_t kvh,
-                                const AttentionShape& sh, const KvView& cache,
+                                const AttentionShape& sh, const KvView& cache, const float* sinks,
                                 std::vector<float>& scores, float* out) {
   const int32_t hd = sh.head_dim, bs = cache.layout.block_size, n = pos + 1;
   // Scores, 16 keys at a time (a chunk never crosses a block: block sizes are
@@ -355,7 +357,8 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
           static_cast<__mmask16>(m_keys - j >= 16 ? 0xFFFF : (1u << (m_keys - j)) - 1);
       vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, sc + j));
     }
-    const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    const float sink = sinks != nullptr ? sinks[g] : -INFINITY;
+    const __m512 mx = _mm512_set1_ps(std::max(_mm512_reduce_max_ps(vmax), sink));
     __m512 z = _mm512_setzero_ps();
     for (int32_t j = 0; j < m_keys; j += 16) {
       const __mmask16 m =
@@ -367,7 +370,8 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
       _mm512_mask_storeu_ps(sc + j, m, e);
       z = _mm512_add_ps(z, e);
     }
-    const float inv = 1.0f / ReduceAdd512(z);
+    const float inv = 1.0f / (ReduceAdd512(z) +
+                              (sinks != nullptr ? std::exp(sink - _mm512_cvtss_f32(mx)) : 0.0f));
     __m512 acc[16];
     const int32_t nv = hd / 16;
     for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_setzero_ps();
@@ -407,7 +411,8 @@ void WriteKvAs(const float* k, const float* v, std::span<const int32_t> slots, i
 
 template <class T>
 void PagedAttentionAs(const float* q, const PagedBatch& batch, const AttentionShape& sh,
-                      int32_t layer, const KvView& cache, float* out, ThreadPool* pool) {
+                      int32_t layer, const KvView& cache, float* out, ThreadPool* pool,
+                      const float* sinks) {
   const std::vector<Row> rows = Rows(batch);
   const int32_t group = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim;
   const int32_t bs = cache.layout.block_size;
@@ -423,19 +428,23 @@ void PagedAttentionAs(const float* q, const PagedBatch& batch, const AttentionSh
       const int64_t first_head = static_cast<int64_t>(t) * sh.n_heads + kvh * group;
       const float* qv = q + first_head * hd;
       float* o = out + first_head * hd;
+      const float* sk = sinks != nullptr ? sinks + kvh * group : nullptr;  // the group's
+      auto sink = [&](int32_t g) { return sk != nullptr ? sk + g : nullptr; };
       if (fast) {
-        AttendAvx512<T>(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o);
+        AttendAvx512<T>(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, sk, scores,
+                        o);
       } else if (avx2 && hd % 16 == 0) {
-        AttendGroupAvx2<T>(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores, o);
+        AttendGroupAvx2<T>(qv, group, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, sk, scores,
+                           o);
       } else if (avx2) {
         for (int32_t g = 0; g < group; ++g) {
           AttendGenericAvx2<T>(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache,
-                               scores, o + g * hd);
+                               sink(g), scores, o + g * hd);
         }
       } else {
         for (int32_t g = 0; g < group; ++g) {
-          AttendGeneric<T>(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, scores,
-                           o + g * hd);
+          AttendGeneric<T>(qv + g * hd, r.pos, Table(batch, r.seq), layer, kvh, sh, cache, sink(g),
+                           scores, o + g * hd);
         }
       }
     }
@@ -450,7 +459,7 @@ void PagedAttentionAs(const float* q, const PagedBatch& batch, const AttentionSh
 
 template <class T>
 void PagedAttentionReferenceAs(const float* q, const PagedBatch& batch, const AttentionShape& sh,
-                               int32_t layer, const KvView& cache, float* out) {
+                               int32_t layer, const KvView& cache, float* out, const float* sinks) {
   const int32_t group = sh.n_heads / sh.n_kv_heads, hd = sh.head_dim;
   const int32_t bs = cache.layout.block_size;
   for (int32_t s = 0; s < batch.num_seqs(); ++s) {
@@ -481,7 +490,9 @@ void PagedAttentionReferenceAs(const float* q, const PagedBatch& batch, const At
           if (sh.window > 0 && pos - j >= sh.window) w[j] = -INFINITY;  // outside the window
           mx = std::max(mx, w[j]);
         }
+        if (sinks != nullptr) mx = std::max(mx, static_cast<double>(sinks[h]));
         for (auto& x : w) sum += (x = std::exp(x - mx));
+        if (sinks != nullptr) sum += std::exp(sinks[h] - mx);
         float* o = out + (static_cast<int64_t>(q0 + t) * sh.n_heads + h) * hd;
         for (int32_t d = 0; d < hd; ++d) {
           double a = 0;
@@ -514,15 +525,18 @@ void WriteKv(const float* k, const float* v, std::span<const int32_t> slots, int
 }
 
 void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShape& sh,
-                    int32_t layer, const KvView& cache, float* out, ThreadPool* pool) {
-  WithElement(cache.layout.dtype,
-              [&]<class T>() { PagedAttentionAs<T>(q, batch, sh, layer, cache, out, pool); });
+                    int32_t layer, const KvView& cache, float* out, ThreadPool* pool,
+                    const float* sinks) {
+  WithElement(cache.layout.dtype, [&]<class T>() {
+    PagedAttentionAs<T>(q, batch, sh, layer, cache, out, pool, sinks);
+  });
 }
 
 void PagedAttentionReference(const float* q, const PagedBatch& batch, const AttentionShape& sh,
-                             int32_t layer, const KvView& cache, float* out) {
-  WithElement(cache.layout.dtype,
-              [&]<class T>() { PagedAttentionReferenceAs<T>(q, batch, sh, layer, cache, out); });
+                             int32_t layer, const KvView& cache, float* out, const float* sinks) {
+  WithElement(cache.layout.dtype, [&]<class T>() {
+    PagedAttentionReferenceAs<T>(q, batch, sh, layer, cache, out, sinks);
+  });
 }
 
 }  // namespace tandem::kernels

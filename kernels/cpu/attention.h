@@ -69,11 +69,16 @@ inline std::vector<int32_t> SlotMapping(const PagedBatch& b, int32_t block_size)
 void WriteKv(const float* k, const float* v, std::span<const int32_t> slots, int32_t layer,
              const KvView& cache);
 
+// `sinks` [n_heads] or null: attention sinks (gpt-oss), one logit per query head that
+// joins each softmax's normaliser — Z += exp(sink − m), m the largest of the scores and
+// the sink — and weighs no value.
 void PagedAttention(const float* q, const PagedBatch& batch, const AttentionShape& shape,
-                    int32_t layer, const KvView& cache, float* out, ThreadPool* pool);
+                    int32_t layer, const KvView& cache, float* out, ThreadPool* pool,
+                    const float* sinks = nullptr);
 
 void PagedAttentionReference(const float* q, const PagedBatch& batch, const AttentionShape& shape,
-                             int32_t layer, const KvView& cache, float* out);
+                             int32_t layer, const KvView& cache, float* out,
+                             const float* sinks = nullptr);
 
 }  // namespace tandem::kernels
 

@@ -84,6 +84,33 @@ TEST_P(PagedAttentionPaths, WindowsAndSoftCappingMatchReference) {
   }
 }
 
+// Attention sinks (gpt-oss): one logit per query head in each softmax's normaliser —
+// small ones, and one that outweighs every key (the max is then the sink's) — with and
+// without a window, against the float64 reference; they shrink the output.
+TEST_P(PagedAttentionPaths, SinksMatchReference) {
+  std::mt19937 rng(13);
+  ThreadPool pool(2);
+  for (int32_t block_size : {1, 16, 24}) {
+    Fixture f(8, 2, 64, block_size, {{1, 1}, {15, 15}, {40, 40}, {300, 3}}, rng);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> sinks(8);
+    for (float& s : sinks) s = normal(rng);
+    sinks[3] = 30.0f;  // above every score
+    std::vector<float> plain(f.q.size());
+    PagedAttention(f.q.data(), f.batch(), f.shape, 1, *f.cache, plain.data(), &pool);
+    for (int32_t window : {0, 7}) {
+      SCOPED_TRACE(::testing::Message() << "block " << block_size << " window " << window);
+      AttentionShape shape = f.shape;
+      shape.window = window;
+      std::vector<float> got(f.q.size(), NAN), want(f.q.size());
+      PagedAttention(f.q.data(), f.batch(), shape, 1, *f.cache, got.data(), &pool, sinks.data());
+      PagedAttentionReference(f.q.data(), f.batch(), shape, 1, *f.cache, want.data(), sinks.data());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << i;
+      if (window == 0) EXPECT_GT(MaxAbsError(got, plain), 1e-2);
+    }
+  }
+}
+
 // A window of one key: each row's output is its own V row, exactly.
 TEST_P(PagedAttentionPaths, WindowOfOneReturnsTheOwnValue) {
   std::mt19937 rng(12);
@@ -124,7 +151,7 @@ TEST(PagedAttentionAvx2, GivesThePlainPortableBits) {
   std::mt19937 rng(9);
   // Groups of 3, 1, 8 and 6 query heads (the grouped kernel takes four at a time), head
   // dims it takes (64, 128) and one it leaves to the per-head loop (40); block sizes
-  // under, at and past a run of eight keys; windows and soft-capping.
+  // under, at and past a run of eight keys; windows, soft-capping and sinks.
   struct Heads {
     int32_t nh, nkv, hd;
   };
@@ -138,11 +165,15 @@ TEST(PagedAttentionAvx2, GivesThePlainPortableBits) {
           AttentionShape shape = f.shape;
           shape.window = window;
           shape.softcap = softcap;
+          // Attention sinks with the soft-cap runs (one of them above every score).
+          std::vector<float> sinks(h.nh);
+          for (int32_t i = 0; i < h.nh; ++i) sinks[i] = i == 1 ? 30.0f : 0.25f * (i % 5) - 0.5f;
+          const float* sk = softcap > 0 ? sinks.data() : nullptr;
           std::vector<float> avx2(f.q.size()), plain(f.q.size());
           ForceAvx2Kernels(true);
-          PagedAttention(f.q.data(), f.batch(), shape, 1, *f.cache, avx2.data(), nullptr);
+          PagedAttention(f.q.data(), f.batch(), shape, 1, *f.cache, avx2.data(), nullptr, sk);
           ForcePortableKernels(true);
-          PagedAttention(f.q.data(), f.batch(), shape, 1, *f.cache, plain.data(), nullptr);
+          PagedAttention(f.q.data(), f.batch(), shape, 1, *f.cache, plain.data(), nullptr, sk);
           ForcePortableKernels(false);
           EXPECT_EQ(0, std::memcmp(avx2.data(), plain.data(), avx2.size() * sizeof(float)))
               << kv::KvDtypeName(dtype) << " block " << block_size << " heads " << h.nh << "/"

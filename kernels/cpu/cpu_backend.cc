@@ -469,7 +469,8 @@ void CpuBackend::WriteKv(const Tensor& k, const Tensor& v, const StepView& step,
 void CpuBackend::Attention(const Tensor& q, const StepView& step, const AttentionShape& shape,
                            int32_t layer, const KvStorage& kv, const Tensor& out) {
   if (!Proceed()) return;
-  PagedAttention(Host(q), Batch(step), shape, layer, View(kv), Host(out), pool_.get());
+  PagedAttention(Host(q), Batch(step), shape, layer, View(kv), Host(out), pool_.get(),
+                 shape.sinks.empty() ? nullptr : Host(shape.sinks));
 }
 
 }  // namespace tandem::kernels

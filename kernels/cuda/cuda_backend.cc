@@ -692,6 +692,9 @@ void CudaBackend::WriteKv(const Tensor& k, const Tensor& v, const StepView& step
 void CudaBackend::Attention(const Tensor& q, const StepView& step, const AttentionShape& shape,
                             int32_t layer, const KvStorage& kv, const Tensor& out) {
   if (!Proceed()) return;
+  if (!shape.sinks.empty()) {
+    return Fail(absl::UnimplementedError("cuda backend: attention sinks are not implemented"));
+  }
   State& s = *s_;
   const kv::KvLayout& l = kv.layout();
   if (shape.head_dim > 256 || shape.head_dim != l.head_dim || shape.n_kv_heads != l.n_kv_heads ||
