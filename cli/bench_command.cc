@@ -125,7 +125,8 @@ int RunBench(const BenchOptions& o) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   const double peak_rss_mib = ru.ru_maxrss / 1024.0;
-  const double weight_mb = e.weight_bytes() / 1e6;
+  // A decode step reads every weight once, except the experts a token does not pick.
+  const double weight_mb = e.token_read_bytes() / 1e6;
   // This machine's ceilings are the host's: they bound the CPU engine only (a GPU's are
   // measured by tests/gpu/ceilings.py in the same run).
   const bool on_host = e.device() != "cuda";
@@ -183,6 +184,9 @@ int RunBench(const BenchOptions& o) {
       {"kv_bytes_per_token", e.kv_layout().BytesPerToken()},
       {"peak_rss_mib", peak_rss_mib},
       {"weight_mb_read_per_token", weight_mb},
+      {"weight_mb", e.weight_bytes() / 1e6},
+      {"params", config->Parameters().total},
+      {"params_per_token", config->Parameters().per_token},
   };
   if (on_host) {
     j["machine_read_gb_per_s"] = bw;
@@ -205,6 +209,14 @@ int RunBench(const BenchOptions& o) {
                 model_name.c_str(), std::string(e.device()).c_str(), threads, kernels::MatMulIsa(),
                 std::string(kernels::CpuMathName(o.cpu_math)).c_str(),
                 std::string(kv::KvDtypeName(o.kv_dtype)).c_str());
+    if (config->moe.experts > 0) {
+      const model::ModelConfig::ParameterCount n = config->Parameters();
+      std::printf(
+          "  experts    %lld of %lld per token: %.3g B parameters, %.3g B read per token; "
+          "weights %.0f MB, %.0f MB read per token\n",
+          static_cast<long long>(config->moe.used), static_cast<long long>(config->moe.experts),
+          n.total / 1e9, n.per_token / 1e9, e.weight_bytes() / 1e6, weight_mb);
+    }
     if (on_host) {
       std::printf(
           "  pp%-5d %8.1f tokens/s  (%.0f GFLOP/s; GEMM bound %.0f tokens/s at %.0f GFLOP/s)\n",

@@ -195,6 +195,14 @@ int RunExplain(const ExplainOptions& o) {
   std::printf("tandem bench explain: %s on %d thread(s)\n", o.model.c_str(), threads);
   std::printf("  matmul parameters %.1fM, weights %.1f MB as stored (%s)\n", params / 1e6,
               weight_bytes / 1e6, "GGUF types, read once per forward pass");
+  if (c.moe.experts > 0) {
+    const model::ModelConfig::ParameterCount n = c.Parameters();
+    std::printf(
+        "  experts: %lld of %lld per token; %.3g B parameters in all, %.3g B per token (the "
+        "matmul parameters above are one token's; a batch reads more experts than one token)\n",
+        static_cast<long long>(c.moe.used), static_cast<long long>(c.moe.experts), n.total / 1e9,
+        n.per_token / 1e9);
+  }
   std::printf(
       "  KV per token: %.0f bytes (%d layers × %d KV heads × %d dims × K,V × 4 bytes);"
       " without GQA (%d heads): %.0f bytes\n",

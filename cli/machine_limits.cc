@@ -75,9 +75,14 @@ double ModelGemmGflops(const engine::ModelWeights& weights, int threads) {
 }
 
 double MatmulParams(const model::ModelConfig& c) {
-  return double(c.n_layers) * c.hidden_size *
-             (2.0 * c.n_heads * c.head_dim + 2.0 * c.n_kv_heads * c.head_dim + 3.0 * c.ffn_size) +
-         double(c.vocab_size) * c.hidden_size;
+  double n = double(c.vocab_size) * c.hidden_size;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const double ffn = c.LayerIsMoe(l) ? double(c.moe.used) * c.moe.ffn_size + c.moe.shared_ffn_size
+                                       : double(c.ffn_size);
+    n += double(c.hidden_size) * (2.0 * c.n_heads * c.head_dim + 2.0 * c.n_kv_heads * c.head_dim +
+                                  3.0 * ffn + (c.LayerIsMoe(l) ? double(c.moe.experts) : 0.0));
+  }
+  return n;
 }
 
 }  // namespace tandem::cli

@@ -17,8 +17,10 @@ double GemmGflops(int threads);
 // GFLOP/s of the model's own matmuls as prefill runs them: a 512-token batch through
 // every weight matrix of layer 0 (their GGUF types, tandem's kernels), best of 3.
 double ModelGemmGflops(const engine::ModelWeights& weights, int threads);
-// Parameters in the matmuls (Q, K, V, O, gate, up, down per layer, and the output
-// projection): each costs 2 FLOPs per token. Attention's own FLOPs are not included.
+// Parameters in the matmuls one token goes through (Q, K, V, O, gate, up, down per
+// layer — of a mixture of experts the router, the picked experts and the shared one —
+// and the output projection): each costs 2 FLOPs per token. Attention's own FLOPs are
+// not included.
 double MatmulParams(const model::ModelConfig& config);
 
 }  // namespace tandem::cli

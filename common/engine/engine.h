@@ -214,6 +214,12 @@ class Engine {
     return device_weights_->copied_bytes() > 0 ? device_weights_->copied_bytes()
                                                : weights_->weight_bytes();
   }
+  // Of those, the bytes one decode step reads per token (a mixture of experts reads
+  // only its picked experts; ModelWeights::token_read_bytes).
+  int64_t token_read_bytes() const {
+    return device_weights_->copied_bytes() > 0 ? device_weights_->copied_bytes()
+                                               : weights_->token_read_bytes();
+  }
   // Writes one layer of blocks [first_block, first_block + num_blocks) of kReserved
   // sequence `id`'s block table from `payload` (num_blocks × KvLayout::LayerBytes()).
   // InvalidArgument (nothing written) for an unknown id, a range outside its table,

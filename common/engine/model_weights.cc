@@ -69,6 +69,7 @@ absl::StatusOr<std::vector<WeightMatrix>> ModelWeights::Experts(const GgufFile& 
                                                                 int64_t experts, int64_t rows,
                                                                 int64_t cols) {
   std::vector<WeightMatrix> out;
+  const int64_t before = weight_bytes_;
   const std::string stacked = base + "_exps.weight";
   if (const model::GgufTensorInfo* t = f.FindTensor(stacked); t != nullptr) {
     if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != experts) {
@@ -78,6 +79,7 @@ absl::StatusOr<std::vector<WeightMatrix>> ModelWeights::Experts(const GgufFile& 
     }
     ASSIGN_OR_RETURN(WeightMatrix all, Place(*t, stacked, experts * rows, cols));
     for (int64_t e = 0; e < experts; ++e) out.push_back(Rows(all, e * rows, rows));
+    expert_bytes_ += weight_bytes_ - before;
     return out;
   }
   if (f.FindTensor(StrCat(base, ".0.weight")) == nullptr) {
@@ -89,6 +91,7 @@ absl::StatusOr<std::vector<WeightMatrix>> ModelWeights::Experts(const GgufFile& 
     ASSIGN_OR_RETURN(WeightMatrix m, Matrix(f, StrCat(base, ".", e, ".weight"), rows, cols));
     out.push_back(m);
   }
+  expert_bytes_ += weight_bytes_ - before;
   return out;
 }
 
@@ -117,6 +120,12 @@ absl::StatusOr<const float*> ModelWeights::Vector(const GgufFile& f, const std::
   ASSIGN_OR_RETURN(std::vector<float> values, model::DequantizeTensor(*t));
   owned_.push_back(std::move(values));
   return owned_.back().data();
+}
+
+int64_t ModelWeights::token_read_bytes() const {
+  const model::MoeConfig& m = config_.moe;
+  if (m.experts == 0) return weight_bytes_;
+  return weight_bytes_ - expert_bytes_ + expert_bytes_ * m.used / m.experts;
 }
 
 absl::StatusOr<ModelWeights::Footprint> ModelWeights::Check(const GgufFile& f,

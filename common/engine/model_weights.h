@@ -84,6 +84,9 @@ class ModelWeights {
   const std::vector<LayerWeights>& layers() const { return layers_; }
   // Bytes of weights as tandem holds them (views plus converted copies).
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes one token's forward pass reads: weight_bytes() less the experts it does not
+  // pick (of a mixture of experts' layers, `used` of `experts` are read per token).
+  int64_t token_read_bytes() const;
   int64_t converted_bytes() const { return converted_bytes_; }
 
  private:
@@ -114,7 +117,8 @@ class ModelWeights {
   std::vector<std::vector<uint8_t>> owned_bytes_;  // Random's quantized matrices
   int64_t weight_bytes_ = 0;
   int64_t converted_bytes_ = 0;
-  bool check_only_ = false;  // Check: account for conversions without making them
+  int64_t expert_bytes_ = 0;  // of weight_bytes_, the experts' matrices
+  bool check_only_ = false;   // Check: account for conversions without making them
 };
 
 }  // namespace tandem::engine
