@@ -147,11 +147,18 @@ struct MoeRouting {
 };
 
 // The gate's activation of a gated FFN: down(act(gate · x) × up · x).
-enum class GatedActivation { kSilu, kGeluTanh };
+enum class GatedActivation {
+  kSilu,
+  kGeluTanh,
+  kSwigluOai,  // gpt-oss's clamped SwiGLU (kernels/cpu/ops.h, SwigluOai)
+};
 
 // One mixture-of-experts layer's matrices for Backend::MoeFfn.
 struct ExpertWeights {
   std::span<const Tensor> gate, up, down;  // one of each per expert
+  // Biases (gpt-oss): row e is expert e's, added after its product; empty: none.
+  Tensor gate_bias, up_bias;  // [experts][expert ffn] f32
+  Tensor down_bias;           // [experts][hidden] f32
   // A shared expert that every row runs, scaled by sigmoid(shared_gate · x)
   // (qwen2moe); empty tensors: none.
   Tensor shared_gate;  // [1][hidden] f32
@@ -319,8 +326,9 @@ class Backend {
   // r.normalize, times r.scale.
   virtual void MoeRoute(const Tensor& logits, const Tensor& bias, const MoeRouting& r,
                         const Tensor& ids, const Tensor& weights) = 0;
-  // out [T][hidden] = Σ_s weights[t][s] · down_e(act(gate_e · x[t]) × up_e · x[t]),
-  // e = ids[t][s], summed in slot order from zero, then plus the shared expert's scaled
+  // out [T][hidden] = Σ_s weights[t][s] · down_e(act(gate_e · x[t], up_e · x[t])),
+  // e = ids[t][s] (each product plus its bias row where there are biases), summed in
+  // slot order from zero, then plus the shared expert's scaled
   // output where there is one; x [T][hidden]. Row t's result depends on row t alone
   // (rows are grouped by expert for the products); an id outside the experts is an
   // error.

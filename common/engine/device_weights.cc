@@ -29,6 +29,10 @@ Source Matrix(const WeightMatrix& w, Tensor* view) {
 Source Vector(const float* v, int64_t n, Tensor* view) {
   return {v, model::GgmlType::kF32, v == nullptr ? 0 : 1, n, view, false};
 }
+// float32 rows that are not a weight matrix (never converted), e.g. per-expert biases.
+Source Rows(const float* v, int64_t rows, int64_t cols, Tensor* view) {
+  return {v, model::GgmlType::kF32, v == nullptr ? 0 : rows, cols, view, false};
+}
 
 // Rows of `s` decoded and rounded to bf16 into `out` [rows][cols], on `pool`.
 absl::Status ToBf16(const Source& s, kernels::ThreadPool* pool, std::vector<uint16_t>* out) {
@@ -64,16 +68,31 @@ absl::StatusOr<std::unique_ptr<DeviceWeights>> DeviceWeights::Prepare(const Mode
     const LayerWeights& L = host.layers()[i];
     DeviceLayer& D = w->layers_[i];
     src.insert(src.end(),
-               {Vector(L.attn_norm, h, &D.attn_norm), Matrix(L.wq, &D.wq), Matrix(L.wk, &D.wk),
-                Matrix(L.wv, &D.wv), Vector(L.bq, q_dim, &D.bq), Vector(L.bk, kv_dim, &D.bk),
+               {Vector(L.attn_norm, h, &D.attn_norm),
+                Matrix(L.wq, &D.wq),
+                Matrix(L.wk, &D.wk),
+                Matrix(L.wv, &D.wv),
+                Vector(L.bq, q_dim, &D.bq),
+                Vector(L.bk, kv_dim, &D.bk),
                 Vector(L.bv, kv_dim, &D.bv),
                 Vector(L.q_norm, c.qk_norm_full ? q_dim : c.head_dim, &D.q_norm),
                 Vector(L.k_norm, c.qk_norm_full ? kv_dim : c.head_dim, &D.k_norm),
-                Matrix(L.wo, &D.wo), Vector(L.post_attn_norm, h, &D.post_attn_norm),
-                Vector(L.ffn_norm, h, &D.ffn_norm), Vector(L.post_ffn_norm, h, &D.post_ffn_norm),
-                Matrix(L.w_gate, &D.w_gate), Matrix(L.w_up, &D.w_up), Matrix(L.w_down, &D.w_down),
-                Matrix(L.router, &D.router), Vector(L.router_bias, c.moe.experts, &D.router_bias),
-                Vector(L.shared_gate, h, &D.shared_gate)});
+                Matrix(L.wo, &D.wo),
+                Vector(L.post_attn_norm, h, &D.post_attn_norm),
+                Vector(L.ffn_norm, h, &D.ffn_norm),
+                Vector(L.post_ffn_norm, h, &D.post_ffn_norm),
+                Matrix(L.w_gate, &D.w_gate),
+                Matrix(L.w_up, &D.w_up),
+                Matrix(L.w_down, &D.w_down),
+                Matrix(L.router, &D.router),
+                Vector(L.router_bias, c.moe.experts, &D.router_bias),
+                Vector(L.shared_gate, h, &D.shared_gate),
+                Vector(L.bo, h, &D.bo),
+                Vector(L.sinks, c.n_heads, &D.sinks),
+                Vector(L.router_logit_bias, c.moe.experts, &D.router_logit_bias),
+                Rows(L.expert_gate_bias, c.moe.experts, c.moe.ffn_size, &D.expert_gate_bias),
+                Rows(L.expert_up_bias, c.moe.experts, c.moe.ffn_size, &D.expert_up_bias),
+                Rows(L.expert_down_bias, c.moe.experts, h, &D.expert_down_bias)});
     const size_t experts = L.expert_gate.size();
     D.expert_gate.resize(experts);
     D.expert_up.resize(experts);

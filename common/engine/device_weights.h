@@ -26,13 +26,18 @@ struct DeviceLayer {
   Tensor bq, bk, bv;            // [1][…] f32, or empty
   Tensor q_norm, k_norm;        // [1][head_dim] f32, or empty
   Tensor wo;                    // [hidden][n_heads·head_dim]
+  Tensor bo;                    // [1][hidden] f32, or empty (gpt-oss)
+  Tensor sinks;                 // [1][n_heads] f32, or empty (gpt-oss)
   Tensor post_attn_norm;        // [1][hidden] f32, or empty (gemma)
   Tensor ffn_norm;              // [1][hidden] f32
   Tensor post_ffn_norm;         // [1][hidden] f32, or empty (gemma)
   Tensor w_gate, w_up, w_down;  // [ffn][hidden], [ffn][hidden], [hidden][ffn]; shared expert
   // A mixture-of-experts layer (LayerWeights says what each is); else empty.
-  Tensor router;                                            // [experts][hidden]
-  Tensor router_bias;                                       // [1][experts] f32, or empty
+  Tensor router;             // [experts][hidden]
+  Tensor router_bias;        // [1][experts] f32, or empty
+  Tensor router_logit_bias;  // [1][experts] f32, or empty
+  // [experts][expert ffn] (gate, up) and [experts][hidden] (down) f32, or empty.
+  Tensor expert_gate_bias, expert_up_bias, expert_down_bias;
   std::vector<Tensor> expert_gate, expert_up, expert_down;  // one per expert
   Tensor shared_gate;                                       // [1][hidden] f32, or empty
 };

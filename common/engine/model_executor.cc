@@ -323,6 +323,7 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
     if (local) shape.window = static_cast<int32_t>(c.sliding_window);
     const kernels::RopeParams& rope = local && local_rope_ ? rope_local_ : rope_;
     const kernels::Tensor& table = local && local_rope_ ? rope_table_local : rope_table;
+    shape.sinks = L.sinks;
     backend_->MatMul3(h, L.wq, q, L.wk, k, L.wv, v);
     if (!L.bq.empty()) backend_->AddBias(q, L.bq);
     if (!L.bk.empty()) backend_->AddBias(k, L.bk);
@@ -342,6 +343,7 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
     if (on_layer_kv) on_layer_kv(l, backend_->RecordEvent());
     backend_->Attention(q, step, shape, l, *kv_, attn_out);
     backend_->MatMul(attn_out, L.wo, proj);
+    if (!L.bo.empty()) backend_->AddBias(proj, L.bo);
     if (!L.post_attn_norm.empty()) backend_->RmsNorm(proj, L.post_attn_norm, eps, proj);
     backend_->AddRmsNorm(x, proj, L.ffn_norm, eps, h);  // residual, then the FFN's norm
 
@@ -350,14 +352,25 @@ void ModelExecutor::EnqueuePass(const ForwardBatch& b, const kernels::StepView& 
       const kernels::Tensor ids{ws, at.expert_ids, model::GgmlType::kI32, T, c.moe.used};
       const kernels::Tensor weights = f32(at.expert_w, T, c.moe.used);
       backend_->MatMul(h, L.router, router);
+      if (!L.router_logit_bias.empty()) backend_->AddBias(router, L.router_logit_bias);
       backend_->MoeRoute(router, L.router_bias, routing_, ids, weights);
-      const kernels::ExpertWeights experts{L.expert_gate, L.expert_up, L.expert_down, L.shared_gate,
-                                           L.w_gate,      L.w_up,      L.w_down};
-      backend_->MoeFfn(h, ids, weights, experts,
-                       c.ffn_activation == model::FfnActivation::kGeluTanh
-                           ? kernels::GatedActivation::kGeluTanh
-                           : kernels::GatedActivation::kSilu,
-                       proj);
+      kernels::ExpertWeights experts;
+      experts.gate = L.expert_gate;
+      experts.up = L.expert_up;
+      experts.down = L.expert_down;
+      experts.gate_bias = L.expert_gate_bias;
+      experts.up_bias = L.expert_up_bias;
+      experts.down_bias = L.expert_down_bias;
+      experts.shared_gate = L.shared_gate;
+      experts.shared_w_gate = L.w_gate;
+      experts.shared_w_up = L.w_up;
+      experts.shared_w_down = L.w_down;
+      const kernels::GatedActivation act = c.ffn_activation == model::FfnActivation::kGeluTanh
+                                               ? kernels::GatedActivation::kGeluTanh
+                                           : c.ffn_activation == model::FfnActivation::kSwigluOai
+                                               ? kernels::GatedActivation::kSwigluOai
+                                               : kernels::GatedActivation::kSilu;
+      backend_->MoeFfn(h, ids, weights, experts, act, proj);
     } else {
       backend_->MatMul2(h, L.w_gate, gate, L.w_up, up);
       if (c.ffn_activation == model::FfnActivation::kGeluTanh) {

@@ -291,7 +291,9 @@ TEST_F(GoldenTest, GreedyContinuationMatchesTransformers) {
 // Tiny random-weight models of each architecture made with Hugging Face transformers
 // (tests/reference/make_arch_golden.py), against transformers' float32 logits — the
 // mixtures of experts too (qwen3moe, mixtral with stacked and with per-expert tensors,
-// olmoe, qwen2moe with its shared expert) and qwen3 with YaRN RoPE scaling.
+// olmoe, qwen2moe with its shared expert), qwen3 with YaRN RoPE scaling and gpt-oss
+// (biases, attention sinks, alternating sliding windows, YaRN, a biased router with a
+// softmax over the picked experts, the experts' biases and the clamped SwiGLU).
 class ArchGoldenTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -306,6 +308,7 @@ class ArchGoldenTest : public ::testing::TestWithParam<std::string> {
   std::string Arch() const {
     const std::string& p = GetParam();
     if (p == "qwen3_yarn") return "qwen3";
+    if (p == "gpt_oss") return "gpt-oss";
     return p == "llama31" || p.starts_with("mixtral") ? "llama" : p;
   }
   std::unique_ptr<model::GgufFile> model_, golden_;
@@ -363,7 +366,9 @@ TEST_P(ArchGoldenTest, GreedyContinuationMatchesTransformers) {
 // sharded) reads as the GGUF llama.cpp's converter writes: within 1e-3 of transformers,
 // and the very same logits as the GGUF, bit for bit — except llama31, whose RoPE factors
 // tandem computes from config.json (the GGUF holds transformers' own): within 1e-4.
-TEST_P(ArchGoldenTest, HuggingFaceDirectoryGivesTheGgufLogits) {
+class ArchDirectoryTest : public ArchGoldenTest {};
+
+TEST_P(ArchDirectoryTest, HuggingFaceDirectoryGivesTheGgufLogits) {
   std::unique_ptr<model::GgufFile> dir_file;
   std::unique_ptr<ModelWeights> dir_weights;
   // mixtral_split's directory is mixtral's: the same model.
@@ -398,6 +403,13 @@ TEST_P(ArchGoldenTest, HuggingFaceDirectoryGivesTheGgufLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchGoldenTest,
+                         ::testing::Values("llama", "llama31", "qwen2", "qwen3", "gemma2", "gemma3",
+                                           "phi3", "mistral", "qwen3moe", "mixtral",
+                                           "mixtral_split", "olmoe", "qwen2moe", "qwen3_yarn",
+                                           "gpt_oss"),
+                         [](const auto& info) { return info.param; });
+// Every one but gpt_oss, whose directory tandem does not read yet.
+INSTANTIATE_TEST_SUITE_P(Archs, ArchDirectoryTest,
                          ::testing::Values("llama", "llama31", "qwen2", "qwen3", "gemma2", "gemma3",
                                            "phi3", "mistral", "qwen3moe", "mixtral",
                                            "mixtral_split", "olmoe", "qwen2moe", "qwen3_yarn"),

@@ -193,7 +193,14 @@ absl::Status ModelWeights::LoadInto(const GgufFile& f, const model::ModelConfig&
           L.k_norm, w->Vector(f, p + "attn_k_norm.weight", c.qk_norm_full ? kv_dim : c.head_dim));
     }
     ASSIGN_OR_RETURN(L.wo, w->Matrix(f, p + "attn_output.weight", h, q_dim));
-    ASSIGN_OR_RETURN(L.ffn_norm, w->Vector(f, p + "ffn_norm.weight", h));
+    ASSIGN_OR_RETURN(L.bo, w->Vector(f, p + "attn_output.bias", h, /*optional=*/true));
+    if (c.attn_sinks) {
+      ASSIGN_OR_RETURN(L.sinks, w->Vector(f, p + "attn_sinks.weight", c.n_heads));
+    }
+    // gpt-oss stores the FFN's input norm as post_attention_norm.
+    ASSIGN_OR_RETURN(
+        L.ffn_norm,
+        w->Vector(f, p + (c.attn_sinks ? "post_attention_norm" : "ffn_norm") + ".weight", h));
     if (c.post_norms) {
       ASSIGN_OR_RETURN(L.post_attn_norm, w->Vector(f, p + "post_attention_norm.weight", h));
       ASSIGN_OR_RETURN(L.post_ffn_norm, w->Vector(f, p + "post_ffw_norm.weight", h));
@@ -203,6 +210,14 @@ absl::Status ModelWeights::LoadInto(const GgufFile& f, const model::ModelConfig&
       ASSIGN_OR_RETURN(L.router, w->Matrix(f, p + "ffn_gate_inp.weight", m.experts, h));
       ASSIGN_OR_RETURN(L.router_bias,
                        w->Vector(f, p + "exp_probs_b.bias", m.experts, /*optional=*/true));
+      ASSIGN_OR_RETURN(L.router_logit_bias,
+                       w->Vector(f, p + "ffn_gate_inp.bias", m.experts, /*optional=*/true));
+      ASSIGN_OR_RETURN(L.expert_gate_bias, w->Vector(f, p + "ffn_gate_exps.bias",
+                                                     m.experts * m.ffn_size, /*optional=*/true));
+      ASSIGN_OR_RETURN(L.expert_up_bias, w->Vector(f, p + "ffn_up_exps.bias",
+                                                   m.experts * m.ffn_size, /*optional=*/true));
+      ASSIGN_OR_RETURN(L.expert_down_bias,
+                       w->Vector(f, p + "ffn_down_exps.bias", m.experts * h, /*optional=*/true));
       ASSIGN_OR_RETURN(L.expert_gate, w->Experts(f, p + "ffn_gate", m.experts, m.ffn_size, h));
       ASSIGN_OR_RETURN(L.expert_up, w->Experts(f, p + "ffn_up", m.experts, m.ffn_size, h));
       ASSIGN_OR_RETURN(L.expert_down, w->Experts(f, p + "ffn_down", m.experts, h, m.ffn_size));

@@ -34,6 +34,8 @@ struct LayerWeights {
   const float* q_norm = nullptr;          // qwen3, gemma3: [head_dim], every query head
   const float* k_norm = nullptr;          // [head_dim], every key head
   WeightMatrix wo;                        // [hidden][n_heads·head_dim]
+  const float* bo = nullptr;              // gpt-oss: [hidden]
+  const float* sinks = nullptr;           // gpt-oss: [n_heads], attention sinks
   const float* post_attn_norm = nullptr;  // gemma: [hidden], of the attention output
   const float* ffn_norm = nullptr;        // [hidden]
   const float* post_ffn_norm = nullptr;   // gemma: [hidden], of the FFN output
@@ -43,12 +45,18 @@ struct LayerWeights {
   WeightMatrix w_up;    // [ffn][hidden]
   WeightMatrix w_down;  // [hidden][ffn]
   // A mixture-of-experts layer (ModelConfig::LayerIsMoe; model_config.h, MoeConfig).
-  WeightMatrix router;                    // ffn_gate_inp [experts][hidden]
-  const float* router_bias = nullptr;     // exp_probs_b [experts], or null: added for picking only
-  std::vector<WeightMatrix> expert_gate;  // [experts] of [expert ffn][hidden]
-  std::vector<WeightMatrix> expert_up;    // [experts] of [expert ffn][hidden]
-  std::vector<WeightMatrix> expert_down;  // [experts] of [hidden][expert ffn]
-  const float* shared_gate = nullptr;     // ffn_gate_inp_shexp [hidden], with a shared expert
+  WeightMatrix router;                 // ffn_gate_inp [experts][hidden]
+  const float* router_bias = nullptr;  // exp_probs_b [experts], or null: added for picking only
+  const float* router_logit_bias = nullptr;  // ffn_gate_inp.bias [experts] (gpt-oss), or null
+  std::vector<WeightMatrix> expert_gate;     // [experts] of [expert ffn][hidden]
+  std::vector<WeightMatrix> expert_up;       // [experts] of [expert ffn][hidden]
+  std::vector<WeightMatrix> expert_down;     // [experts] of [hidden][expert ffn]
+  // gpt-oss: the experts' biases, [experts][expert ffn] (gate, up) and [experts][hidden]
+  // (down), or null.
+  const float* expert_gate_bias = nullptr;
+  const float* expert_up_bias = nullptr;
+  const float* expert_down_bias = nullptr;
+  const float* shared_gate = nullptr;  // ffn_gate_inp_shexp [hidden], with a shared expert
 };
 
 class ModelWeights {

@@ -48,7 +48,8 @@ absl::StatusOr<int32_t> TokenIdOr(const GgufFile& f, const std::string& key) {
 // file does not say (llama.cpp's: Mixtral and Qwen3-MoE renormalise the k weights,
 // Qwen2-MoE and OLMoE do not).
 absl::Status ReadMoe(const GgufFile& f, const std::string& p, std::string_view arch, MoeConfig* m) {
-  const bool moe_arch = arch == "qwen3moe" || arch == "qwen2moe" || arch == "olmoe";
+  const bool moe_arch =
+      arch == "qwen3moe" || arch == "qwen2moe" || arch == "olmoe" || arch == "gpt-oss";
   if (moe_arch && f.Find(p + "expert_count") == nullptr) {
     return Invalid(p + "expert_count", StrCat("is missing (", arch, " is a mixture of experts)"));
   }
@@ -82,7 +83,10 @@ absl::Status ReadMoe(const GgufFile& f, const std::string& p, std::string_view a
   }
   ASSIGN_OR_RETURN(m->leading_dense_layers, IntOr(f, p + "leading_dense_block_count", 0));
   ASSIGN_OR_RETURN(int64_t gating, IntOr(f, p + "expert_gating_func", 0));
-  if (gating == 0) gating = static_cast<int64_t>(ExpertGating::kSoftmax);  // llama.cpp's "none"
+  if (gating == 0) {  // llama.cpp's "none": the family's own
+    gating = static_cast<int64_t>(arch == "gpt-oss" ? ExpertGating::kSoftmaxWeight
+                                                    : ExpertGating::kSoftmax);
+  }
   if (gating > 3) {
     return Invalid(p + "expert_gating_func",
                    StrCat("= ", gating,
@@ -142,11 +146,11 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   }
   if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" &&
       arch != "phi3" && arch != "gemma2" && arch != "gemma3" && arch != "qwen3moe" &&
-      arch != "qwen2moe" && arch != "olmoe") {
+      arch != "qwen2moe" && arch != "olmoe" && arch != "gpt-oss") {
     return absl::UnimplementedError(
         StrCat("model config: architecture '", arch,
                "' is not supported (llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3, qwen3moe, "
-               "qwen2moe, olmoe)"));
+               "qwen2moe, olmoe, gpt-oss)"));
   }
   const bool gemma = arch == "gemma2" || arch == "gemma3";
   c.architecture = std::string(arch);
@@ -175,8 +179,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   if (c.sliding_window < 0 || c.sliding_window > INT32_MAX) {
     return Invalid(p + "attention.sliding_window", "must be in 0 .. 2^31 - 1");
   }
-  if (arch == "gemma2") c.sliding_window_period = 2;  // local, global, local, ...
-  if (arch == "gemma3") c.sliding_window_period = 6;  // five local layers, one global
+  if (arch == "gemma2") c.sliding_window_period = 2;   // local, global, local, ...
+  if (arch == "gemma3") c.sliding_window_period = 6;   // five local layers, one global
+  if (arch == "gpt-oss") c.sliding_window_period = 2;  // local, global, local, ...
   if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads != 0) {
     return Invalid(p + "attention.head_count_kv",
                    StrCat("= ", c.n_kv_heads, " must divide head_count = ", c.n_heads));
@@ -224,6 +229,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
     if (y.yarn_beta_fast <= 0 || y.yarn_beta_slow <= 0) {
       return Invalid(p + "rope.scaling.yarn_beta_fast", "and yarn_beta_slow must be positive");
     }
+    y.yarn_truncate = arch != "gpt-oss";  // gpt-oss's config: truncate false
     if (f.Find(p + "rope.scaling.yarn_truncate") != nullptr) {
       ASSIGN_OR_RETURN(y.yarn_truncate, f.GetBool(p + "rope.scaling.yarn_truncate"));
     }
@@ -286,7 +292,12 @@ absl::StatusOr<ModelConfig> ModelConfig::FromGguf(const GgufFile& f) {
   // NeoX-style RoPE: llama.cpp's converter permutes Q/K for adjacent pairs only for
   // llama and mistral.
   c.rope_halves = arch == "qwen2" || arch == "qwen3" || arch == "phi3" || gemma ||
-                  arch == "qwen3moe" || arch == "qwen2moe" || arch == "olmoe";
+                  arch == "qwen3moe" || arch == "qwen2moe" || arch == "olmoe" || arch == "gpt-oss";
+  if (arch == "gpt-oss") {
+    // OpenAI's clamped SwiGLU, biases on the attention output, attention sinks.
+    c.ffn_activation = FfnActivation::kSwigluOai;
+    c.attn_sinks = true;
+  }
   // Qwen3 and Gemma 3 always have it (loading then requires the tensors); others where
   // the file does.
   c.qk_norm = arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe" || arch == "olmoe" ||

@@ -29,6 +29,8 @@ enum class RopeScalingType { kNone, kLinear, kYarn, kLlama3 };
 enum class FfnActivation {
   kSilu,      // SwiGLU (Llama, Qwen, Phi-3)
   kGeluTanh,  // GeGLU, GELU's tanh approximation (Gemma)
+  // gpt-oss: gate clamped to ≤ 7, up to [−7, 7]; (up + 1) × gate × sigmoid(1.702 gate).
+  kSwigluOai,
 };
 
 // How a token's router logits become its experts' weights (GGUF expert_gating_func,
@@ -121,6 +123,9 @@ struct ModelConfig {
   // olmoe: the QK-norm spans the whole projection (weights [n_heads·head_dim] and
   // [n_kv_heads·head_dim]), not each head.
   bool qk_norm_full = false;
+  // gpt-oss: a learned logit per query head in each attention softmax's normaliser
+  // (attn_sinks), and the FFN's input norm stored as post_attention_norm.
+  bool attn_sinks = false;
   MoeConfig moe;
 
   int32_t bos_token_id = -1;  // -1: none

@@ -188,6 +188,30 @@ TEST(ModelConfig, ReadsMixturesOfExperts) {
   EXPECT_FALSE(olmoe->moe.weights_norm);
   EXPECT_TRUE(olmoe->qk_norm_full);
 
+  GgufBuilder g;
+  g.String("general.architecture", "gpt-oss")
+      .Uint32("gpt-oss.block_count", 4)
+      .Uint32("gpt-oss.embedding_length", 64)
+      .Uint32("gpt-oss.attention.head_count", 4)
+      .Uint32("gpt-oss.expert_feed_forward_length", 32)
+      .Uint32("gpt-oss.expert_count", 8)
+      .Uint32("gpt-oss.expert_used_count", 4)
+      .Uint32("gpt-oss.attention.sliding_window", 128)
+      .String("gpt-oss.rope.scaling.type", "yarn")
+      .Float32("gpt-oss.rope.scaling.factor", 32.0f)
+      .Uint32("gpt-oss.rope.scaling.original_context_length", 4096)
+      .Uint32("gpt-oss.vocab_size", 100);
+  auto oss = Parse(g);
+  ASSERT_TRUE(oss.ok()) << oss.status();
+  EXPECT_EQ(oss->moe.gating, ExpertGating::kSoftmaxWeight);
+  EXPECT_FALSE(oss->moe.weights_norm);
+  EXPECT_EQ(oss->ffn_activation, FfnActivation::kSwigluOai);
+  EXPECT_TRUE(oss->attn_sinks);
+  EXPECT_FALSE(oss->rope_scaling.yarn_truncate);  // as gpt-oss's config says
+  EXPECT_TRUE(oss->LayerIsLocal(0));
+  EXPECT_FALSE(oss->LayerIsLocal(1));
+  EXPECT_TRUE(oss->LayerIsLocal(2));
+
   auto sigmoid = Parse(Qwen3Moe()
                            .Uint32("qwen3moe.expert_gating_func", 2)
                            .Uint32("qwen3moe.leading_dense_block_count", 1)

@@ -343,15 +343,25 @@ void CpuBackend::MoeRoute(const Tensor& logits, const Tensor& bias, const MoeRou
 
 void CpuBackend::GatedFfn(const float* x, int64_t rows, const WeightMatrix& gate,
                           const WeightMatrix& up, const WeightMatrix& down, GatedActivation act,
-                          float* out) {
+                          float* out, const float* gate_bias, const float* up_bias,
+                          const float* down_bias) {
   const int64_t width = gate.rows;
   float* g = out + rows * down.rows;  // after out: gate, then up
   float* u = g + rows * width;
   Gemms(x, rows, gate.cols, {&gate, &up}, {&g, &u});
-  auto* fn = act == GatedActivation::kGeluTanh ? kernels::GeGlu : kernels::SwiGlu;
+  auto add_rows = [](float* m, int64_t n, int64_t cols, const float* bias) {
+    if (bias == nullptr) return;
+    for (int64_t r = 0; r < n; ++r) AddInPlace(m + r * cols, bias, cols);
+  };
+  add_rows(g, rows, width, gate_bias);
+  add_rows(u, rows, width, up_bias);
+  auto* fn = act == GatedActivation::kGeluTanh    ? kernels::GeGlu
+             : act == GatedActivation::kSwigluOai ? kernels::SwigluOai
+                                                  : kernels::SwiGlu;
   pool_->ParallelFor(
       rows * width, [&](int64_t b, int64_t e, int) { fn(g + b, u + b, e - b, g + b); }, 1024);
   Gemms(g, rows, width, {&down}, {&out});
+  add_rows(out, rows, down.rows, down_bias);
 }
 
 void CpuBackend::MoeFfn(const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -393,8 +403,13 @@ void CpuBackend::MoeFfn(const Tensor& x, const Tensor& ids, const Tensor& weight
     for (int32_t i = 0; i < n; ++i) {
       std::memcpy(rows + i * H, xs + groups.pairs[b + i] / k * H, static_cast<size_t>(H) * 4);
     }
+    auto bias_row = [&](const Tensor& b, int64_t cols) {
+      return b.empty() ? nullptr : Host(b) + e * cols;
+    };
+    const int64_t width_e = experts.gate[e].rows;
     GatedFfn(rows, n, Weight(experts.gate[e]), Weight(experts.up[e]), Weight(experts.down[e]), act,
-             products);
+             products, bias_row(experts.gate_bias, width_e), bias_row(experts.up_bias, width_e),
+             bias_row(experts.down_bias, H));
     for (int32_t i = 0; i < n; ++i) {
       std::memcpy(ys + static_cast<int64_t>(groups.pairs[b + i]) * H, products + i * H,
                   static_cast<size_t>(H) * 4);

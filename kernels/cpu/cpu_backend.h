@@ -104,8 +104,11 @@ class CpuBackend : public Backend {
              std::initializer_list<float* const*> outs);
   // rows [rows][gate.cols] through one gated FFN into out [rows][down.rows] (the
   // expert's width of `hidden` scratch floats per row).
+  // Biases (each a row added to every row of its product) may be null.
   void GatedFfn(const float* x, int64_t rows, const WeightMatrix& gate, const WeightMatrix& up,
-                const WeightMatrix& down, GatedActivation act, float* out);
+                const WeightMatrix& down, GatedActivation act, float* out,
+                const float* gate_bias = nullptr, const float* up_bias = nullptr,
+                const float* down_bias = nullptr);
 
   std::vector<float> moe_scratch_;  // MoeFfn's gathered rows and products; grows only
   const bool fence_;

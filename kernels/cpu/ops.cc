@@ -1,5 +1,6 @@
 #include "kernels/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <complex>
 
@@ -201,6 +202,20 @@ void GeGluReference(const float* gate, const float* up, int64_t n, float* out) {
     const double g = gate[i];
     out[i] =
         static_cast<float>(0.5 * g * (1.0 + std::tanh(k * (g + 0.044715 * g * g * g))) * up[i]);
+  }
+}
+
+void SwigluOai(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], 7.0f), u = std::clamp(up[i], -7.0f, 7.0f);
+    out[i] = (u + 1.0f) * (g / (1.0f + std::exp(-1.702f * g)));
+  }
+}
+
+void SwigluOaiReference(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = std::min(gate[i], 7.0f), u = std::clamp(up[i], -7.0f, 7.0f);
+    out[i] = static_cast<float>((u + 1.0) * g / (1.0 + std::exp(-1.702 * g)));
   }
 }
 

@@ -66,6 +66,11 @@ void SwiGluReference(const float* gate, const float* up, int64_t n, float* out);
 void GeGlu(const float* gate, const float* up, int64_t n, float* out);
 void GeGluReference(const float* gate, const float* up, int64_t n, float* out);
 
+// gpt-oss's clamped SwiGLU: g = min(gate, 7), u = clamp(up, −7, 7),
+// out = (u + 1) · g · sigmoid(1.702 g)                                  [n]
+void SwigluOai(const float* gate, const float* up, int64_t n, float* out);
+void SwigluOaiReference(const float* gate, const float* up, int64_t n, float* out);
+
 // x = cap · tanh(x / cap)                                           [n]
 void SoftCap(float* x, int64_t n, float cap);
 

@@ -160,6 +160,27 @@ TEST(Ops, SwiGluMatchesReference) {
   }
 }
 
+// gpt-oss's clamped SwiGLU, on values well past its clamps (±7): against the
+// double-precision reference, and at the clamps themselves.
+TEST(Ops, SwigluOaiMatchesReferenceAndClamps) {
+  std::mt19937 rng(24);
+  for (int64_t n : {1, 17, 1536}) {
+    auto g = Noise(n, rng, 12.0f), u = Noise(n, rng, 12.0f);
+    std::vector<float> got(n), want(n);
+    SwigluOai(g.data(), u.data(), n, got.data());
+    SwigluOaiReference(g.data(), u.data(), n, want.data());
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + std::fabs(want[i])));
+  }
+  // gate 20 acts as 7; up 20 as 7 and −20 as −7 (so (u + 1) = −6).
+  const float g[3] = {20.0f, 7.0f, 1.0f}, u[3] = {0.0f, 20.0f, -20.0f};
+  float out[3];
+  SwigluOai(g, u, 3, out);
+  const float at7 = 7.0f / (1.0f + std::exp(-1.702f * 7.0f));
+  EXPECT_EQ(out[0], at7);
+  EXPECT_EQ(out[1], 8.0f * at7);
+  EXPECT_NEAR(out[2], -6.0f / (1.0f + std::exp(-1.702f)), 1e-6);
+}
+
 TEST(Ops, GeGluMatchesReference) {
   std::mt19937 rng(14);
   for (int64_t n : {1, 15, 17, 1536}) {

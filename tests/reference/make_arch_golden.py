@@ -3,7 +3,7 @@ written as GGUF, with transformers' logits and greedy continuations on them.
 
 Produces, for ARCH in ARCHS (llama, qwen2, qwen3, gemma2, gemma3, phi3, mistral, and the
 mixtures of experts qwen3moe, mixtral, mixtral_split, olmoe, qwen2moe; qwen3_yarn, qwen3
-with YaRN RoPE scaling) or those named on the command line:
+with YaRN RoPE scaling; gpt_oss) or those named on the command line:
     tests/data/tiny_<ARCH>.gguf          the model as GGUF, float32 weights (general.architecture
                                          = ARCH, the names and metadata llama.cpp's converter
                                          writes for it; no tokenizer: tests feed token ids)
@@ -362,6 +362,44 @@ def qwen2moe():
     return Qwen2MoeForCausalLM(cfg), meta, names
 
 
+def gpt_oss():
+    """gpt-oss: Q/K/V/O biases, attention sinks, a sliding window of 8 on every other
+    layer (from layer 0), YaRN (factor 4 over an original context of 16, not truncated),
+    8 experts of which 2 picked by a biased router with a softmax over the picked two,
+    the experts' biases and the clamped SwiGLU (its gate and up weights drawn 5× larger
+    so that the clamps at ±7 bind)."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+    cfg = GptOssConfig(vocab_size=512, hidden_size=64, intermediate_size=32, num_local_experts=8,
+                       num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=32, sliding_window=8,
+                       max_position_embeddings=64, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                       rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                        "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                        "original_max_position_embeddings": 16},
+                       attn_implementation="eager")
+    assert cfg.layer_types == ["sliding_attention", "full_attention"]
+    meta = _meta(cfg, cfg.head_dim, **{
+        "rope.freq_base": 10000.0, "expert_count": 8, "expert_used_count": 2,
+        "expert_feed_forward_length": cfg.intermediate_size,
+        "attention.sliding_window": cfg.sliding_window, "rope.scaling.type": "yarn",
+        "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 16})
+    del meta["feed_forward_length"]  # llama.cpp's gpt-oss files give the experts' width only
+    names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight",
+             "model.norm.weight": "output_norm.weight"}
+    layer = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.router": "ffn_gate_inp", "input_layernorm": "attn_norm",
+             "post_attention_layernorm": "post_attention_norm"}
+    _layer_names(cfg, layer, names)
+    for i in range(cfg.num_hidden_layers):
+        for hf, g in (("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
+                      ("self_attn.v_proj", "attn_v"), ("self_attn.o_proj", "attn_output"),
+                      ("mlp.router", "ffn_gate_inp")):
+            names[f"model.layers.{i}.{hf}.bias"] = f"blk.{i}.{g}.bias"
+        names[f"model.layers.{i}.self_attn.sinks"] = f"blk.{i}.attn_sinks.weight"
+    return GptOssForCausalLM(cfg), meta, names
+
+
 def mixtral_split():
     """mixtral, its experts one tensor each (ffn_gate.E), as older Mixtral files hold them."""
     return mixtral()
@@ -369,10 +407,10 @@ def mixtral_split():
 
 ARCHS = {"llama": llama, "llama31": llama31, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "gemma3": gemma3, "phi3": phi3, "mistral": mistral,
          "qwen3moe": qwen3moe, "mixtral": mixtral, "mixtral_split": mixtral_split, "olmoe": olmoe,
-         "qwen2moe": qwen2moe, "qwen3_yarn": qwen3_yarn}
+         "qwen2moe": qwen2moe, "qwen3_yarn": qwen3_yarn, "gpt_oss": gpt_oss}
 # general.architecture where it is not the golden's name.
 GGUF_ARCH = {"llama31": "llama", "mixtral": "llama", "mixtral_split": "llama",
-             "qwen3_yarn": "qwen3"}
+             "qwen3_yarn": "qwen3", "gpt_oss": "gpt-oss"}
 # How each family's GGUF stores a norm weight w of the transformers model.
 NORM_SHIFT = {"gemma2": 1.0, "gemma3": 1.0}
 
@@ -390,8 +428,23 @@ def randomize(model, gen, norm_center=1.0):
 
 def _expert_tensors(state, split):
     """The fused experts of transformers (gate_up_proj [E][2F][H], gate first;
-    down_proj [E][H][F]) as llama.cpp's GGUF names them: stacked, or one per expert."""
+    down_proj [E][H][F]) as llama.cpp's GGUF names them: stacked, or one per expert.
+    gpt-oss's are transposed ([E][H][2F], gate and up interleaved; down [E][F][H]) and
+    carry biases, which llama.cpp's converter de-interleaves as the weights."""
     out = {}
+    for key in [k for k in state if k.endswith("mlp.experts.gate_up_proj_bias")]:
+        i = int(key.split(".")[2])
+        gate_up = state.pop(key[:-len("_bias")]).detach().numpy().astype(np.float32)
+        bias = state.pop(key).detach().numpy().astype(np.float32)
+        down = state.pop(key.replace("gate_up_proj_bias", "down_proj")).detach().numpy()
+        down_bias = state.pop(key.replace("gate_up_proj_bias", "down_proj_bias")).detach().numpy()
+        parts = {"ffn_gate_exps.weight": gate_up[:, :, 0::2].transpose(0, 2, 1),
+                 "ffn_up_exps.weight": gate_up[:, :, 1::2].transpose(0, 2, 1),
+                 "ffn_down_exps.weight": down.transpose(0, 2, 1),
+                 "ffn_gate_exps.bias": bias[:, 0::2], "ffn_up_exps.bias": bias[:, 1::2],
+                 "ffn_down_exps.bias": down_bias}
+        for g, t in parts.items():
+            out[f"blk.{i}.{g}"] = np.ascontiguousarray(t, dtype=np.float32)
     for key in [k for k in state if k.endswith("mlp.experts.gate_up_proj")]:
         i = int(key.split(".")[2])
         gate_up = state.pop(key).detach().numpy().astype(np.float32)
@@ -454,7 +507,7 @@ def _router_gaps(model):
         gaps.append(float((top[:, k - 1] - top[:, k]).min()))
 
     for name, m in model.named_modules():
-        if name.endswith("mlp.gate") and hasattr(m, "top_k"):
+        if (name.endswith("mlp.gate") or name.endswith("mlp.router")) and hasattr(m, "top_k"):
             m.register_forward_hook(hook)
     return gaps
 
@@ -472,6 +525,11 @@ def main():
         shift = NORM_SHIFT.get(arch, 0.0)
         # Norm weights near 1 as the model applies them (Gemma applies 1 + w).
         randomize(model, gen, norm_center=1.0 - shift)
+        if arch == "gpt_oss":  # gate and up large enough that the SwiGLU's clamps bind
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    if name.endswith("experts.gate_up_proj"):
+                        p.mul_(5.0)
         model.eval()
         write_model(arch, model, meta, names, os.path.join(DATA, f"tiny_{arch}.gguf"),
                     permute[0] if permute else None, shift, extra)
@@ -479,7 +537,9 @@ def main():
         # shards with an index, as large checkpoints are).
         hf_dir = os.path.join(DATA, f"tiny_{arch}_hf")
         shutil.rmtree(hf_dir, ignore_errors=True)
-        if arch != "mixtral_split":  # mixtral's directory holds the same model
+        # mixtral's directory holds mixtral_split's model; tandem reads no gpt-oss
+        # directory yet.
+        if arch not in ("mixtral_split", "gpt_oss"):
             model.save_pretrained(hf_dir, safe_serialization=True,
                                   max_shard_size="300KB" if arch == "gemma3" else "50GB")
         for extra in ("generation_config.json",):
