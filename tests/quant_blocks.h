@@ -7,6 +7,7 @@
 #ifndef TANDEM_TESTS_QUANT_BLOCKS_H_
 #define TANDEM_TESTS_QUANT_BLOCKS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -32,6 +33,8 @@ inline std::vector<int> HalfFields(model::GgmlType type) {
       return {108};
     case GgmlType::kQ6_K:
       return {208};
+    case GgmlType::kMXFP4:
+      return {};  // an E8M0 byte (RandomQuantRows draws it)
     default:
       return {0};  // Q8_0, Q4_0, Q5_0, IQ4_NL, IQ4_XS: d first
   }
@@ -51,6 +54,10 @@ inline std::vector<uint8_t> RandomQuantRows(model::GgmlType type, int64_t rows, 
     for (size_t f = 0; f < fields.size(); ++f) {
       const uint16_t h = FloatToHalf(u(rng) * (f == 0 ? scale : 4 * scale));
       std::memcpy(data.data() + blk * t.type_size + fields[f], &h, 2);
+    }
+    if (type == model::GgmlType::kMXFP4) {  // 2^(e − 128) within a factor 8 below `scale`
+      const int top = 128 + static_cast<int>(std::floor(std::log2(scale)));
+      data[blk * t.type_size] = static_cast<uint8_t>(top - static_cast<int>(rng() % 4));
     }
   }
   return data;

@@ -90,6 +90,17 @@ void ChunkIQ4_NL(const uint8_t* b, int, float* y) {
   }
 }
 
+// MXFP4, 32 elements in 17 bytes: u8 e (E8M0) | u8 qs[16] (nibbles as Q4_0);
+// x = E8m0Half(e) * level[q].
+void ChunkMXFP4(const uint8_t* b, int, float* y) {
+  const float d = E8m0Half(b[0]);
+  const uint8_t* qs = b + 1;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(kMxfp4Levels[qs[j] & 0x0F]);
+    y[j + 16] = d * static_cast<float>(kMxfp4Levels[qs[j] >> 4]);
+  }
+}
+
 // Q4_K, 256 elements in 144 bytes: f16 d | f16 dmin | u8 scales[12] | u8 qs[128].
 // Eight sub-blocks of 32 (one chunk each) with 6-bit scale/min; x = (d * sc) * q -
 // dmin * m. Each 32 bytes of qs hold two sub-blocks: low nibbles, then high nibbles.
@@ -220,6 +231,8 @@ ChunkDecoder ChunkDecoderFor(GgmlType type) {
       return ChunkQ6_K;
     case GgmlType::kIQ4_XS:
       return ChunkIQ4_XS;
+    case GgmlType::kMXFP4:
+      return ChunkMXFP4;
     default:
       return nullptr;
   }

@@ -9,6 +9,7 @@
 #define TANDEM_COMMON_MODEL_DEQUANTIZE_H_
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -40,6 +41,19 @@ inline void KQuantScaleMin(const uint8_t* scales, int j, uint8_t* sc, uint8_t* m
 // IQ4_NL's (and IQ4_XS's) 16 non-linear levels, which a 4-bit index selects.
 inline constexpr int8_t kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                           1,    13,   25,  38,  53,  69,  89,  113};
+
+// MXFP4's 16 levels (OCP microscaling E2M1 values, doubled: ±{0, 0.5, 1, 1.5, 2, 3, 4,
+// 6} × 2), which a 4-bit index selects; the block's E8M0 scale is then halved.
+inline constexpr int8_t kMxfp4Levels[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+// Half of an E8M0 scale, 2^(e − 128), as an exact float (ggml's e8m0_to_fp32_half:
+// subnormal for e < 2).
+inline float E8m0Half(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t{0x00200000} << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 // The whole tensor as float32, in file order ([ne3][ne2][ne1][ne0]).
 absl::StatusOr<std::vector<float>> DequantizeTensor(const GgufTensorInfo& tensor);

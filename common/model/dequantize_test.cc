@@ -43,7 +43,7 @@ bool SameFloat(float a, float b) {
 TEST_F(DequantGolden, SyntheticBlocksMatchReferenceBitForBit) {
   int checked = 0;
   for (const char* type : {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K", "Q5_0",
-                           "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q5_K", "IQ4_XS"}) {
+                           "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q5_K", "IQ4_XS", "MXFP4"}) {
     SCOPED_TRACE(type);
     const GgufTensorInfo* q = golden_->FindTensor(std::string("synthetic.") + type);
     const GgufTensorInfo* e = golden_->FindTensor(std::string("expected.synthetic.") + type);
@@ -63,7 +63,7 @@ TEST_F(DequantGolden, SyntheticBlocksMatchReferenceBitForBit) {
     EXPECT_EQ(bad, 0);
     ++checked;
   }
-  EXPECT_EQ(checked, 15);
+  EXPECT_EQ(checked, 16);
 }
 
 TEST_F(DequantGolden, RealModelTensorsMatchReference) {

@@ -88,7 +88,7 @@ inline constexpr std::array kGgmlTypes = {
     GgmlTypeTraits{GgmlType::kBF16, "BF16", 1, 2, true},
     GgmlTypeTraits{GgmlType::kTQ1_0, "TQ1_0", 256, 54, false},
     GgmlTypeTraits{GgmlType::kTQ2_0, "TQ2_0", 256, 66, false},
-    GgmlTypeTraits{GgmlType::kMXFP4, "MXFP4", 32, 17, false},
+    GgmlTypeTraits{GgmlType::kMXFP4, "MXFP4", 32, 17, true},
 };
 
 // Bytes per block of a known type, at compile time where the type is (0 for an id the

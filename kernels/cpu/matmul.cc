@@ -59,12 +59,13 @@ enum class Kernel {
   kIQ4_XS,
   kQ2_K,
   kQ3_K,
+  kMXFP4,
 };
 
 constexpr bool IsEightWide(Kernel k) {
   return k == Kernel::kF16 || k == Kernel::kBF16 || k == Kernel::kQ5_0 || k == Kernel::kQ5_1 ||
          k == Kernel::kIQ4_NL || k == Kernel::kQ4_K || k == Kernel::kQ5_K || k == Kernel::kQ6_K ||
-         k == Kernel::kIQ4_XS || k == Kernel::kQ2_K || k == Kernel::kQ3_K;
+         k == Kernel::kIQ4_XS || k == Kernel::kQ2_K || k == Kernel::kQ3_K || k == Kernel::kMXFP4;
 }
 
 // The kernel of a weight type, or nullopt: the one table MatMulSupports and the dispatch read.
@@ -100,6 +101,8 @@ std::optional<Kernel> KernelFor(GgmlType type) {
       return Kernel::kQ2_K;
     case GgmlType::kQ3_K:
       return Kernel::kQ3_K;
+    case GgmlType::kMXFP4:
+      return Kernel::kMXFP4;
     default:
       return std::nullopt;
   }
@@ -140,6 +143,12 @@ TANDEM_AVX2 inline void DecodeEight(const uint8_t* row, int64_t b, __m256* w) {
         w[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
       }
     }
+  } else if constexpr (K == Kernel::kMXFP4) {
+    // 32-weight blocks of 17 bytes: x = E8m0Half(e) * level[q] (an exact product).
+    const uint8_t* blk = row + 17 * b;
+    const __m256 d = _mm256_set1_ps(model::E8m0Half(blk[0]));
+    Int8ToFloat(Mxfp4Levels(Nibbles(blk + 1)), w);
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_mul_ps(d, w[i]);
   } else if constexpr (K == Kernel::kQ5_0 || K == Kernel::kQ5_1 || K == Kernel::kIQ4_NL) {
     // 32-weight blocks: x = d * (q - 16), d * q + m, d * level[q].
     constexpr int kBytes = K == Kernel::kQ5_0 ? 22 : K == Kernel::kQ5_1 ? 24 : 18;
@@ -705,6 +714,8 @@ void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, i
       return RunKernel<Kernel::kQ2_K>(avx512, x, m, w, out, n0, n1);
     case Kernel::kQ3_K:
       return RunKernel<Kernel::kQ3_K>(avx512, x, m, w, out, n0, n1);
+    case Kernel::kMXFP4:
+      return RunKernel<Kernel::kMXFP4>(avx512, x, m, w, out, n0, n1);
   }
 }
 

@@ -162,10 +162,10 @@ TEST_P(MatMulSimdTest, GivesTheStatedArithmeticsBits) {
 }
 
 // Every type MatMul takes: the hand-vectorized ones and the chunk-decoded ones.
-const GgmlType kTypes[] = {GgmlType::kF32,    GgmlType::kF16,  GgmlType::kBF16,  GgmlType::kQ8_0,
-                           GgmlType::kQ4_0,   GgmlType::kQ4_1, GgmlType::kQ5_0,  GgmlType::kQ5_1,
-                           GgmlType::kIQ4_NL, GgmlType::kQ2_K, GgmlType::kQ3_K,  GgmlType::kQ4_K,
-                           GgmlType::kQ5_K,   GgmlType::kQ6_K, GgmlType::kIQ4_XS};
+const GgmlType kTypes[] = {GgmlType::kF32,    GgmlType::kF16,  GgmlType::kBF16,   GgmlType::kQ8_0,
+                           GgmlType::kQ4_0,   GgmlType::kQ4_1, GgmlType::kQ5_0,   GgmlType::kQ5_1,
+                           GgmlType::kIQ4_NL, GgmlType::kQ2_K, GgmlType::kQ3_K,   GgmlType::kQ4_K,
+                           GgmlType::kQ5_K,   GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kMXFP4};
 
 INSTANTIATE_TEST_SUITE_P(Types, MatMulTest,
                          ::testing::Combine(::testing::ValuesIn(kTypes),

@@ -42,6 +42,13 @@ TANDEM_AVX2 inline __m256i Iq4Levels(__m256i nibbles) {
   return _mm256_shuffle_epi8(table, nibbles);
 }
 
+// MXFP4's levels (signed bytes) of 32 nibble values.
+TANDEM_AVX2 inline __m256i Mxfp4Levels(__m256i nibbles) {
+  const __m256i table = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(model::kMxfp4Levels)));
+  return _mm256_shuffle_epi8(table, nibbles);
+}
+
 }  // namespace tandem::kernels
 
 #endif  // TANDEM_KERNELS_CPU_QUANT_SIMD_H_

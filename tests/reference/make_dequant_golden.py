@@ -4,7 +4,7 @@ Produces
     tests/data/dequant_golden.gguf (~130 KB; general.architecture = 'tandem-test'), containing:
 
     Synthetic (seeded RNG, SEED below), for TYPE in F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K, Q5_0, Q5_1,
-    IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS:
+    IQ4_NL, Q2_K, Q3_K, Q5_K, IQ4_XS, MXFP4:
         synthetic.<TYPE>           the raw tensor, stored with its real ggml type.
                                    K-quants and IQ4_XS: 2 rows x 1024 (4 super-blocks of 256
                                    per row); Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL: 2 rows x 256
@@ -80,6 +80,7 @@ F16_FIELDS = {
     T.Q3_K: [108],  # hmask[32], qs[64], scales[12], d           (110 bytes)
     T.Q5_K: [0, 2],  # d, dmin, scales[12], qh[32], qs[128]      (176 bytes)
     T.IQ4_XS: [0],  # d, scales_h (u16), scales_l[4], qs[128]    (136 bytes)
+    T.MXFP4: [],  # u8 e (E8M0, random), qs[16]                   (17 bytes)
 }
 
 
@@ -96,6 +97,8 @@ def synth_quant(rng: np.random.Generator, qtype: T, n_per_row: int) -> np.ndarra
     raw = rng.integers(0, 256, size=(nblocks, tsize), dtype=np.uint8)
     for off in F16_FIELDS[qtype]:
         raw[:, off:off + 2] = f16_scales(rng, nblocks).view(np.uint8).reshape(nblocks, 2)
+    if qtype == T.MXFP4:  # the E8M0 edges: subnormal halves (0, 1), the first normal, the top
+        raw[:5, 0] = [0, 1, 2, 254, 255]
     return raw.reshape(ROWS, n_per_row // block * tsize)
 
 
@@ -130,6 +133,7 @@ SYNTH = [  # (type, elements per row)
     # Appended (after the types above, so their data stays the same for a given SEED).
     (T.Q5_0, 256), (T.Q5_1, 256), (T.IQ4_NL, 256),
     (T.Q2_K, 1024), (T.Q3_K, 1024), (T.Q5_K, 1024), (T.IQ4_XS, 1024),
+    (T.MXFP4, 256),  # every E8M0 byte, 0 … 255: tiny subnormal to infinite values
 ]
 
 
