@@ -374,70 +374,116 @@ void CpuBackend::MoeFfn(const Tensor& x, const Tensor& ids, const Tensor& weight
       out.cols != H) {
     return Fail(absl::InvalidArgumentError("moe ffn: shapes do not agree"));
   }
+  const int64_t W = experts.gate[0].rows;  // every expert's width
+  for (int32_t e = 0; e < n_experts; ++e) {
+    if (experts.gate[e].rows != W || experts.up[e].rows != W || experts.down[e].cols != W ||
+        experts.down[e].rows != H) {
+      return Fail(absl::InvalidArgumentError("moe ffn: experts of different shapes"));
+    }
+  }
   const int32_t* id = Host<int32_t>(ids);
   const float* w = Host(weights);
   const float* xs = Host(x);
   float* o = Host(out);
-  ExpertGroups groups;
-  if (absl::Status st = GroupByExpert(id, T, static_cast<int32_t>(k), n_experts, &groups);
-      !st.ok()) {
-    return Fail(st);
-  }
-  int64_t width = experts.gate[0].rows;
-  for (const Tensor& g : experts.gate) width = std::max(width, g.rows);
-  if (!experts.shared_w_gate.empty()) width = std::max(width, experts.shared_w_gate.rows);
-  // Scratch: every (token, slot) pair's expert output [T·k][H], then one group's rows
-  // [n][H], its output [n][H] and its gate and up products [n][width] each.
-  int64_t most = experts.shared_w_gate.empty() ? 0 : T;  // rows of the largest product
-  for (int32_t e = 0; e < n_experts; ++e) {
-    most = std::max<int64_t>(most, groups.begin[e + 1] - groups.begin[e]);
-  }
-  const size_t need = static_cast<size_t>(T * k * H + most * (2 * H + 2 * width));
+  const bool q8 = math_ == CpuMath::kFast;
+  auto act_fn = act == GatedActivation::kGeluTanh    ? kernels::GeGlu
+                : act == GatedActivation::kSwigluOai ? kernels::SwigluOai
+                                                     : kernels::SwiGlu;
+  // The shared expert (qwen2moe) over every row first: [T][H], then its gate and up.
+  const int64_t shared_w = experts.shared_w_gate.empty() ? 0 : experts.shared_w_gate.rows;
+  const int64_t shared_floats = shared_w > 0 ? T * (H + 2 * shared_w) : 0;
+  // Tokens in chunks whose (token, slot) pairs — gathered rows [H], gate and up [W]
+  // each, expert output [H] — fit 64 MiB of scratch (a row's result depends on that
+  // row alone, so where a chunk ends changes nothing).
+  const int64_t per_token = k * (2 * H + 2 * W);
+  const int64_t chunk =
+      std::clamp<int64_t>((int64_t{16} << 20) / per_token, 1, std::max<int64_t>(T, 1));
+  const size_t need = static_cast<size_t>(shared_floats + std::min(chunk, T) * per_token);
   if (moe_scratch_.size() < need) moe_scratch_.resize(need);
-  float* ys = moe_scratch_.data();  // [T·k][H]
-  float* rows = ys + T * k * H;     // [n][H]
-  float* products = rows + most * H;
-  for (int32_t e = 0; e < n_experts; ++e) {
-    const int32_t b = groups.begin[e], n = groups.begin[e + 1] - b;
-    if (n == 0) continue;
-    for (int32_t i = 0; i < n; ++i) {
-      std::memcpy(rows + i * H, xs + groups.pairs[b + i] / k * H, static_cast<size_t>(H) * 4);
-    }
-    auto bias_row = [&](const Tensor& b, int64_t cols) {
-      return b.empty() ? nullptr : Host(b) + e * cols;
-    };
-    const int64_t width_e = experts.gate[e].rows;
-    GatedFfn(rows, n, Weight(experts.gate[e]), Weight(experts.up[e]), Weight(experts.down[e]), act,
-             products, bias_row(experts.gate_bias, width_e), bias_row(experts.up_bias, width_e),
-             bias_row(experts.down_bias, H));
-    for (int32_t i = 0; i < n; ++i) {
-      std::memcpy(ys + static_cast<int64_t>(groups.pairs[b + i]) * H, products + i * H,
-                  static_cast<size_t>(H) * 4);
-    }
-  }
-  float* shared = nullptr;
-  if (!experts.shared_w_gate.empty()) {
-    shared = products;  // [T][H], then its gate and up products
+  float* shared = moe_scratch_.data();
+  if (shared_w > 0) {
     GatedFfn(xs, T, Weight(experts.shared_w_gate), Weight(experts.shared_w_up),
              Weight(experts.shared_w_down), act, shared);
   }
   const float* shared_gate = experts.shared_gate.empty() ? nullptr : Host(experts.shared_gate);
-  pool_->ParallelFor(T, [&](int64_t begin, int64_t end, int) {
-    for (int64_t t = begin; t < end; ++t) {
-      float* row = o + t * H;
-      std::fill(row, row + H, 0.0f);
-      for (int64_t s = 0; s < k; ++s) {
-        const float ws = w[t * k + s];
-        const float* y = ys + (t * k + s) * H;
-        for (int64_t c = 0; c < H; ++c) row[c] += ws * y[c];
-      }
-      if (shared == nullptr) continue;
-      float dot = 0;
-      for (int64_t c = 0; c < H; ++c) dot += xs[t * H + c] * shared_gate[c];
-      const float g = 1.0f / (1.0f + std::exp(-dot));
-      for (int64_t c = 0; c < H; ++c) row[c] += g * shared[t * H + c];
+  const float* gate_bias = experts.gate_bias.empty() ? nullptr : Host(experts.gate_bias);
+  const float* up_bias = experts.up_bias.empty() ? nullptr : Host(experts.up_bias);
+  const float* down_bias = experts.down_bias.empty() ? nullptr : Host(experts.down_bias);
+  std::vector<WeightMatrix> gates, ups, downs;
+  for (int32_t e = 0; e < n_experts; ++e) {
+    gates.push_back(Weight(experts.gate[e]));
+    ups.push_back(Weight(experts.up[e]));
+    downs.push_back(Weight(experts.down[e]));
+  }
+  ExpertGroups groups;
+  std::vector<int32_t> row_of;     // grouped row of each pair
+  std::vector<int32_t> expert_of;  // expert of each grouped row
+  std::vector<MatMulJob> jobs;
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    const int64_t nt = std::min(chunk, T - t0), P = nt * k;
+    if (absl::Status st =
+            GroupByExpert(id + t0 * k, nt, static_cast<int32_t>(k), n_experts, &groups);
+        !st.ok()) {
+      return Fail(st);
     }
-  });
+    float* rows = moe_scratch_.data() + shared_floats;  // [P][H], grouped by expert
+    float* g = rows + P * H;                            // [P][W]
+    float* u = g + P * W;                               // [P][W]
+    float* y = u + P * W;                               // [P][H]
+    row_of.resize(static_cast<size_t>(P));
+    expert_of.resize(static_cast<size_t>(P));
+    for (int32_t e = 0; e < n_experts; ++e) {
+      for (int32_t r = groups.begin[e]; r < groups.begin[e + 1]; ++r) {
+        const int32_t pair = groups.pairs[r];
+        row_of[pair] = r;
+        expert_of[r] = e;
+        std::memcpy(rows + r * H, xs + (t0 + pair / k) * H, static_cast<size_t>(H) * 4);
+      }
+    }
+    // Every active expert's gate and up in one loop, then every down in another.
+    jobs.clear();
+    for (int32_t e = 0; e < n_experts; ++e) {
+      const int32_t b = groups.begin[e], n = groups.begin[e + 1] - b;
+      if (n == 0) continue;
+      jobs.push_back({rows + b * H, n, &gates[e], g + b * W});
+      jobs.push_back({rows + b * H, n, &ups[e], u + b * W});
+    }
+    MatMulJobs(jobs, q8, pool_.get());
+    pool_->ParallelFor(P, [&](int64_t r0, int64_t r1, int) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t e = expert_of[r];
+        if (gate_bias != nullptr) AddInPlace(g + r * W, gate_bias + e * W, W);
+        if (up_bias != nullptr) AddInPlace(u + r * W, up_bias + e * W, W);
+        act_fn(g + r * W, u + r * W, W, g + r * W);
+      }
+    });
+    jobs.clear();
+    for (int32_t e = 0; e < n_experts; ++e) {
+      const int32_t b = groups.begin[e], n = groups.begin[e + 1] - b;
+      if (n > 0) jobs.push_back({g + b * W, n, &downs[e], y + b * H});
+    }
+    MatMulJobs(jobs, q8, pool_.get());
+    // Each token's slots in slot order from zero, then the shared expert.
+    pool_->ParallelFor(nt, [&](int64_t b, int64_t e, int) {
+      for (int64_t t = b; t < e; ++t) {
+        float* row = o + (t0 + t) * H;
+        std::fill(row, row + H, 0.0f);
+        for (int64_t s = 0; s < k; ++s) {
+          const int32_t r = row_of[t * k + s];
+          float* yr = y + static_cast<int64_t>(r) * H;
+          if (down_bias != nullptr) AddInPlace(yr, down_bias + expert_of[r] * H, H);
+          const float ws = w[(t0 + t) * k + s];
+          for (int64_t c = 0; c < H; ++c) row[c] += ws * yr[c];
+        }
+        if (shared_w == 0) continue;
+        const float* xt = xs + (t0 + t) * H;
+        float dot = 0;
+        for (int64_t c = 0; c < H; ++c) dot += xt[c] * shared_gate[c];
+        const float gs = 1.0f / (1.0f + std::exp(-dot));
+        for (int64_t c = 0; c < H; ++c) row[c] += gs * shared[(t0 + t) * H + c];
+      }
+    });
+  }
 }
 
 void CpuBackend::AddBias(const Tensor& x, const Tensor& bias) {

@@ -766,6 +766,14 @@ bool HaveAvx2Fma() {
   return have;
 }
 
+void MatMulRows(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
+                int64_t n1) {
+  TANDEM_CHECK(MatMulSupports(w.type));
+  MatMulRange(x, m, w, out, n0, n1);
+}
+
+int64_t MatMulGrain(int64_t m) { return m < kPanelMinM ? kMaxN : kPanelRows; }
+
 bool MatMulSupports(GgmlType type) { return KernelFor(type).has_value(); }
 
 const char* MatMulIsa() { return HaveAvx512() ? "avx512" : HaveAvx2Fma() ? "avx2" : "generic"; }
@@ -797,7 +805,7 @@ void MatMulGroup(const float* x, int64_t m, std::initializer_list<const WeightMa
       MatMulRange(x, m, w, o, lo, hi);
     });
   };
-  const int64_t grain = m < kPanelMinM ? kMaxN : kPanelRows;
+  const int64_t grain = MatMulGrain(m);
   if (pool == nullptr) return run(0, group.rows(), 0);
   pool->ParallelFor(group.rows(), run, grain);
 }

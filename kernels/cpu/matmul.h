@@ -56,6 +56,13 @@ void MatMulGroup(const float* x, int64_t m, std::initializer_list<const WeightMa
 
 void MatMulReference(const float* x, int64_t m, const WeightMatrix& w, float* out);
 
+// Output columns [n0, n1) of out [m][w.rows] = x · wᵀ: what one chunk of MatMul's
+// parallel loop computes, the same bits (MatMulJobs splits many products so).
+void MatMulRows(const float* x, int64_t m, const WeightMatrix& w, float* out, int64_t n0,
+                int64_t n1);
+// The grain MatMul splits w's rows by for m rows of x.
+int64_t MatMulGrain(int64_t m);
+
 // Up to four matrices of one input width as one range of output rows [0, rows()), which
 // one parallel loop splits (MatMulGroup, MatMulQ8Group): a chunk may cover a ragged
 // piece of two matrices, and where a chunk ends never changes any output's arithmetic.

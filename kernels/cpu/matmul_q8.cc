@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "common/util/check.h"
 #include "common/util/half.h"
@@ -1227,6 +1228,54 @@ void MatMulQ8Group(const float* x, int64_t m, std::initializer_list<const Weight
   };
   if (pool == nullptr) return run(0, group.rows(), 0);
   pool->ParallelFor(group.rows(), run, 4);
+}
+
+void MatMulJobs(std::span<const MatMulJob> jobs, bool q8, ThreadPool* pool) {
+  const size_t n = jobs.size();
+  // This thread's quantized inputs (grown to the largest batch of jobs, then reused).
+  thread_local std::vector<std::unique_ptr<QuantizedRows>> quantized;
+  std::vector<const QuantizedRows*> qx(n, nullptr);
+  std::vector<int64_t> start(n + 1, 0);
+  size_t used = 0;
+  int64_t most_m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const MatMulJob& j = jobs[i];
+    start[i + 1] = start[i] + j.w->rows;
+    most_m = std::max(most_m, j.m);
+    if (!q8 || !Q8Supports(j.w->type) || j.w->cols % kQ8Block != 0) {
+      TANDEM_CHECK(MatMulSupports(j.w->type));
+      continue;
+    }
+    const int64_t block = Q8ActivationBlock(j.w->type);
+    for (size_t p = 0; p < i && qx[i] == nullptr; ++p) {
+      if (qx[p] != nullptr && jobs[p].x == j.x && jobs[p].m == j.m && qx[p]->block == block &&
+          qx[p]->cols == j.w->cols) {
+        qx[i] = qx[p];
+      }
+    }
+    if (qx[i] != nullptr) continue;
+    if (used == quantized.size()) quantized.push_back(std::make_unique<QuantizedRows>());
+    QuantizedRows* q = quantized[used++].get();
+    QuantizeRowsQ8(j.x, j.m, j.w->cols, q, pool, block);
+    qx[i] = q;
+  }
+  if (start[n] == 0) return;
+  auto run = [&](int64_t b, int64_t e, int) {
+    size_t i =
+        static_cast<size_t>(std::upper_bound(start.begin(), start.end(), b) - start.begin()) - 1;
+    for (; i < n && start[i] < e; ++i) {
+      const int64_t lo = std::max(b, start[i]) - start[i],
+                    hi = std::min(e, start[i + 1]) - start[i];
+      if (lo >= hi || jobs[i].m <= 0) continue;
+      if (qx[i] != nullptr) {
+        Range(*qx[i], *jobs[i].w, jobs[i].out, lo, hi);
+      } else {
+        MatMulRows(jobs[i].x, jobs[i].m, *jobs[i].w, jobs[i].out, lo, hi);
+      }
+    }
+  };
+  if (pool == nullptr) return run(0, start[n], 0);
+  pool->ParallelFor(start[n], run, MatMulGrain(most_m));
 }
 
 }  // namespace tandem::kernels

@@ -52,6 +52,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
@@ -101,6 +102,21 @@ void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows
 // out [x.rows][w.rows] from rows already quantized (x.block as for the reference), on
 // this machine's fastest path.
 void MatMulQ8(const QuantizedRows& x, const WeightMatrix& w, float* out, ThreadPool* pool);
+
+// One of a batch of independent products: out [m][w->rows] = x [m][w->cols] · wᵀ.
+struct MatMulJob {
+  const float* x = nullptr;
+  int64_t m = 0;
+  const WeightMatrix* w = nullptr;
+  float* out = nullptr;
+};
+
+// Every job in one parallel loop over all their weight rows (a mixture of experts'
+// active experts, each with rows of x of its own): each out the bits MatMul gives it
+// alone — or, when `q8` and its type has an integer path (and w->cols % 32 == 0),
+// MatMulQ8Group's. Jobs with the same x (pointer and m) and activation block quantize
+// it once.
+void MatMulJobs(std::span<const MatMulJob> jobs, bool q8, ThreadPool* pool);
 
 // The instruction set MatMulQ8 uses here ("avx2" or "generic").
 const char* MatMulQ8Isa();
