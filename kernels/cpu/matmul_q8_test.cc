@@ -274,6 +274,55 @@ TEST(MatMulQ8, ARowsOutputsDoNotDependOnTheOtherRowsAndGroupsEqualSeparateCalls)
   EXPECT_EQ(sep, ob);
 }
 
+// MatMulJobs: products with inputs of their own (m 1, 2, 7, one m 0), two sharing an
+// x, types with an integer path (Q4_K, Q4_0) and without one (F16) — each job's output
+// the bits of that product alone, in fast and in exact math.
+TEST(MatMulJobs, EachJobGivesTheBitsOfItsProductAlone) {
+  std::mt19937 rng(6);
+  const int64_t k = 512;
+  const auto qk = ::tandem::testing::RandomQuantRows(GgmlType::kQ4_K, 37, k, 0.05f, rng);
+  const auto q4 = ::tandem::testing::RandomQuantRows(GgmlType::kQ4_0, 16, k, 0.05f, rng);
+  std::vector<uint16_t> h;
+  for (float v : Noise(24 * k, rng, 0.05f)) h.push_back(FloatToHalf(v));
+  const WeightMatrix wk{GgmlType::kQ4_K, 37, k, qk.data()}, w4{GgmlType::kQ4_0, 16, k, q4.data()},
+      wh{GgmlType::kF16, 24, k, reinterpret_cast<const uint8_t*>(h.data())};
+  const auto x1 = Activations(1, k, rng), x2 = Activations(2, k, rng), x7 = Activations(7, k, rng);
+  struct Spec {
+    const std::vector<float>* x;
+    int64_t m;
+    const WeightMatrix* w;
+  };
+  const Spec specs[] = {{&x1, 1, &wk}, {&x2, 2, &w4}, {&x7, 7, &wk},
+                        {&x7, 7, &w4}, {&x2, 2, &wh}, {&x1, 0, &w4}};
+  ThreadPool pool(2);
+  for (bool q8 : {true, false}) {
+    SCOPED_TRACE(q8 ? "fast" : "exact");
+    std::vector<std::vector<float>> outs;
+    std::vector<MatMulJob> jobs;
+    for (const Spec& sp : specs) outs.emplace_back(std::max<int64_t>(sp.m, 1) * sp.w->rows, NAN);
+    for (size_t i = 0; i < std::size(specs); ++i) {
+      jobs.push_back({specs[i].x->data(), specs[i].m, specs[i].w, outs[i].data()});
+    }
+    MatMulJobs(jobs, q8, &pool);
+    for (size_t i = 0; i < std::size(specs); ++i) {
+      const Spec& sp = specs[i];
+      if (sp.m == 0) {
+        EXPECT_TRUE(std::isnan(outs[i][0])) << "a job of no rows writes nothing";
+        continue;
+      }
+      std::vector<float> alone(sp.m * sp.w->rows);
+      float* p = alone.data();
+      if (q8 && Q8Supports(sp.w->type)) {
+        MatMulQ8Group(sp.x->data(), sp.m, {sp.w}, {&p}, nullptr);
+      } else {
+        MatMul(sp.x->data(), sp.m, *sp.w, p, nullptr);
+      }
+      EXPECT_EQ(0, std::memcmp(alone.data(), outs[i].data(), alone.size() * sizeof(float)))
+          << "job " << i;
+    }
+  }
+}
+
 // The CPU backend under --cpu-math fast: a group whose matrices all have the integer
 // path takes it (x quantized once), a group with one that has not (F16 here) takes the
 // float path for all, and exact math never takes it.
