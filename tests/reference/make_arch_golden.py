@@ -95,6 +95,14 @@ def _meta(cfg, head_dim, **extra):
     return meta
 
 
+def _qkv_bias_names(cfg, names):
+    """Qwen's Q/K/V biases under llama.cpp's names."""
+    for i in range(cfg.num_hidden_layers):
+        for hf, g in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v")):
+            names[f"model.layers.{i}.self_attn.{hf}.bias"] = f"blk.{i}.{g}.bias"
+    return names
+
+
 def _layer_names(cfg, per_layer, names):
     for i in range(cfg.num_hidden_layers):
         for hf, g in per_layer.items():
@@ -253,9 +261,7 @@ def qwen2():
     names = {"model.embed_tokens.weight": "token_embd.weight",
              "model.norm.weight": "output_norm.weight"}
     _layer_names(cfg, LLAMA_LAYER, names)
-    for i in range(cfg.num_hidden_layers):
-        for hf, g in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v")):
-            names[f"model.layers.{i}.self_attn.{hf}.bias"] = f"blk.{i}.{g}.bias"
+    _qkv_bias_names(cfg, names)
     return Qwen2ForCausalLM(cfg), meta, names
 
 
@@ -356,9 +362,7 @@ def qwen2moe():
                                "mlp.shared_expert.down_proj": "ffn_down_shexp",
                                "mlp.shared_expert_gate": "ffn_gate_inp_shexp"})
     _layer_names(cfg, layer, names)
-    for i in range(cfg.num_hidden_layers):
-        for hf, g in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v")):
-            names[f"model.layers.{i}.self_attn.{hf}.bias"] = f"blk.{i}.{g}.bias"
+    _qkv_bias_names(cfg, names)
     return Qwen2MoeForCausalLM(cfg), meta, names
 
 
