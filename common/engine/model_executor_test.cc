@@ -408,11 +408,13 @@ INSTANTIATE_TEST_SUITE_P(Archs, ArchGoldenTest,
                                            "mixtral_split", "olmoe", "qwen2moe", "qwen3_yarn",
                                            "gpt_oss"),
                          [](const auto& info) { return info.param; });
-// Every one but gpt_oss, whose directory tandem does not read yet.
+// The same list: gpt-oss's directory holds its experts fused (gate and up interleaved,
+// transposed), which tandem lays out as llama.cpp's converter does.
 INSTANTIATE_TEST_SUITE_P(Archs, ArchDirectoryTest,
                          ::testing::Values("llama", "llama31", "qwen2", "qwen3", "gemma2", "gemma3",
                                            "phi3", "mistral", "qwen3moe", "mixtral",
-                                           "mixtral_split", "olmoe", "qwen2moe", "qwen3_yarn"),
+                                           "mixtral_split", "olmoe", "qwen2moe", "qwen3_yarn",
+                                           "gpt_oss"),
                          [](const auto& info) { return info.param; });
 
 // A one-layer qwen3moe file built tensor by tensor, with `skip` left out and the

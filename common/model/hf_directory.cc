@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -99,7 +100,7 @@ constexpr Arch kArchs[] = {
     {"Phi3ForCausalLM", "phi3"},         {"Gemma2ForCausalLM", "gemma2"},
     {"Gemma3ForCausalLM", "gemma3"},     {"Qwen3MoeForCausalLM", "qwen3moe"},
     {"MixtralForCausalLM", "llama"},     {"OlmoeForCausalLM", "olmoe"},
-    {"Qwen2MoeForCausalLM", "qwen2moe"},
+    {"Qwen2MoeForCausalLM", "qwen2moe"}, {"GptOssForCausalLM", "gpt-oss"},
 };
 
 // A mixture of experts' config.json keys → the expert_* metadata (model_config.h's
@@ -263,7 +264,7 @@ absl::Status CheckLayerTypes(const Config& c, std::string_view arch, int64_t lay
   if (!types.is_array() || static_cast<int64_t>(types.size()) != layers) {
     return Bad(file, "'layer_types' must list every layer");
   }
-  const int64_t period = arch == "gemma2" ? 2 : arch == "gemma3" ? 6 : 0;
+  const int64_t period = arch == "gemma2" || arch == "gpt-oss" ? 2 : arch == "gemma3" ? 6 : 0;
   for (int64_t l = 0; l < layers; ++l) {
     const bool local = period == 0 || l % period != period - 1;
     const json& t = types.at(l);
@@ -302,7 +303,7 @@ absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWrit
                "' is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
                "Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, "
                "Qwen3MoeForCausalLM, MixtralForCausalLM, OlmoeForCausalLM, "
-               "Qwen2MoeForCausalLM)"));
+               "Qwen2MoeForCausalLM, GptOssForCausalLM)"));
   }
   *arch_out = std::string(arch);
   const std::string p = *arch_out + ".";
@@ -344,9 +345,18 @@ absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWrit
       .Uint32(p + "attention.value_length", u32(head_dim))
       .Float32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(eps));
   RETURN_IF_ERROR(RopeMetadata(c, arch, file, w, p, head_dim, llama3_factors));
-  if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "olmoe" ||
+  if (arch == "qwen3moe" || arch == "qwen2moe" || arch == "olmoe" || arch == "gpt-oss" ||
       hf_arch == "MixtralForCausalLM") {
     RETURN_IF_ERROR(MoeMetadata(c, hf_arch, file, w, p));
+  }
+  if (arch == "gpt-oss") {  // tandem's SwiGLU is gpt-oss's published one
+    ASSIGN_OR_RETURN(double limit, c.Float("swiglu_limit", 7.0));
+    ASSIGN_OR_RETURN(double alpha, c.Float("swiglu_alpha", 1.702));
+    if (limit != 7.0 || std::fabs(alpha - 1.702) > 1e-9) {
+      return absl::UnimplementedError(
+          "config.json: gpt-oss with a swiglu_limit other than 7 or an alpha other than 1.702 "
+          "is not supported");
+    }
   }
   if ((arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "qwen2moe") &&
       c.Has("use_sliding_window") && c.j().at("use_sliding_window") == true) {
@@ -379,7 +389,8 @@ absl::Status ConfigMetadata(const fs::path& dir, std::string* arch_out, GgufWrit
       return Bad(file, StrCat("'sliding_window' is missing (", arch, " has local layers)"));
     }
   }
-  const bool windowed = arch == "mistral" || arch == "phi3" || arch == "gemma2" || arch == "gemma3";
+  const bool windowed = arch == "mistral" || arch == "phi3" || arch == "gemma2" ||
+                        arch == "gemma3" || arch == "gpt-oss";
   if (windowed && c.Has("sliding_window")) {
     ASSIGN_OR_RETURN(int64_t window, c.Int("sliding_window"));
     w->Uint32(p + "attention.sliding_window", u32(window));
@@ -413,6 +424,14 @@ std::optional<std::string> GgufName(std::string_view arch, std::string_view name
     return std::nullopt;
   }
   rest = rest.substr(dot + 1);
+  if (rest == "self_attn.sinks") return StrCat("blk.", index, ".attn_sinks.weight");
+  // gpt-oss's fused experts: transformed by GptOssExperts below, under these names.
+  if (rest == "mlp.experts.gate_up_proj") return StrCat("blk.", index, ".ffn_gate_up_exps");
+  if (rest == "mlp.experts.gate_up_proj_bias") {
+    return StrCat("blk.", index, ".ffn_gate_up_exps.bias");
+  }
+  if (rest == "mlp.experts.down_proj") return StrCat("blk.", index, ".ffn_down_exps.weight");
+  if (rest == "mlp.experts.down_proj_bias") return StrCat("blk.", index, ".ffn_down_exps.bias");
   std::string_view suffix;
   for (std::string_view s : {".weight", ".bias"}) {
     if (rest.ends_with(s)) suffix = s;
@@ -436,6 +455,7 @@ std::optional<std::string> GgufName(std::string_view arch, std::string_view name
       {"pre_feedforward_layernorm", "ffn_norm"},
       {"post_feedforward_layernorm", "post_ffw_norm"},
       {"mlp.gate", "ffn_gate_inp"},
+      {"mlp.router", "ffn_gate_inp"},
       {"block_sparse_moe.gate", "ffn_gate_inp"},
       {"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},
       {"mlp.shared_expert.up_proj", "ffn_up_shexp"},
@@ -462,7 +482,7 @@ std::optional<std::string> GgufName(std::string_view arch, std::string_view name
   }
   std::string_view g;
   if (rest == "post_attention_layernorm") {
-    g = gemma ? "post_attention_norm" : "ffn_norm";
+    g = gemma || arch == "gpt-oss" ? "post_attention_norm" : "ffn_norm";
   } else {
     for (const auto& [hf, gguf] : kLayer) {
       if (rest == hf) g = gguf;
@@ -470,6 +490,69 @@ std::optional<std::string> GgufName(std::string_view arch, std::string_view name
   }
   if (g.empty()) return std::nullopt;
   return StrCat("blk.", index, ".", g, suffix);
+}
+
+// Everything the assembled file's tensors point into.
+struct Storage {
+  std::vector<std::unique_ptr<SafetensorsFile>> files;
+  std::vector<std::vector<uint8_t>> buffers;
+};
+
+// gpt-oss's fused experts as llama.cpp's converter writes them, in float32:
+// gate_up_proj [E][H][2F] (gate and up interleaved) → ffn_gate_exps and ffn_up_exps
+// [E][F][H]; its bias [E][2F] → their biases [E][F]; down_proj [E][F][H] →
+// ffn_down_exps [E][H][F]; down_proj_bias [E][H] as it is.
+absl::Status GptOssExperts(const SafetensorsTensor& t, const std::string& name, GgmlType type,
+                           const fs::path& path, Storage* storage, GgufWriter* w,
+                           std::vector<std::span<const uint8_t>>* data) {
+  const bool bias = name.ends_with(".bias");
+  const size_t dims = bias ? 2 : 3;
+  if (t.shape.size() != dims ||
+      std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d <= 0; })) {
+    return Bad(path, StrCat("tensor '", t.name.substr(0, 200), "' must have ", dims,
+                            " non-zero dimensions"));
+  }
+  std::vector<float> v(static_cast<size_t>(t.n_elements()));
+  RETURN_IF_ERROR(Dequantize(type, t.data, v));
+  auto emit = [&](const std::string& out_name, std::vector<int64_t> ne,
+                  const std::function<float(int64_t)>& at) {
+    int64_t n = 1;
+    for (int64_t d : ne) n *= d;
+    std::vector<uint8_t>& out = storage->buffers.emplace_back(static_cast<size_t>(n) * 4);
+    float* f = reinterpret_cast<float*>(out.data());
+    for (int64_t i = 0; i < n; ++i) f[i] = at(i);
+    w->Tensor(out_name, GgmlType::kF32, ne);
+    data->push_back(out);
+  };
+  const std::string blk = name.substr(0, name.find(".ffn_") + 1);
+  const int64_t E = t.shape[0];
+  if (name.ends_with("ffn_down_exps.bias")) {
+    emit(name, {t.shape[1], E}, [&](int64_t i) { return v[i]; });
+  } else if (name.ends_with("ffn_down_exps.weight")) {  // [E][F][H] → [E][H][F]
+    const int64_t F = t.shape[1], H = t.shape[2];
+    emit(name, {F, H, E}, [&](int64_t i) {
+      const int64_t e = i / (H * F), h = i / F % H, f = i % F;
+      return v[(e * F + f) * H + h];
+    });
+  } else if (bias) {  // [E][2F], gate and up interleaved
+    if (t.shape[1] % 2 != 0) return Bad(path, StrCat("tensor '", t.name, "' has an odd width"));
+    const int64_t F = t.shape[1] / 2;
+    for (int parity : {0, 1}) {
+      emit(blk + (parity == 0 ? "ffn_gate_exps.bias" : "ffn_up_exps.bias"), {F, E},
+           [&, parity](int64_t i) { return v[i / F * 2 * F + 2 * (i % F) + parity]; });
+    }
+  } else {  // gate_up_proj [E][H][2F] → [E][F][H] each
+    if (t.shape[2] % 2 != 0) return Bad(path, StrCat("tensor '", t.name, "' has an odd width"));
+    const int64_t H = t.shape[1], F = t.shape[2] / 2;
+    for (int parity : {0, 1}) {
+      emit(blk + (parity == 0 ? "ffn_gate_exps.weight" : "ffn_up_exps.weight"), {H, F, E},
+           [&, parity](int64_t i) {
+             const int64_t e = i / (F * H), f = i / H % F, h = i % H;
+             return v[(e * H + h) * 2 * F + 2 * f + parity];
+           });
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The safetensors of the directory: one file, or the shards its index names.
@@ -501,12 +584,6 @@ absl::StatusOr<std::vector<fs::path>> WeightFiles(const fs::path& dir) {
                                     ": no model.safetensors or model.safetensors.index.json "
                                     "(PyTorch .bin checkpoints are not read)"));
 }
-
-// Everything the assembled file's tensors point into.
-struct Storage {
-  std::vector<std::unique_ptr<SafetensorsFile>> files;
-  std::vector<std::vector<uint8_t>> buffers;
-};
 
 // A special token named in tokenizer_config.json: a string or {"content": ...}.
 std::optional<std::string> TokenText(const json& v) {
@@ -956,6 +1033,10 @@ absl::StatusOr<std::unique_ptr<GgufFile>> ReadDirectory(const std::string& dir_n
         return absl::UnimplementedError(StrCat(path.filename().string(), ": tensor '", t.name,
                                                "' has dtype ", SafetensorsDtypeName(t.dtype),
                                                " (F32, F16 and BF16 are read)"));
+      }
+      if (arch == "gpt-oss" && name->find("_exps") != std::string::npos) {
+        RETURN_IF_ERROR(GptOssExperts(t, *name, *type, path, storage.get(), &w, &data));
+        continue;
       }
       if (t.shape.empty() || t.shape.size() > 2 ||
           std::any_of(t.shape.begin(), t.shape.end(), [](int64_t d) { return d <= 0; })) {

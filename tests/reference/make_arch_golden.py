@@ -541,9 +541,7 @@ def main():
         # shards with an index, as large checkpoints are).
         hf_dir = os.path.join(DATA, f"tiny_{arch}_hf")
         shutil.rmtree(hf_dir, ignore_errors=True)
-        # mixtral's directory holds mixtral_split's model; tandem reads no gpt-oss
-        # directory yet.
-        if arch not in ("mixtral_split", "gpt_oss"):
+        if arch != "mixtral_split":  # mixtral's directory holds the same model
             model.save_pretrained(hf_dir, safe_serialization=True,
                                   max_shard_size="300KB" if arch == "gemma3" else "50GB")
         for extra in ("generation_config.json",):
