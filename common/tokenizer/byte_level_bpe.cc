@@ -1,5 +1,7 @@
 #include "common/tokenizer/byte_level_bpe.h"
 
+#include <algorithm>
+#include <climits>
 #include <queue>
 
 #include "absl/status/status.h"
@@ -27,9 +29,14 @@ const ByteAlphabet& GetByteAlphabet() {
 
 absl::StatusOr<std::unique_ptr<ByteLevelBpe>> ByteLevelBpe::Create(const Vocab& vocab) {
   std::unique_ptr<ByteLevelBpe> bpe(new ByteLevelBpe());
+  bpe->vocab_ = &vocab;
+  bpe->code_points_ = vocab.model == TokenizerModel::kCodePointBpe;
   const ByteAlphabet& alphabet = GetByteAlphabet();
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab.token_to_id.find(alphabet.Spell(static_cast<uint8_t>(b)));
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    const std::string fallback = {'<', '0', 'x', kHex[b >> 4], kHex[b & 15], '>'};
+    auto it = vocab.token_to_id.find(bpe->code_points_ ? std::string_view(fallback)
+                                                       : alphabet.Spell(static_cast<uint8_t>(b)));
     bpe->byte_token_[b] = it == vocab.token_to_id.end() ? -1 : it->second;  // -1: dropped
   }
   if (vocab.ignore_merges) {
@@ -86,13 +93,10 @@ void ByteLevelBpe::EncodeUncached(std::string_view piece, std::vector<int32_t>* 
       return;
     }
   }
-  // Symbols form a doubly linked list over the bytes that have a token; a merged-away
-  // symbol has id -2.
+  // Symbols form a doubly linked list over the bytes (or code points) that have a token;
+  // a merged-away symbol is dead (next skips it).
   std::vector<int32_t> id;
-  id.reserve(piece.size());
-  for (char c : piece) {
-    if (const int32_t t = byte_token_[static_cast<uint8_t>(c)]; t >= 0) id.push_back(t);
-  }
+  Symbols(piece, &id);
   const int n = static_cast<int>(id.size());
   std::vector<int32_t> prev(n), next(n);
   for (int i = 0; i < n; ++i) {
@@ -107,7 +111,7 @@ void ByteLevelBpe::EncodeUncached(std::string_view piece, std::vector<int32_t>* 
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
   auto consider = [&](int left, int right) {
-    if (left < 0 || right < 0 || id[left] < 0 || id[right] < 0) return;
+    if (left < 0 || right < 0 || id[left] < 0 || id[right] < 0) return;  // fallbacks never merge
     auto it = merges_.find(PairKey(id[left], id[right]));
     if (it != merges_.end()) heap.push({it->second.rank, left, right, id[left], id[right]});
   };
@@ -118,14 +122,45 @@ void ByteLevelBpe::EncodeUncached(std::string_view piece, std::vector<int32_t>* 
     // Stale: one side was merged since this candidate was queued.
     if (id[c.left] != c.left_id || id[c.right] != c.right_id || next[c.left] != c.right) continue;
     id[c.left] = merges_.find(PairKey(c.left_id, c.right_id))->second.merged_id;
-    id[c.right] = -2;  // dead
+    id[c.right] = INT32_MIN;  // dead
     next[c.left] = next[c.right];
     if (next[c.right] >= 0) prev[next[c.right]] = c.left;
     consider(prev[c.left], c.left);
     consider(c.left, next[c.left]);
   }
   for (int i = 0; i >= 0 && i < n; i = next[i]) {
-    if (id[i] >= 0) out->push_back(id[i]);
+    if (id[i] >= 0) {
+      out->push_back(id[i]);
+    } else if (id[i] != INT32_MIN) {  // a code point outside the vocabulary: its bytes
+      const size_t at = static_cast<size_t>(-1 - id[i]);
+      size_t len = 0;
+      utf8::DecodeCodepoint(piece.substr(at), &len);
+      for (size_t b = at; b < at + std::max<size_t>(len, 1); ++b) {
+        if (const int32_t t = byte_token_[static_cast<uint8_t>(piece[b])]; t >= 0) {
+          out->push_back(t);
+        }
+      }
+    }
+  }
+}
+
+void ByteLevelBpe::Symbols(std::string_view piece, std::vector<int32_t>* id) const {
+  id->reserve(piece.size());
+  if (!code_points_) {
+    for (char c : piece) {
+      if (const int32_t t = byte_token_[static_cast<uint8_t>(c)]; t >= 0) id->push_back(t);
+    }
+    return;
+  }
+  for (size_t i = 0; i < piece.size();) {
+    size_t len = 0;
+    utf8::DecodeCodepoint(piece.substr(i), &len);
+    len = std::max<size_t>(len, 1);
+    auto it = vocab_->token_to_id.find(piece.substr(i, len));
+    id->push_back(it != vocab_->token_to_id.end() && !vocab_->IsSpecial(it->second)
+                      ? it->second
+                      : -1 - static_cast<int32_t>(i));
+    i += len;
   }
 }
 

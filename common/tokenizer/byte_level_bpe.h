@@ -9,6 +9,10 @@
 // SmolLM2's vocabulary, for one, has no token for byte 0x14. With the vocabulary's
 // ignore_merges, a piece whose spelling is a (non-special) token is that token.
 //
+// A code-point vocabulary (Vocab kCodePointBpe, Gemma 4) takes the same merges over
+// code points instead of spelled bytes: a code point that is not a token stays out of
+// the merges and is written as byte tokens "<0xXX>" (byte fallback).
+//
 // Immutable after Create() except for a bounded word cache guarded by a mutex, so
 // Encode() may run on any number of threads.
 #ifndef TANDEM_COMMON_TOKENIZER_BYTE_LEVEL_BPE_H_
@@ -67,6 +71,12 @@ class ByteLevelBpe {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
   void EncodeUncached(std::string_view piece, std::vector<int32_t>* out) const;
+  // The initial symbols of `piece`: token ids, or −1 − (offset of a code point that is
+  // not a token), spelled out in bytes at the end.
+  void Symbols(std::string_view piece, std::vector<int32_t>* id) const;
+
+  bool code_points_ = false;  // kCodePointBpe
+  const Vocab* vocab_ = nullptr;
 
   std::array<int32_t, 256> byte_token_{};  // id of each single spelled byte, -1 if absent
   absl::flat_hash_map<uint64_t, Merge> merges_;

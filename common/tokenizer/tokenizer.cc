@@ -21,7 +21,20 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::Gguf
   const Vocab& v = tok->vocab_;
   const int32_t n = v.size();
   tok->token_bytes_.resize(n);
-  if (v.model == TokenizerModel::kByteLevelBpe) {
+  if (v.model == TokenizerModel::kCodePointBpe) {
+    ASSIGN_OR_RETURN(tok->bpe_, ByteLevelBpe::Create(tok->vocab_));
+    for (int32_t i = 0; i < n; ++i) {
+      const std::string& t = v.tokens[i];
+      if (v.IsSpecial(i)) {
+        tok->token_bytes_[i] = t;
+      } else if (v.types[i] == TokenType::kByte && t.size() == 6 && t.starts_with("<0x")) {
+        tok->token_bytes_[i] =
+            std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+      } else {
+        tok->token_bytes_[i] = ReplaceAll(t, kSpaceMarker, " ");
+      }
+    }
+  } else if (v.model == TokenizerModel::kByteLevelBpe) {
     ASSIGN_OR_RETURN(tok->pre_, PreTokenizer::ForName(v.pre));
     ASSIGN_OR_RETURN(tok->bpe_, ByteLevelBpe::Create(tok->vocab_));
     for (int32_t i = 0; i < n; ++i) {
@@ -54,6 +67,26 @@ void Tokenizer::EncodeText(std::string_view text, bool at_start, std::vector<int
   if (text.empty()) return;
   if (spm_ != nullptr) {
     spm_->Encode(text, at_start, out);
+    return;
+  }
+  if (vocab_.model == TokenizerModel::kCodePointBpe) {
+    // Spaces as "▁"; runs of newlines (one token where the run is one) and runs of
+    // anything else, each merged on its own.
+    const std::string s = ReplaceAll(text, " ", kSpaceMarker);
+    for (size_t i = 0; i < s.size();) {
+      const bool newlines = s[i] == '\n';
+      size_t j = i;
+      while (j < s.size() && (s[j] == '\n') == newlines) ++j;
+      const std::string_view run(s.data() + i, j - i);
+      i = j;
+      if (newlines) {
+        if (auto it = vocab_.token_to_id.find(run); it != vocab_.token_to_id.end()) {
+          out->push_back(it->second);
+          continue;
+        }
+      }
+      bpe_->Encode(run, out);
+    }
     return;
   }
   std::string normalized;

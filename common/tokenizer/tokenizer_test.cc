@@ -119,6 +119,18 @@ TEST(Tokenizer, ReadsHuggingFaceTokenizerJson) {
   }
 }
 
+// Gemma 4's tokenizer (tokenizer.ggml.model gemma4: spaces as "▁", newline runs cut
+// apart, ranked merges over code points, byte fallback) on a small vocabulary trained by
+// Hugging Face tokenizers (tests/reference/make_gemma4_tokenizer_golden.py): ids
+// identical on ~500 cases, 204 of them through byte fallback. (The real 262,144-token
+// vocabulary: llama.cpp's suite, tests/reference/vocab_suite.py, 46/46.)
+TEST(Tokenizer, MatchesHuggingFaceOnAGemma4StyleVocab) {
+  Loaded l = Load(TestDataPath("spm_gemma4.gguf"));
+  ASSERT_NE(l.tok, nullptr);
+  EXPECT_EQ(l.tok->vocab().model, TokenizerModel::kCodePointBpe);
+  CheckGolden(*l.tok, LoadJson(TestDataPath("tokenizer_spm_gemma4.json")), 500);
+}
+
 TEST(Tokenizer, MatchesSentencePieceOnSyntheticVocab) {
   Loaded l = Load(TestDataPath("spm_tiny.gguf"));
   ASSERT_NE(l.tok, nullptr);

@@ -41,9 +41,11 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
     v.model = TokenizerModel::kByteLevelBpe;
   } else if (model_name == "llama") {
     v.model = TokenizerModel::kSentencePieceBpe;
+  } else if (model_name == "gemma4") {
+    v.model = TokenizerModel::kCodePointBpe;
   } else {
     return absl::UnimplementedError(StrCat("tokenizer: tokenizer.ggml.model '", model_name,
-                                           "' is not supported (gpt2, llama)"));
+                                           "' is not supported (gpt2, llama, gemma4)"));
   }
   if (f.Find("tokenizer.ggml.pre") != nullptr) {
     ASSIGN_OR_RETURN(std::string_view pre, f.GetString("tokenizer.ggml.pre"));
@@ -100,8 +102,8 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
     ASSIGN_OR_RETURN(const GgufArray* merges,
                      f.GetArray("tokenizer.ggml.merges", GgufValueType::kString));
     v.merges.assign(merges->strings.begin(), merges->strings.end());
-  } else if (v.model == TokenizerModel::kByteLevelBpe) {
-    return Invalid("a byte-level BPE vocabulary needs tokenizer.ggml.merges");
+  } else if (v.model != TokenizerModel::kSentencePieceBpe) {
+    return Invalid("a BPE vocabulary needs tokenizer.ggml.merges");
   }
 
   v.token_to_id.reserve(n);
@@ -116,6 +118,9 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
   // the "▁" prefix unless the file says otherwise.
   ASSIGN_OR_RETURN(v.add_bos,
                    OptionalBool(f, "tokenizer.ggml.add_bos_token", spm && v.bos_id >= 0));
+  // Gemma 4 always begins with BOS; some converted files say otherwise (llama.cpp
+  // overrides them the same way).
+  if (v.model == TokenizerModel::kCodePointBpe && v.bos_id >= 0) v.add_bos = true;
   ASSIGN_OR_RETURN(v.add_eos, OptionalBool(f, "tokenizer.ggml.add_eos_token", false));
   ASSIGN_OR_RETURN(v.add_space_prefix, OptionalBool(f, "tokenizer.ggml.add_space_prefix", spm));
   if (f.Find("tandem.tokenizer.metaspace") != nullptr) {

@@ -32,6 +32,10 @@ enum class TokenType : int32_t {
 enum class TokenizerModel {
   kByteLevelBpe,      // tokenizer.ggml.model = "gpt2": GPT-2 style byte-level BPE with merges
   kSentencePieceBpe,  // tokenizer.ggml.model = "llama": score-ordered merges, byte fallback
+  // tokenizer.ggml.model = "gemma4": spaces written "▁", the text cut into runs of
+  // newlines and runs of anything else, ranked merges over code points, byte fallback
+  // ("<0xXX>") for what stays outside the vocabulary.
+  kCodePointBpe,
 };
 
 // SentencePiece's "▁" prefix, applied to each stretch of text between special tokens:

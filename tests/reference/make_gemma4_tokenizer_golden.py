@@ -1,0 +1,128 @@
+"""A tiny Gemma 4-style vocabulary (tokenizer.ggml.model = 'gemma4') as a vocab-only GGUF,
+with golden ids from Hugging Face `tokenizers`.
+
+Gemma 4's tokenizer is SentencePiece-style BPE with ranked merges: spaces written "▁"
+by the normalizer, the text cut into runs of newlines and runs of anything else, BPE
+over code points (not GPT-2's spelled bytes), byte fallback ("<0xXX>") for what stays
+outside the vocabulary. llama.cpp's vocabulary suite (ggml-vocab-gemma-4.gguf, 262,144
+tokens, too large to commit) checks tandem against the real one
+(tests/reference/vocab_suite.py); this file checks the same algorithm on a small one.
+
+Produces
+    tests/data/spm_gemma4.gguf            vocab-only GGUF: tokens, token_type (CONTROL for
+        <bos>/<eos>, BYTE for the 256 "<0xXX>", NORMAL otherwise), merges, scores (0),
+        tokenizer.ggml.model 'gemma4', add_bos false.
+    tests/data/tokenizer_spm_gemma4.json  {"gguf_file", "pre", "reference", "cases":
+        [{"text", "ids"[, "decoded"]}]}: ids = encode(text, add_special_tokens=False).
+
+The Hugging Face tokenizer: normalizer Replace(" ", "▁"); pre-tokenizer Split("\\n+",
+isolated); BPE(byte_fallback=True) trained (vocab 1200, alphabet limited to 120 code
+points so that CJK, emoji and rarer scripts fall back to bytes) on the default model's
+golden texts (tests/reference/make_tokenizer_golden.py build_cases); decoder Replace
+("▁", " ") + ByteFallback + Fuse.
+
+    /tmp/refvenv/bin/python tests/reference/make_gemma4_tokenizer_golden.py [--outdir tests/data]
+Requirements: tests/reference/requirements.txt (tokenizers==0.23.3, gguf==0.19.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import gguf
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from make_tokenizer_golden import build_cases  # noqa: E402
+
+SPECIAL = ["<bos>", "<eos>"]
+BYTES = [f"<0x{b:02X}>" for b in range(256)]
+
+
+def build(texts):
+    tok = Tokenizer(models.BPE(byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("\n+"), "isolated")
+    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=SPECIAL + BYTES,
+                                  limit_alphabet=120, show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    model = json.loads(tok.to_str())["model"]
+    # The byte tokens as ordinary vocabulary entries (byte fallback's), not added tokens.
+    fresh = Tokenizer(models.BPE(model["vocab"], [tuple(m) for m in model["merges"]],
+                                 byte_fallback=True))
+    fresh.normalizer = tok.normalizer
+    fresh.pre_tokenizer = tok.pre_tokenizer
+    fresh.add_special_tokens(SPECIAL)
+    fresh.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                       decoders.Fuse()])
+    return fresh, model
+
+
+def write_gguf(path, tok, model):
+    vocab = tok.get_vocab()
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+        tokens[i] = t
+    types = [gguf.TokenType.CONTROL if t in SPECIAL else
+             gguf.TokenType.BYTE if t in BYTES else gguf.TokenType.NORMAL for t in tokens]
+    merges = [" ".join(m) for m in model["merges"]]
+    w = gguf.GGUFWriter(path, arch="gemma4")
+    w.add_name("spm-gemma4")
+    w.add_tokenizer_model("gemma4")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_merges(merges)
+    w.add_bos_token_id(vocab[SPECIAL[0]])
+    w.add_eos_token_id(vocab[SPECIAL[1]])
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--outdir", default=os.path.join(ROOT, "tests", "data"))
+    args = ap.parse_args()
+    texts = build_cases()
+    tok, model = build(texts)
+    gguf_path = os.path.join(args.outdir, "spm_gemma4.gguf")
+    write_gguf(gguf_path, tok, model)
+    cases, differs, fallbacks = [], 0, 0
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        fallbacks += any(tok.id_to_token(i) in BYTES for i in ids)
+        case = {"text": text, "ids": ids}
+        back = tok.decode(ids, skip_special_tokens=False)
+        if back != text:
+            case["decoded"] = back
+            differs += 1
+        cases.append(case)
+    doc = {"gguf_file": os.path.basename(gguf_path), "pre": "",
+           "reference": "Hugging Face tokenizers " + __import__("tokenizers").__version__
+           + ": Replace(' ', '▁'), Split('\\n+', isolated), BPE(byte_fallback) trained on the "
+           "cases; encode(add_special_tokens=False); made by "
+           "tests/reference/make_gemma4_tokenizer_golden.py.",
+           "cases": cases}
+    out = os.path.join(args.outdir, "tokenizer_spm_gemma4.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+    print(f"gemma4: {len(cases)} cases ({fallbacks} with byte fallback), {len(tokens_of(tok))} "
+          f"tokens, {differs} decode differently")
+    return 0
+
+
+def tokens_of(tok):
+    return tok.get_vocab()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
