@@ -27,7 +27,8 @@ Templates
     copied in public code, Command-R's JSON-Schema tool template as transcribed in
     huggingface.js's Jinja tests (rendering that file's own example reproduces its expected
     output); "gemma3" is Gemma 3's format (system text folded into the first
-    user turn, string or list contents) as written here.
+    user turn, string or list contents) as written here; "gemma4" is Gemma 4's template as its
+    GGUF in llama.cpp's vocabulary suite carries it (templates/gemma4.jinja).
 
 Rendering
     Exactly as transformers' chat_template_utils does: an ImmutableSandboxedEnvironment with
@@ -198,6 +199,10 @@ FAMILIES = [
     ("hermes3-tool-use", HERMES3_TOOL_USE, "<|begin_of_text|>", "<|im_end|>"),
     ("qwen3-tools", QWEN3_TOOLS, None, "<|im_end|>"),
     ("command-r-tool-use", COMMAND_R_TOOLS, "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"),
+    # Gemma 4's, as its GGUF carries it (tests/reference/templates/gemma4.jinja, copied from
+    # llama.cpp's ggml-vocab-gemma-4.gguf): tools, thinking, its own tool-call syntax.
+    ("gemma4", open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates",
+                                 "gemma4.jinja"), encoding="utf-8").read(), "<bos>", "<eos>"),
 ]
 
 # Tools as tandem passes them to templates: OpenAI's {"type": "function", "function": {...}}

@@ -355,6 +355,39 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, const C
     if (!v.is_dict()) return TypeError("Can only get item pairs from a mapping.");
     return Items(v.dict());
   }
+  if (name == "dictsort") {
+    // jinja2's dictsort(case_sensitive=False, by='key', reverse=False): the (key, value)
+    // pairs, sorted stably by key or value, strings compared lowercased unless
+    // case_sensitive.
+    if (!v.is_dict()) return TypeError("dictsort: can only sort a mapping");
+    const Value* cs = args.Get(0, "case_sensitive");
+    const bool case_sensitive = cs != nullptr && Truthy(*cs);
+    ASSIGN_OR_RETURN(const std::string* by, StringArg(args, 1, "by", false));
+    if (by != nullptr && *by != "key" && *by != "value") {
+      return TypeError("You can only sort by either 'key' or 'value'");
+    }
+    const size_t at = by != nullptr && *by == "value" ? 1 : 0;
+    const Value* rev = args.Get(2, "reverse");
+    const bool reverse = rev != nullptr && Truthy(*rev);
+    ValueList pairs = Items(v.dict()).list();
+    auto key = [&](const Value& pair) {
+      const Value& k = pair.list()[at];
+      return !case_sensitive && k.is_string() ? Value::String(py::Lower(k.str())) : k;
+    };
+    absl::Status error;
+    std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& a, const Value& b) {
+      if (!error.ok()) return false;
+      absl::StatusOr<int> c = Compare(key(a), key(b), budget->steps_left());
+      if (!c.ok()) {
+        error = c.status();
+        return false;
+      }
+      return reverse ? *c > 0 : *c < 0;
+    });
+    RETURN_IF_ERROR(error);
+    RETURN_IF_ERROR(budget->Check());
+    return Value::List(std::move(pairs));
+  }
   if (name == "list") {
     ASSIGN_OR_RETURN(ValueList items, Iterate(v, budget));
     return Value::List(std::move(items));

@@ -209,6 +209,13 @@ const Case kCases[] = {
      "'a\\n\\nb' | indent('> ', blank=true) }}|{{ 'a\\u2028b\\x85c' | indent(1) }}|{{ '' | "
      "indent(first=true) }}",
      "a\n    b\n\n    c\n    d|  a\n  b\n|a\n> \n> b|a\n b\n c|    "},
+    // dictsort (Gemma 4's template): case-insensitive and stable by default, by value,
+    // reversed.
+    {"{% for k, v in {'b': 2, 'A': 3, 'a': 1, 'C': 0} | dictsort %}{{ k }}={{ v }},{% endfor "
+     "%}|{% for k, v in {'b': 2, 'A': 3, 'a': 1} | dictsort(true) %}{{ k }},{% endfor %}|{% "
+     "for k, v in {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value', reverse=true) %}{{ k }},{% "
+     "endfor %}",
+     "A=3,a=1,b=2,C=0,|A,a,b,|x,z,y,"},
     // Filters on None: string filters see str(None), as jinja2's do.
     {"{{ none | string }}|{{ none | default('d') }}|{{ none | tojson }}|{{ [none, 1] | "
      "map('string') | join(',') }}",
