@@ -13,6 +13,20 @@
 
 namespace tandem::tokenizer {
 
+namespace {
+
+// The byte a "<0xXX>" token stands for, or -1 for any other text.
+int ByteTokenValue(std::string_view t) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  if (t.size() != 6 || !t.starts_with("<0x") || t[5] != '>') return -1;
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+}  // namespace
+
 Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::GgufFile& file) {
@@ -27,9 +41,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const model::Gguf
       const std::string& t = v.tokens[i];
       if (v.IsSpecial(i)) {
         tok->token_bytes_[i] = t;
-      } else if (v.types[i] == TokenType::kByte && t.size() == 6 && t.starts_with("<0x")) {
-        tok->token_bytes_[i] =
-            std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));
+      } else if (const int b = ByteTokenValue(t); v.types[i] == TokenType::kByte && b >= 0) {
+        tok->token_bytes_[i] = std::string(1, static_cast<char>(b));
       } else {
         tok->token_bytes_[i] = ReplaceAll(t, kSpaceMarker, " ");
       }
