@@ -184,30 +184,57 @@ def build(name, texts):
     return pre, tok, user_defined
 
 
-def write_gguf(path, name, pre, tok, user_defined):
+def write_vocab_gguf(path, tok, arch, name, model, type_of, pre=None, scores=False,
+                     special=None):
+    """A vocab-only GGUF of a Hugging Face tokenizer: tokens in id order, their types
+    (type_of(token)), its merges, `special`'s (default SPECIAL's) first two as BOS and EOS,
+    add_bos false."""
+    special = special or SPECIAL
     vocab = tok.get_vocab()
     tokens = [None] * len(vocab)
     for t, i in vocab.items():
         tokens[i] = t
-    types = [gguf.TokenType.CONTROL if t in SPECIAL else
-             gguf.TokenType.USER_DEFINED if t in user_defined else gguf.TokenType.NORMAL
-             for t in tokens]
     merges = [" ".join(m) if isinstance(m, (list, tuple)) else m
               for m in json.loads(tok.to_str())["model"]["merges"]]
-    w = gguf.GGUFWriter(path, arch="llama")
-    w.add_name(f"bpe-{name}")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(pre)
+    w = gguf.GGUFWriter(path, arch=arch)
+    w.add_name(name)
+    w.add_tokenizer_model(model)
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
-    w.add_token_types(types)
+    w.add_token_types([type_of(t) for t in tokens])
+    if scores:
+        w.add_token_scores([0.0] * len(tokens))
     w.add_token_merges(merges)
-    w.add_bos_token_id(vocab[SPECIAL[0]])
-    w.add_eos_token_id(vocab[SPECIAL[1]])
+    w.add_bos_token_id(vocab[special[0]])
+    w.add_eos_token_id(vocab[special[1]])
     w.add_add_bos_token(False)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def write_gguf(path, name, pre, tok, user_defined):
+    write_vocab_gguf(path, tok, "llama", f"bpe-{name}", "gpt2",
+                     lambda t: gguf.TokenType.CONTROL if t in SPECIAL else
+                     gguf.TokenType.USER_DEFINED if t in user_defined else gguf.TokenType.NORMAL,
+                     pre=pre)
+
+
+def golden_cases(tok, texts):
+    """Each text's ids (encode without special tokens), and its decoding where that
+    differs from the text; and how many do."""
+    cases, differs = [], 0
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        case = {"text": text, "ids": ids}
+        back = tok.decode(ids, skip_special_tokens=False)
+        if back != text:
+            case["decoded"] = back
+            differs += 1
+        cases.append(case)
+    return cases, differs
 
 
 def main() -> int:
@@ -219,15 +246,7 @@ def main() -> int:
         pre, tok, user_defined = build(name, texts)
         gguf_path = os.path.join(args.outdir, f"bpe_{name}.gguf")
         write_gguf(gguf_path, name, pre, tok, user_defined)
-        cases, differs = [], 0
-        for text in texts:
-            ids = tok.encode(text, add_special_tokens=False).ids
-            case = {"text": text, "ids": ids}
-            back = tok.decode(ids, skip_special_tokens=False)
-            if back != text:
-                case["decoded"] = back
-                differs += 1
-            cases.append(case)
+        cases, differs = golden_cases(tok, texts)
         doc = {
             "gguf_file": os.path.basename(gguf_path),
             "pre": pre,
