@@ -280,6 +280,31 @@ TEST(ByteLevelBpe, AppliesMergesByRank) {
   EXPECT_THAT(*(*tok)->Encode("ab ab"), ElementsAre(256, 32, 256));
 }
 
+// A Gemma 4 vocabulary by hand: its byte tokens spell bytes, a BYTE-typed token that is
+// not "<0xXX>" (the GGUF fuzzer's "<0xZZ>") is plain text rather than a crash, and a code
+// point outside the vocabulary falls back to its UTF-8 bytes.
+TEST(CodePointBpe, ByteTokensAndFallbackOnAHandVocab) {
+  std::vector<std::string> tokens = {"<bos>", "<0xC3>", "<0xA9>",       "<0xZZ>", "a",
+                                     "b",     "ab",     "\xE2\x96\x81", "\n\n"};
+  std::vector<int32_t> types = {3, 6, 6, 6, 1, 1, 1, 1, 1};
+  GgufBuilder b;
+  b.String("general.architecture", "gemma4")
+      .String("tokenizer.ggml.model", "gemma4")
+      .StringArray("tokenizer.ggml.tokens", tokens)
+      .Int32Array("tokenizer.ggml.token_type", types)
+      .StringArray("tokenizer.ggml.merges", {"a b"})
+      .Uint32("tokenizer.ggml.bos_token_id", 0);
+  const std::string bytes = b.Build();
+  auto f = model::GgufFile::Parse({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto tok = Tokenizer::FromGguf(**f);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  // "é" is no token: its bytes C3 A9; the space is "▁"; "\n\n" is one token.
+  EXPECT_THAT(*(*tok)->Encode("ab é\n\nb", {.add_special = false}), ElementsAre(6, 7, 1, 2, 8, 5));
+  EXPECT_TRUE((*tok)->vocab().add_bos);  // Gemma 4 always begins with BOS
+  EXPECT_EQ(*(*tok)->Decode({6, 7, 1, 2, 3}), "ab é<0xZZ>");
+}
+
 TEST(ByteAlphabet, IsABijectionOverBytes) {
   const ByteAlphabet& abc = GetByteAlphabet();
   std::set<std::string> seen;
