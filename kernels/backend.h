@@ -146,7 +146,8 @@ struct MoeRouting {
   float scale = 1.0f;      // then multiplied by this
 };
 
-// The gate's activation of a gated FFN: down(act(gate · x) × up · x).
+// The gate of a gated FFN: down(act(gate · x, up · x)), act(g, u) = silu(g) × u,
+// gelu_tanh(g) × u, or gpt-oss's clamped form.
 enum class GatedActivation {
   kSilu,
   kGeluTanh,

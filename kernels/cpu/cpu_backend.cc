@@ -341,27 +341,29 @@ void CpuBackend::MoeRoute(const Tensor& logits, const Tensor& bias, const MoeRou
   });
 }
 
+namespace {
+
+// The element-wise gate of a gated FFN: out = act(gate, up).
+using GateFn = void (*)(const float*, const float*, int64_t, float*);
+GateFn GateOf(GatedActivation act) {
+  return act == GatedActivation::kGeluTanh    ? kernels::GeGlu
+         : act == GatedActivation::kSwigluOai ? kernels::SwigluOai
+                                              : kernels::SwiGlu;
+}
+
+}  // namespace
+
 void CpuBackend::GatedFfn(const float* x, int64_t rows, const WeightMatrix& gate,
                           const WeightMatrix& up, const WeightMatrix& down, GatedActivation act,
-                          float* out, const float* gate_bias, const float* up_bias,
-                          const float* down_bias) {
+                          float* out) {
   const int64_t width = gate.rows;
   float* g = out + rows * down.rows;  // after out: gate, then up
   float* u = g + rows * width;
   Gemms(x, rows, gate.cols, {&gate, &up}, {&g, &u});
-  auto add_rows = [](float* m, int64_t n, int64_t cols, const float* bias) {
-    if (bias == nullptr) return;
-    for (int64_t r = 0; r < n; ++r) AddInPlace(m + r * cols, bias, cols);
-  };
-  add_rows(g, rows, width, gate_bias);
-  add_rows(u, rows, width, up_bias);
-  auto* fn = act == GatedActivation::kGeluTanh    ? kernels::GeGlu
-             : act == GatedActivation::kSwigluOai ? kernels::SwigluOai
-                                                  : kernels::SwiGlu;
+  const GateFn fn = GateOf(act);
   pool_->ParallelFor(
       rows * width, [&](int64_t b, int64_t e, int) { fn(g + b, u + b, e - b, g + b); }, 1024);
   Gemms(g, rows, width, {&down}, {&out});
-  add_rows(out, rows, down.rows, down_bias);
 }
 
 void CpuBackend::MoeFfn(const Tensor& x, const Tensor& ids, const Tensor& weights,
@@ -386,9 +388,7 @@ void CpuBackend::MoeFfn(const Tensor& x, const Tensor& ids, const Tensor& weight
   const float* xs = Host(x);
   float* o = Host(out);
   const bool q8 = math_ == CpuMath::kFast;
-  auto act_fn = act == GatedActivation::kGeluTanh    ? kernels::GeGlu
-                : act == GatedActivation::kSwigluOai ? kernels::SwigluOai
-                                                     : kernels::SwiGlu;
+  const GateFn act_fn = GateOf(act);
   // The shared expert (qwen2moe) over every row first: [T][H], then its gate and up.
   const int64_t shared_w = experts.shared_w_gate.empty() ? 0 : experts.shared_w_gate.rows;
   const int64_t shared_floats = shared_w > 0 ? T * (H + 2 * shared_w) : 0;

@@ -102,13 +102,10 @@ class CpuBackend : public Backend {
   void Gemms(const float* x, int64_t rows, int64_t cols,
              std::initializer_list<const WeightMatrix*> ws,
              std::initializer_list<float* const*> outs);
-  // rows [rows][gate.cols] through one gated FFN into out [rows][down.rows] (the
-  // expert's width of `hidden` scratch floats per row).
-  // Biases (each a row added to every row of its product) may be null.
+  // rows [rows][gate.cols] through one gated FFN (a shared expert) into out
+  // [rows][down.rows], then 2 × gate.rows scratch floats per row after it.
   void GatedFfn(const float* x, int64_t rows, const WeightMatrix& gate, const WeightMatrix& up,
-                const WeightMatrix& down, GatedActivation act, float* out,
-                const float* gate_bias = nullptr, const float* up_bias = nullptr,
-                const float* down_bias = nullptr);
+                const WeightMatrix& down, GatedActivation act, float* out);
 
   std::vector<float> moe_scratch_;  // MoeFfn's gathered rows and products; grows only
   const bool fence_;
