@@ -759,6 +759,15 @@ bool HaveAvx512() {
   return have;
 }
 
+bool HaveAvx512Vnni() {
+  if (!HaveAvx512()) return false;
+  static const bool have = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_AVX512VNNI) != 0;
+  }();
+  return have;
+}
+
 bool HaveAvx2Fma() {
   if (IsaCap() >= 2) return false;
   static const bool have =

@@ -993,6 +993,299 @@ TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
 }
 
 // ---------------------------------------------------------------------------------
+// AVX-512 VNNI, batches (m > 1): the arithmetic above two chunks (blocks) per 512-bit
+// step, chunk (block) 2p in the low 256 bits, 2p + 1 in the high ones.
+
+#define TANDEM_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define TANDEM_VNNI_INLINE TANDEM_VNNI __attribute__((always_inline)) inline
+
+TANDEM_VNNI_INLINE __m512i Join(__m256i low, __m256i high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+}
+TANDEM_VNNI_INLINE __m512 Join(__m256 low, __m256 high) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(low), high, 1);
+}
+
+// Chunk c of two weight rows' super-block decoded once for a batch, row j in the low
+// 256 bits and row j + 1 in the high ones (a chunk of x, broadcast to both halves, meets
+// both rows in one step, and the super-block's float step takes both at once):
+// maddubs's unsigned operand (the quants of the types with a min; |w| for the signed
+// ones, whose signs go to the activations through `neg`), the madd scale words, Q2_K's
+// min words.
+struct alignas(64) DecodedChunkPair {
+  __m512i a, scale, min;
+  __mmask64 neg;
+};
+// The two rows' super-block factors in the same halves.
+struct alignas(64) PairFactors {
+  __m512 d, dmin, chunk_min;
+};
+
+// Rows r0 and r1 (r1 may be r0 again: an odd last row) decoded as the pairs above.
+template <GgmlType T>
+TANDEM_VNNI void DecodeRowPair256(const uint8_t* r0, const uint8_t* r1, int64_t nsb,
+                                  DecodedChunkPair* chunks, PairFactors* factors) {
+  constexpr int64_t bb = model::TypeBytes(T);
+  SuperFactors<T> f0, f1;
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    const uint8_t* b0 = r0 + sb * bb;
+    const uint8_t* b1 = r1 + sb * bb;
+    f0.Load(b0);
+    f1.Load(b1);
+    PairFactors& pf = factors[sb];
+    pf.d = Join(_mm256_set1_ps(f0.d), _mm256_set1_ps(f1.d));
+    pf.dmin = Join(_mm256_set1_ps(f0.dmin), _mm256_set1_ps(f1.dmin));
+    if constexpr (HasChunkMins(T)) pf.chunk_min = Join(f0.chunk_min, f1.chunk_min);
+    for (int c = 0; c < 8; ++c) {
+      DecodedChunkPair& o = chunks[sb * 8 + c];
+      const __m512i w = Join(ChunkBytes<T>(b0, c), ChunkBytes<T>(b1, c));
+      if constexpr (HasMin(T)) {
+        o.a = w;
+        o.neg = 0;
+      } else {
+        o.a = _mm512_abs_epi8(w);
+        o.neg = _mm512_movepi8_mask(w);
+      }
+      o.scale = Join(f0.Scale(c), f1.Scale(c));
+      if constexpr (T == GgmlType::kQ2_K) o.min = Join(f0.Min(c), f1.Min(c));
+    }
+  }
+}
+
+// DecodedTile256Avx2's arithmetic, MT rows of x × NP pairs of weight rows: a chunk's
+// products by maddubs and a dpwssd that weighs them with the chunk's scales into the
+// integer lanes, then the super-block's float step for both rows of a pair in one
+// instruction (the same lanes, factors and order as on AVX2).
+template <GgmlType T, int MT, int NP>
+TANDEM_VNNI void PairTile256(const QuantizedRows& x, int64_t i0,
+                             const DecodedChunkPair* const* rows, const PairFactors* const* factors,
+                             int64_t nsb, int nt, float* out, int64_t ldo) {
+  __m512 even[MT][NP], odd[MT][NP], mins[MT][NP];
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NP; ++j) even[i][j] = odd[i][j] = mins[i][j] = _mm512_setzero_ps();
+  }
+  const int8_t* q[MT];
+  for (int i = 0; i < MT; ++i) q[i] = x.q.data() + (i0 + i) * x.cols;
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m512i lanes[MT][NP], lane_mins[MT][NP];
+    for (int i = 0; i < MT; ++i) {
+      for (int j = 0; j < NP; ++j) lanes[i][j] = lane_mins[i][j] = _mm512_setzero_si512();
+    }
+    for (int c = 0; c < 8; ++c) {
+      const int64_t b = sb * 8 + c;
+      __m512i qv[MT], qsums[MT];
+      for (int i = 0; i < MT; ++i) {
+        qv[i] = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[i] + b * kQ8Block)));
+        if constexpr (T == GgmlType::kQ2_K) {
+          qsums[i] = _mm512_maddubs_epi16(_mm512_set1_epi8(1), qv[i]);
+        }
+      }
+      for (int j = 0; j < NP; ++j) {
+        const DecodedChunkPair& d = rows[j][b];
+        for (int i = 0; i < MT; ++i) {
+          const __m512i qs =
+              HasMin(T) ? qv[i] : _mm512_mask_sub_epi8(qv[i], d.neg, _mm512_setzero_si512(), qv[i]);
+          lanes[i][j] = _mm512_dpwssd_epi32(lanes[i][j], _mm512_maddubs_epi16(d.a, qs), d.scale);
+          if constexpr (T == GgmlType::kQ2_K) {
+            lane_mins[i][j] = _mm512_dpwssd_epi32(lane_mins[i][j], qsums[i], d.min);
+          }
+        }
+      }
+    }
+    for (int i = 0; i < MT; ++i) {
+      const __m512 dx = _mm512_set1_ps(x.d[static_cast<size_t>((i0 + i) * nsb + sb)]);
+      __m512 bs;
+      if constexpr (HasChunkMins(T)) {
+        bs = _mm512_broadcast_f32x8(
+            _mm256_loadu_ps(x.block_sums.data() + ((i0 + i) * nsb + sb) * 8));
+      }
+      for (int j = 0; j < NP; ++j) {
+        const PairFactors& f = factors[j][sb];
+        __m512& acc = sb % 2 == 0 ? even[i][j] : odd[i][j];
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes[i][j]), _mm512_mul_ps(f.d, dx), acc);
+        if constexpr (T == GgmlType::kQ2_K) {
+          acc =
+              _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_mins[i][j]), _mm512_mul_ps(f.dmin, dx), acc);
+        }
+        if constexpr (HasChunkMins(T)) {
+          mins[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(bs, f.chunk_min), _mm512_mul_ps(f.dmin, dx),
+                                       mins[i][j]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NP; ++j) {
+      for (int h = 0; h < 2 && 2 * j + h < nt; ++h) {
+        const __m256 e =
+            h == 0 ? _mm512_castps512_ps256(even[i][j]) : _mm512_extractf32x8_ps(even[i][j], 1);
+        const __m256 o =
+            h == 0 ? _mm512_castps512_ps256(odd[i][j]) : _mm512_extractf32x8_ps(odd[i][j], 1);
+        float v = ReduceAdd256x2(e, o);
+        if constexpr (HasChunkMins(T)) {
+          const __m256 mn =
+              h == 0 ? _mm512_castps512_ps256(mins[i][j]) : _mm512_extractf32x8_ps(mins[i][j], 1);
+          v += ReduceAdd256x2(mn, _mm256_setzero_ps());
+        }
+        out[i * ldo + 2 * j + h] = v;
+      }
+    }
+  }
+}
+
+// What the blocks of 32 add to their quants to make them dpbusd's unsigned operand (and
+// take off again through the activations' lane sums): Q8_0's and IQ4_NL's signed bytes
+// + 128, Q4_0's and Q5_0's stored unsigned quants.
+constexpr int Unsigned32(GgmlType t) {
+  return t == GgmlType::kQ8_0 || t == GgmlType::kIQ4_NL ? 128 : Offset(t);
+}
+
+// Blocks 2p and 2p + 1 decoded once for a batch: their quants + Unsigned32 as bytes,
+// their D (and M) each in its block's eight lanes.
+struct alignas(64) DecodedBlockPair {
+  __m512i a;
+  __m512 d, dmin;
+};
+
+template <GgmlType T>
+TANDEM_VNNI void DecodeRowPairs32(const uint8_t* row, int64_t nb, DecodedBlockPair* pairs) {
+  constexpr int64_t bb = model::TypeBytes(T);
+  const __m512i offset = _mm512_set1_epi8(static_cast<char>(Unsigned32(T)));
+  for (int64_t b = 0; b < nb; b += 2) {
+    const uint8_t* w0 = row + b * bb;
+    const bool two = b + 1 < nb;  // an odd last block pairs with nothing (masked in the tile)
+    const uint8_t* w1 = two ? w0 + bb : w0;
+    DecodedBlockPair& o = pairs[b / 2];
+    o.a = _mm512_add_epi8(Join(ChunkBytes<T>(w0, 0), ChunkBytes<T>(w1, 0)), offset);
+    o.d = Join(_mm256_set1_ps(Half(w0)), _mm256_set1_ps(Half(w1)));
+    if constexpr (HasMin(T))
+      o.dmin = Join(_mm256_set1_ps(Half(w0 + 2)), _mm256_set1_ps(Half(w1 + 2)));
+  }
+}
+
+// DecodedTile32Avx2's arithmetic, MT rows of x × NT weight rows, two blocks a step: the
+// 16 float lanes are the even set (lanes 0–7, block 2p) and the odd one (8–15, block
+// 2p + 1), so one fma takes both blocks' steps. P_l = dpbusd(w + u, q) − u · s_l, u =
+// Unsigned32 (the subtraction first, as dpbusd's start value: exact integers).
+template <GgmlType T, int MT, int NT>
+TANDEM_VNNI void PairTile32(const QuantizedRows& x, int64_t i0, const DecodedBlockPair* const* rows,
+                            int64_t nb, float* out, int64_t ldo) {
+  __m512 acc[MT][NT];
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  const int64_t np = (nb + 1) / 2;
+  const __m512 minus_u = _mm512_set1_ps(-static_cast<float>(Unsigned32(T)));
+  for (int64_t p = 0; p < np; ++p) {
+    const bool two = 2 * p + 1 < nb;
+    const __mmask16 lanes = two ? 0xFFFF : 0x00FF;
+    for (int i = 0; i < MT; ++i) {
+      const int64_t r = i0 + i;
+      const int8_t* q = x.q.data() + r * x.cols + 2 * p * kQ8Block;
+      const float* s = x.sums.data() + (r * nb + 2 * p) * 8;
+      const float* dx = x.d.data() + r * nb + 2 * p;
+      const __m512i qv = two ? _mm512_loadu_si512(q) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, q);
+      const __m512 sv = _mm512_maskz_loadu_ps(lanes, s);
+      const __m512i start = Unsigned32(T) == 0 ? _mm512_setzero_si512()
+                                               : _mm512_cvtps_epi32(_mm512_mul_ps(sv, minus_u));
+      const __m512 dxv = Join(_mm256_set1_ps(dx[0]), _mm256_set1_ps(dx[two ? 1 : 0]));
+      for (int j = 0; j < NT; ++j) {
+        const DecodedBlockPair& w = rows[j][p];
+        const __m512 prod = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w.a, qv));
+        acc[i][j] = _mm512_mask3_fmadd_ps(prod, _mm512_mul_ps(w.d, dxv), acc[i][j], lanes);
+        if constexpr (HasMin(T)) {
+          acc[i][j] = _mm512_mask3_fmadd_ps(sv, _mm512_mul_ps(w.dmin, dxv), acc[i][j], lanes);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MT; ++i) {
+    for (int j = 0; j < NT; ++j) {
+      out[i * ldo + j] =
+          ReduceAdd256x2(_mm512_castps512_ps256(acc[i][j]), _mm512_extractf32x8_ps(acc[i][j], 1));
+    }
+  }
+}
+
+// Rows n0 … n1 of W against m > 1 rows of x on AVX-512 VNNI: up to four weight rows
+// decoded at a time (the super-blocks as two pairs), then tiles of 4, 2 and 1 rows down
+// the batch.
+template <GgmlType T>
+TANDEM_VNNI void BatchRangeVnni(const QuantizedRows& x, const WeightMatrix& w, float* out,
+                                int64_t n0, int64_t n1) {
+  constexpr int kWide = 4;
+  const int64_t m = x.rows, n = w.rows;
+  const size_t rb = w.RowBytes();
+  // tile.operator()<MT>(i, j) for MT = 4, 2, 1 down the batch.
+  auto down = [m](auto&& tile, int64_t j) {
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) tile.template operator()<4>(i, j);
+    for (; i + 2 <= m; i += 2) tile.template operator()<2>(i, j);
+    if (i < m) tile.template operator()<1>(i, j);
+  };
+  if constexpr (ChunksPerBlock(T) == 1) {
+    const int64_t nb = w.cols / kQ8Block, np = (nb + 1) / 2;
+    thread_local std::vector<DecodedBlockPair> buffer;  // grows to the widest matrix, then reused
+    if (buffer.size() < static_cast<size_t>(kWide * np)) {
+      buffer.resize(static_cast<size_t>(kWide * np));
+    }
+    const DecodedBlockPair* rows[kWide];
+    for (int t = 0; t < kWide; ++t) rows[t] = buffer.data() + t * np;
+    for (int64_t j = n0; j < n1;) {
+      const int64_t left = n1 - j;
+      const int nt = left >= kWide ? kWide : left >= 2 ? 2 : 1;
+      for (int t = 0; t < nt; ++t)
+        DecodeRowPairs32<T>(w.data + (j + t) * rb, nb, buffer.data() + t * np);
+      down(
+          [&]<int MT>(int64_t i, int64_t j0) TANDEM_VNNI {
+            float* o = out + i * n + j0;
+            if (nt == kWide) return PairTile32<T, MT, kWide>(x, i, rows, nb, o, n);
+            if (nt == 2) return PairTile32<T, MT, 2>(x, i, rows, nb, o, n);
+            PairTile32<T, MT, 1>(x, i, rows, nb, o, n);
+          },
+          j);
+      j += nt;
+    }
+  } else {
+    // Two pairs of weight rows.
+    constexpr int kPairs = kWide / 2;
+    const int64_t nsb = w.cols / kQ8SuperBlock;
+    thread_local std::vector<DecodedChunkPair> buffer;
+    thread_local std::vector<PairFactors> factor_buffer;
+    if (buffer.size() < static_cast<size_t>(kPairs * 8 * nsb)) {
+      buffer.resize(static_cast<size_t>(kPairs * 8 * nsb));
+    }
+    if (factor_buffer.size() < static_cast<size_t>(kPairs * nsb)) {
+      factor_buffer.resize(static_cast<size_t>(kPairs * nsb));
+    }
+    const DecodedChunkPair* rows[kPairs];
+    const PairFactors* factors[kPairs];
+    for (int t = 0; t < kPairs; ++t) {
+      rows[t] = buffer.data() + t * 8 * nsb;
+      factors[t] = factor_buffer.data() + t * nsb;
+    }
+    for (int64_t j = n0; j < n1; j += kWide) {
+      const int nt = static_cast<int>(std::min<int64_t>(kWide, n1 - j));
+      const int np = (nt + 1) / 2;
+      for (int t = 0; t < np; ++t) {
+        const int64_t r0 = j + 2 * t, r1 = std::min(r0 + 1, n1 - 1);
+        DecodeRowPair256<T>(w.data + r0 * rb, w.data + r1 * rb, nsb, buffer.data() + t * 8 * nsb,
+                            factor_buffer.data() + t * nsb);
+      }
+      down(
+          [&]<int MT>(int64_t i, int64_t j0) TANDEM_VNNI {
+            float* o = out + i * n + j0;
+            if (np == kPairs) return PairTile256<T, MT, kPairs>(x, i, rows, factors, nsb, nt, o, n);
+            PairTile256<T, MT, 1>(x, i, rows, factors, nsb, nt, o, n);
+          },
+          j);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------
 // Ranges of weight rows.
 
 // Rows n0 … n1 of W against m > 1 rows of x: two weight rows decoded at a time, then
@@ -1064,7 +1357,10 @@ TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, f
 template <GgmlType T>
 TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                            int64_t n1) {
-  if (x.rows > 1) return BatchRangeAvx2<T>(x, w, out, n0, n1);
+  if (x.rows > 1) {
+    if (HaveAvx512Vnni()) return BatchRangeVnni<T>(x, w, out, n0, n1);
+    return BatchRangeAvx2<T>(x, w, out, n0, n1);
+  }
   // Decode (m = 1): one weight row at a time, decoded on the fly.
   const size_t rb = w.RowBytes();
   if constexpr (Pairs(T)) {
@@ -1155,7 +1451,9 @@ int64_t Q8ActivationBlock(GgmlType type) {
   return ChunksPerBlock(type) == 8 ? kQ8SuperBlock : kQ8Block;
 }
 
-const char* MatMulQ8Isa() { return HaveAvx2Fma() ? "avx2" : "generic"; }
+const char* MatMulQ8Isa() {
+  return HaveAvx512Vnni() ? "avx512vnni" : HaveAvx2Fma() ? "avx2" : "generic";
+}
 
 void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows* out,
                              int64_t block) {

@@ -45,6 +45,16 @@
 // another, so that a pass's accumulators stay in registers; 4 × 2 for the super-blocks,
 // whose chunks only add integers).
 //
+// AVX-512 VNNI (where the CPU has it): batches only, the same arithmetic in 512-bit
+// steps. The super-blocks take two weight rows per register (row j in the low 256 bits,
+// j + 1 in the high ones, a chunk of x broadcast to both): maddubs, then vpdpwssd weighs
+// the pairs with the chunk's scales into the integer lanes, and one float step serves
+// both rows; tiles of 4 rows × 2 such pairs. The blocks of 32 take two blocks of a row
+// per register (even block low, odd block high: the two lane sets of the float step)
+// with vpdpbusd on the quants made unsigned (Q8_0 and IQ4_NL + 128, Q4_0 and Q5_0 as
+// stored), the offset taken off through the activations' lane sums as the start value;
+// tiles of 4 × 4. Decode runs the AVX2 code.
+//
 // Thread-safe for distinct outputs; MatMulQ8Group quantizes x into per-thread buffers
 // that grow once and are reused.
 #ifndef TANDEM_KERNELS_CPU_MATMUL_Q8_H_
@@ -118,7 +128,8 @@ struct MatMulJob {
 // it once.
 void MatMulJobs(std::span<const MatMulJob> jobs, bool q8, ThreadPool* pool);
 
-// The instruction set MatMulQ8 uses here ("avx2" or "generic").
+// The instruction set MatMulQ8 uses here: "avx512vnni" (its batches; decode is AVX2's),
+// "avx2" or "generic".
 const char* MatMulQ8Isa();
 
 }  // namespace tandem::kernels

@@ -65,12 +65,18 @@ RandomMatrix MakeRandomMatrix(GgmlType type, int64_t n, int64_t k, std::mt19937&
   return r;
 }
 
-// Both paths when the machine has AVX2; the portable one always.
+// Every path the machine has: the portable one always, AVX2 where there is AVX2 (capped
+// to it where there is more), AVX-512 VNNI's batches where there is that.
 template <class F>
 void OnEveryPath(F&& f) {
   ForcePortableKernels(true);
   f("portable");
   ForcePortableKernels(false);
+  if (HaveAvx512Vnni()) {
+    ForceAvx2Kernels(true);
+    f(MatMulQ8Isa());
+    ForceAvx2Kernels(false);
+  }
   if (HaveAvx2Fma()) f(MatMulQ8Isa());
 }
 

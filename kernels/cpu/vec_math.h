@@ -26,6 +26,8 @@ bool HaveAvx512();
 // True when the CPU has AVX2, FMA and F16C, unless capped below (the AVX2 kernels run where
 // there is no AVX-512).
 bool HaveAvx2Fma();
+// True when HaveAvx512() and the CPU has AVX-512 VNNI (vpdpbusd / vpdpwssd).
+bool HaveAvx512Vnni();
 // Caps the kernels to the portable ones, or to AVX2 + FMA, so that tests and benchmarks
 // run a slower path on a faster CPU; false: back to the default, which the environment
 // sets at start (TANDEM_CPU_ISA=avx2 or portable; unset or anything else: no cap).
