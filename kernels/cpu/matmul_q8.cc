@@ -1053,6 +1053,27 @@ TANDEM_VNNI void DecodeRowPair256(const uint8_t* r0, const uint8_t* r1, int64_t 
   }
 }
 
+// The lane sums of a 4 × 4 tile at once: v[2i + p] holds (lane by lane, after the
+// even + odd step) outputs (i, 2p) in lanes 0–7 and (i, 2p + 1) in lanes 8–15; each
+// output's lanes are added as ReduceAdd256x2 adds them, (+ l⊕4), (+ l⊕2), (+ l⊕1), eight
+// outputs' lanes in one instruction. Output (i, c) ends in lane 4c + i.
+TANDEM_VNNI_INLINE __m512 ReduceTile4x4(const __m512 (&v)[8]) {
+  // l + l⊕4: 128-bit quarters 0 and 2 of each pair of vectors against 1 and 3.
+  __m512 z[4];
+  for (int k = 0; k < 4; ++k) {
+    z[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // + l⊕2, then + l⊕1, within each quarter.
+  __m512 s[2];
+  for (int k = 0; k < 2; ++k) {
+    s[k] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * k], z[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(z[2 * k], z[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 // DecodedTile256Avx2's arithmetic, MT rows of x × NP pairs of weight rows: a chunk's
 // products by maddubs and a dpwssd that weighs them with the chunk's scales into the
 // integer lanes, then the super-block's float step for both rows of a pair in one
@@ -1114,6 +1135,29 @@ TANDEM_VNNI void PairTile256(const QuantizedRows& x, int64_t i0,
                                        mins[i][j]);
         }
       }
+    }
+  }
+  if constexpr (MT == 4 && NP == 2) {
+    if (nt == 4) {
+      __m512 sums[8], min_sums[8];
+      for (int i = 0; i < 4; ++i) {
+        for (int j = 0; j < 2; ++j) {
+          sums[2 * i + j] = _mm512_add_ps(even[i][j], odd[i][j]);
+          if constexpr (HasChunkMins(T)) {
+            min_sums[2 * i + j] = _mm512_add_ps(mins[i][j], _mm512_setzero_ps());
+          }
+        }
+      }
+      __m512 r = ReduceTile4x4(sums);
+      if constexpr (HasChunkMins(T)) r = _mm512_add_ps(r, ReduceTile4x4(min_sums));
+      for (int i = 0; i < 4; ++i) {
+        _mm_storeu_ps(
+            out + i * ldo,
+            _mm512_castps512_ps128(_mm512_permutexvar_ps(
+                _mm512_setr_epi32(i, 4 + i, 8 + i, 12 + i, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+                r)));
+      }
+      return;
     }
   }
   for (int i = 0; i < MT; ++i) {
