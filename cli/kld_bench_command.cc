@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -38,6 +39,30 @@ double LogSumExp(const float* x, int64_t n) {
   return m + std::log(s);
 }
 
+// One row of llama-perplexity's --kl-divergence-base file from `logits` (the header's
+// format): the range [max − 16, max] of the logits in 65,535 steps.
+void WriteLogProbRow(const float* logits, int32_t vocab, std::vector<uint16_t>& row,
+                     std::ofstream& out) {
+  const auto [lo_it, hi_it] = std::minmax_element(logits, logits + vocab);
+  const float hi = *hi_it, lo = std::max(*lo_it, hi - 16.0f);
+  double z = 0;
+  for (int32_t v = 0; v < vocab; ++v) z += std::exp(logits[v] - hi);
+  const float log_z = static_cast<float>(std::log(z));
+  const float step = (hi - lo) / 65535.0f, min_log_prob = lo - hi - log_z;
+  row.assign(static_cast<size_t>(2 * ((vocab + 1) / 2) + 4), 0);
+  std::memcpy(row.data(), &step, 4);
+  std::memcpy(row.data() + 2, &min_log_prob, 4);
+  if (step != 0) {
+    const float inv = 1.0f / step;
+    for (int32_t v = 0; v < vocab; ++v) {
+      if (logits[v] > lo)
+        row[static_cast<size_t>(4 + v)] = static_cast<uint16_t>(std::lrint(inv * (logits[v] - lo)));
+    }
+  }
+  out.write(reinterpret_cast<const char*>(row.data()),
+            static_cast<std::streamsize>(row.size() * 2));
+}
+
 // The q-quantile of `sorted` (ascending, not empty).
 double Percentile(const std::vector<double>& sorted, double q) {
   return sorted[static_cast<size_t>(q * static_cast<double>(sorted.size() - 1))];
@@ -57,6 +82,9 @@ CLI::App* AddKldBenchCommand(CLI::App* bench, KldBenchOptions* o) {
       ->capture_default_str();
   cmd->add_option("--threads,-t", o->threads, "Compute threads (default: all cores)");
   cmd->add_flag("--json", o->json, "Print one JSON object");
+  cmd->add_option("--save-logits", o->save_logits,
+                  "Also write exact's log-probabilities as llama-perplexity's "
+                  "--kl-divergence-base file");
   return cmd;
 }
 
@@ -83,14 +111,33 @@ int RunKldBench(const KldBenchOptions& o) {
   auto fast = CpuScorer(*model->weights, kernels::CpuMath::kFast, o.threads, ctx);
   if (!fast.ok()) return Fail(fast.status());
   const int64_t vocab = model->config.vocab_size;
+  std::ofstream base;
+  std::vector<uint16_t> row;
+  if (!o.save_logits.empty()) {
+    base.open(o.save_logits, std::ios::binary | std::ios::trunc);
+    if (!base) {
+      return Fail(absl::PermissionDeniedError(
+          StrCat("bench kld: cannot write --save-logits ", o.save_logits)));
+    }
+    const uint32_t n_ctx = static_cast<uint32_t>(ctx);
+    const int32_t n_vocab = static_cast<int32_t>(vocab), n_chunk = static_cast<int32_t>(windows);
+    base.write("_logits_", 8);
+    base.write(reinterpret_cast<const char*>(&n_ctx), 4);
+    base.write(reinterpret_cast<const char*>(&n_vocab), 4);
+    base.write(reinterpret_cast<const char*>(&n_chunk), 4);
+    base.write(reinterpret_cast<const char*>(tokens->data()),
+               static_cast<std::streamsize>(windows * ctx * 4));
+  }
+  const tokenizer::Vocab& voc = model->tokenizer->vocab();
+  const int32_t bos = voc.add_bos ? voc.bos_id : -1;
   std::vector<double> kld;
   int64_t same_top = 0;
   double nll_exact = 0, nll_fast = 0;
   int64_t nll_count = 0;
   std::vector<float> le, lf;
   for (int64_t win = 0; win < windows; ++win) {
-    const std::vector<int32_t> window(tokens->begin() + win * ctx,
-                                      tokens->begin() + (win + 1) * ctx);
+    std::vector<int32_t> window(tokens->begin() + win * ctx, tokens->begin() + (win + 1) * ctx);
+    if (bos >= 0) window[0] = bos;
     if (absl::Status st = (*exact)->Logits(window, scored, &le); !st.ok()) return Fail(st);
     if (absl::Status st = (*fast)->Logits(window, scored, &lf); !st.ok()) return Fail(st);
     for (int32_t r = 0; r < scored; ++r) {
@@ -103,6 +150,8 @@ int RunKldBench(const KldBenchOptions& o) {
         kl += std::exp(lp) * (lp - lq);
       }
       kld.push_back(std::max(kl, 0.0));
+      if (base.is_open() && r + 1 < scored)
+        WriteLogProbRow(e, static_cast<int32_t>(vocab), row, base);
       same_top += std::max_element(e, e + vocab) - e == std::max_element(f, f + vocab) - f;
       const int32_t pos = ctx - scored + r;  // this row predicts token pos + 1
       if (pos + 1 < ctx) {
@@ -112,6 +161,9 @@ int RunKldBench(const KldBenchOptions& o) {
         ++nll_count;
       }
     }
+  }
+  if (base.is_open() && !base.flush()) {
+    return Fail(absl::DataLossError(StrCat("bench kld: writing ", o.save_logits, " failed")));
   }
   std::sort(kld.begin(), kld.end());
   double mean = 0;

@@ -4,10 +4,12 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -354,6 +356,63 @@ TEST(CliBench, KldMeasuresFastAgainstExact) {
   RunResult no_text = Tandem("bench kld --model " + DefaultModelPath() + " --text /nonexistent");
   EXPECT_EQ(no_text.exit_code, 1);
   EXPECT_THAT(no_text.out, ::testing::HasSubstr("--text"));
+}
+
+// --save-logits writes llama-perplexity's --kl-divergence-base file: its header, the
+// windows' tokens as tokenized, and one row per scored position but each window's last,
+// whose steps decode to a distribution (exp of the log-probabilities sums to 1).
+TEST(CliBench, KldSavesExactLogProbabilitiesInLlamaPerplexitysFormat) {
+  const std::string path =
+      std::filesystem::temp_directory_path() / ("tandem-kld-" + std::to_string(getpid()));
+  RunResult r = Tandem("bench kld --model " + DefaultModelPath() + " --text " +
+                       TestDataPath("kld_corpus.txt") +
+                       " -t 2 --ctx 64 --max-tokens 128 --json --save-logits " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  ASSERT_GE(bytes.size(), 20u);
+  EXPECT_EQ(bytes.substr(0, 8), "_logits_");
+  auto i32 = [&](size_t at) {
+    int32_t v;
+    std::memcpy(&v, bytes.data() + at, 4);
+    return v;
+  };
+  const int32_t n_ctx = i32(8), n_vocab = i32(12), n_chunk = i32(16);
+  EXPECT_EQ(n_ctx, 64);
+  EXPECT_EQ(n_vocab, 49152);
+  ASSERT_EQ(n_chunk, 2);
+  // The tokens: the text's first 128, as the tokenizer gives them.
+  auto model = model::GgufFile::Open(DefaultModelPath());
+  ASSERT_TRUE(model.ok());
+  auto tok = tokenizer::Tokenizer::FromGguf(**model);
+  ASSERT_TRUE(tok.ok());
+  std::ifstream text_in(TestDataPath("kld_corpus.txt"), std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(text_in)),
+                         std::istreambuf_iterator<char>());
+  auto ids = (*tok)->Encode(text);
+  ASSERT_TRUE(ids.ok());
+  for (int i = 0; i < 128; ++i) ASSERT_EQ(i32(20 + 4 * i), (*ids)[static_cast<size_t>(i)]) << i;
+  const size_t rows = 2 * (64 - 1 - 32), row_words = 2 * ((49152 + 1) / 2) + 4;
+  const size_t head = 20 + 4 * 128;
+  ASSERT_EQ(bytes.size(), head + rows * row_words * 2);
+  for (size_t row = 0; row < rows; ++row) {
+    const char* p = bytes.data() + head + row * row_words * 2;
+    float step, min_log_prob;
+    std::memcpy(&step, p, 4);
+    std::memcpy(&min_log_prob, p + 4, 4);
+    ASSERT_GT(step, 0.0f) << row;
+    double total = 0;
+    int top = 0;
+    for (int v = 0; v < n_vocab; ++v) {
+      uint16_t q;
+      std::memcpy(&q, p + 8 + 2 * v, 2);
+      top = std::max<int>(top, q);
+      total += std::exp(min_log_prob + step * q);
+    }
+    EXPECT_EQ(top, 65535) << row;  // the most likely token sits at the top step
+    EXPECT_NEAR(total, 1.0, 0.02) << row;
+  }
 }
 
 TEST(CliBench, SyntheticModelsAndTheAttentionBenchRunOnTheCpu) {
