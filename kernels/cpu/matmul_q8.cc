@@ -993,8 +993,8 @@ TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
 }
 
 // ---------------------------------------------------------------------------------
-// AVX-512 VNNI, batches (m > 1): the arithmetic above two chunks (blocks) per 512-bit
-// step, chunk (block) 2p in the low 256 bits, 2p + 1 in the high ones.
+// AVX-512 VNNI, batches (m > 1): the arithmetic above in 512-bit steps — a super-block
+// chunk of two weight rows per register, or two blocks of 32 of one row.
 
 #define TANDEM_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
