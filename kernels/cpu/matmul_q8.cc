@@ -262,51 +262,39 @@ void RangeGeneric32(const QuantizedRows& x, const WeightMatrix& w, float* out, i
   }
 }
 
-// The super-blocks of 256: a super-block's chunks summed as integers, then one float
-// step per super-block.
+// The super-blocks of 256: a super-block's products and mins summed as integers, then
+// one float step (two with a min) per super-block.
 void RangeGeneric256(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                      int64_t n1) {
   const int64_t nsb = w.cols / kQ8SuperBlock, bb = BlockBytes(w.type);
-  const bool lane_mins = HasMin(w.type) && !HasChunkMins(w.type);
   for (int64_t i = 0; i < x.rows; ++i) {
     const int8_t* q = x.q.data() + i * x.cols;
     for (int64_t j = n0; j < n1; ++j) {
       const uint8_t* row = w.data + j * w.RowBytes();
-      float acc[16] = {}, mins[16] = {};  // mins: lanes 0–7 only
+      float acc = 0;
       for (int64_t sb = 0; sb < nsb; ++sb) {
-        int32_t lanes[8] = {}, lane_min[8] = {}, chunk_min[8] = {};
+        int32_t products = 0, mins = 0;
         float d = 0, dmin = 0;
         for (int c = 0; c < 8; ++c) {
           const IntChunk u = ChunkAt(w.type, row + sb * bb, c);
           d = u.d;
           dmin = u.dmin;
           const int8_t* qc = q + (sb * 8 + c) * kQ8Block;
-          int32_t total = 0;
-          for (int l = 0; l < 8; ++l) {
+          for (int h = 0; h < 2; ++h) {
             int32_t p = 0, qsum = 0;
-            for (int e = 4 * l; e < 4 * l + 4; ++e) {
+            for (int e = 16 * h; e < 16 * h + 16; ++e) {
               p += u.w[e] * qc[e];
               qsum += qc[e];
             }
-            lanes[l] += u.scale[l / 4] * p;
-            lane_min[l] += u.min[l / 4] * qsum;
-            total += qsum;
+            products += u.scale[h] * p;
+            if (HasMin(w.type)) mins += u.min[h] * qsum;
           }
-          chunk_min[c] = u.min[0] * total;
         }
         const float dx = x.d[static_cast<size_t>(i * nsb + sb)];
-        const float s = d * dx, sm = dmin * dx;
-        for (int l = 0; l < 8; ++l) {
-          float& a = acc[8 * (sb & 1) + l];
-          a = std::fma(static_cast<float>(lanes[l]), s, a);
-          if (lane_mins) a = std::fma(static_cast<float>(lane_min[l]), sm, a);
-        }
-        if (HasChunkMins(w.type)) {
-          for (int c = 0; c < 8; ++c)
-            mins[c] = std::fma(static_cast<float>(chunk_min[c]), sm, mins[c]);
-        }
+        acc = std::fma(static_cast<float>(products), d * dx, acc);
+        if (HasMin(w.type)) acc = std::fma(static_cast<float>(mins), dmin * dx, acc);
       }
-      out[i * w.rows + j] = HasChunkMins(w.type) ? SumLanes(acc) + SumLanes(mins) : SumLanes(acc);
+      out[i * w.rows + j] = acc;
     }
   }
 }
@@ -866,20 +854,33 @@ TANDEM_AVX2_INLINE void ChunkStep256(const int8_t* q, const uint8_t* block, int 
   }
 }
 
-// A super-block's lanes into the float accumulators: acc ← fma(I, d · d_x, acc), then
-// Q2_K's mins, then Q4_K/Q5_K's chunk mins into their own lanes.
+// The eight int32 lanes of v added (exact).
+TANDEM_AVX2_INLINE int32_t SumInts(__m256i v) {
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+  return _mm_cvtsi128_si32(h);
+}
+
+// A super-block's step into the output's accumulator: acc ← fma(float(I), d · d_x, acc)
+// with I the lanes' sum, then for the types with a min acc ← fma(float(N), M · d_x,
+// acc) with N Q2_K's min lanes summed or Q4_K/Q5_K's Σ_c n_c · S_c (block_sums: x's
+// chunk sums S_c, exact floats; products and sums below 2²⁴, so exact too).
 template <GgmlType T>
-TANDEM_AVX2_INLINE void SuperBlockFloat(const SuperFactors<T>& f, float dx, __m256i lanes,
-                                        __m256i lane_mins, const float* block_sums, __m256& acc,
-                                        __m256& mins) {
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(f.d * dx), acc);
+TANDEM_AVX2_INLINE float SuperBlockStep(const SuperFactors<T>& f, float dx, __m256i lanes,
+                                        __m256i lane_mins, const float* block_sums, float acc) {
+  acc = std::fma(static_cast<float>(SumInts(lanes)), f.d * dx, acc);
   if constexpr (T == GgmlType::kQ2_K) {
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lane_mins), _mm256_set1_ps(f.dmin * dx), acc);
+    acc = std::fma(static_cast<float>(SumInts(lane_mins)), f.dmin * dx, acc);
   }
   if constexpr (HasChunkMins(T)) {
-    mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(block_sums), f.chunk_min),
-                           _mm256_set1_ps(f.dmin * dx), mins);
+    const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(block_sums), f.chunk_min);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
+    h = _mm_add_ps(h, _mm_permute_ps(h, 0x4E));
+    h = _mm_add_ps(h, _mm_permute_ps(h, 0xB1));
+    acc = std::fma(_mm_cvtss_f32(h), f.dmin * dx, acc);
   }
+  return acc;
 }
 
 template <GgmlType T>
@@ -889,7 +890,7 @@ TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t
   const int8_t* q = x.q.data() + i * x.cols;
   const float* dx = x.d.data() + i * nsb;
   const float* block_sums = x.block_sums.data() + i * nsb * 8;
-  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+  float acc = 0;
   SuperFactors<T> f;
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* block = wrow + sb * bb;
@@ -900,16 +901,9 @@ TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t
     for (int c = 0; c < 8; ++c) {
       ChunkStep256<T>(q + (sb * 8 + c) * kQ8Block, block, c, f, lanes, lane_mins);
     }
-    if (sb % 2 == 0) {
-      SuperBlockFloat<T>(f, dx[sb], lanes, lane_mins, block_sums + sb * 8, even, mins);
-    } else {
-      SuperBlockFloat<T>(f, dx[sb], lanes, lane_mins, block_sums + sb * 8, odd, mins);
-    }
+    acc = SuperBlockStep<T>(f, dx[sb], lanes, lane_mins, block_sums + sb * 8, acc);
   }
-  if constexpr (HasChunkMins(T)) {
-    return ReduceAdd256x2(even, odd) + ReduceAdd256x2(mins, _mm256_setzero_ps());
-  }
-  return ReduceAdd256x2(even, odd);
+  return acc;
 }
 
 // A chunk of a super-block decoded once for all the rows of a batch (its super-block's
@@ -937,18 +931,14 @@ TANDEM_AVX2 void DecodeRow256(const uint8_t* row, int64_t nsb, DecodedChunk* chu
   }
 }
 
-// RowDot256Avx2's arithmetic on decoded chunks, MT rows of x × NT weight rows; the float
-// accumulators live in memory (touched once per super-block), the integer ones in
-// registers.
+// RowDot256Avx2's arithmetic on decoded chunks, MT rows of x × NT weight rows, the
+// integer lanes in registers.
 template <GgmlType T, int MT, int NT>
 TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
                                     const DecodedChunk* const* rows,
                                     const SuperFactors<T>* const* supers, int64_t nsb, float* out,
                                     int64_t ldo) {
-  __m256 even[MT][NT], odd[MT][NT], mins[MT][NT];
-  for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) even[i][j] = odd[i][j] = mins[i][j] = _mm256_setzero_ps();
-  }
+  float acc[MT][NT] = {};
   for (int64_t sb = 0; sb < nsb; ++sb) {
     __m256i lanes[MT][NT], lane_mins[MT][NT];
     for (int i = 0; i < MT; ++i) {
@@ -978,17 +968,13 @@ TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
       const float dx = x.d[static_cast<size_t>((i0 + i) * nsb + sb)];
       const float* bs = x.block_sums.data() + ((i0 + i) * nsb + sb) * 8;
       for (int j = 0; j < NT; ++j) {
-        __m256& acc = sb % 2 == 0 ? even[i][j] : odd[i][j];
-        SuperBlockFloat<T>(supers[j][sb], dx, lanes[i][j], lane_mins[i][j], bs, acc, mins[i][j]);
+        acc[i][j] =
+            SuperBlockStep<T>(supers[j][sb], dx, lanes[i][j], lane_mins[i][j], bs, acc[i][j]);
       }
     }
   }
   for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) {
-      float v = ReduceAdd256x2(even[i][j], odd[i][j]);
-      if constexpr (HasChunkMins(T)) v += ReduceAdd256x2(mins[i][j], _mm256_setzero_ps());
-      out[i * ldo + j] = v;
-    }
+    for (int j = 0; j < NT; ++j) out[i * ldo + j] = acc[i][j];
   }
 }
 
@@ -1007,176 +993,150 @@ TANDEM_VNNI_INLINE __m512 Join(__m256 low, __m256 high) {
   return _mm512_insertf32x8(_mm512_castps256_ps512(low), high, 1);
 }
 
-// Chunk c of two weight rows' super-block decoded once for a batch, row j in the low
-// 256 bits and row j + 1 in the high ones (a chunk of x, broadcast to both halves, meets
-// both rows in one step, and the super-block's float step takes both at once):
-// maddubs's unsigned operand (the quants of the types with a min; |w| for the signed
-// ones, whose signs go to the activations through `neg`), the madd scale words, Q2_K's
-// min words.
-struct alignas(64) DecodedChunkPair {
-  __m512i a, scale, min;
-  __mmask64 neg;
-};
-// The two rows' super-block factors in the same halves.
-struct alignas(64) PairFactors {
-  __m512 d, dmin, chunk_min;
+// What the signed super-block types add to their quants to make them vpdpbusd's
+// unsigned operand, as a shift (Q6_K + 32, Q3_K + 4, IQ4_XS + 128), or 0.
+constexpr int UnsignedShift256(GgmlType t) {
+  return t == GgmlType::kQ6_K ? 5 : t == GgmlType::kQ3_K ? 2 : t == GgmlType::kIQ4_XS ? 7 : -1;
+}
+
+// A super-block of one weight row decoded for the lane tiles: its quants made unsigned
+// (+ 1 << UnsignedShift256) in k order, the scale c_h of each half, the mins n_h as
+// int16 pairs (Q4_K/Q5_K: chunks 2p and 2p + 1 in pair p = 0…3; Q2_K: halves 2p and
+// 2p + 1, p = 0…7), D and M.
+struct alignas(64) LaneSuperBlock {
+  uint8_t u[256];
+  int32_t scale[16];
+  int32_t min_pairs[8];
+  float d, dmin;
 };
 
-// Rows r0 and r1 (r1 may be r0 again: an odd last row) decoded as the pairs above.
+int32_t Int16Pair(int32_t low, int32_t high) {
+  return static_cast<int32_t>((static_cast<uint32_t>(low) & 0xFFFFu) |
+                              (static_cast<uint32_t>(high) << 16));
+}
+
 template <GgmlType T>
-TANDEM_VNNI void DecodeRowPair256(const uint8_t* r0, const uint8_t* r1, int64_t nsb,
-                                  DecodedChunkPair* chunks, PairFactors* factors) {
+TANDEM_VNNI void DecodeLaneRow(const uint8_t* row, int64_t nsb, LaneSuperBlock* out) {
   constexpr int64_t bb = model::TypeBytes(T);
-  SuperFactors<T> f0, f1;
+  constexpr int kShift = UnsignedShift256(T);
+  const __m256i offset = _mm256_set1_epi8(kShift < 0 ? 0 : static_cast<char>(1 << kShift));
   for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* b0 = r0 + sb * bb;
-    const uint8_t* b1 = r1 + sb * bb;
-    f0.Load(b0);
-    f1.Load(b1);
-    PairFactors& pf = factors[sb];
-    pf.d = Join(_mm256_set1_ps(f0.d), _mm256_set1_ps(f1.d));
-    pf.dmin = Join(_mm256_set1_ps(f0.dmin), _mm256_set1_ps(f1.dmin));
-    if constexpr (HasChunkMins(T)) pf.chunk_min = Join(f0.chunk_min, f1.chunk_min);
+    const uint8_t* block = row + sb * bb;
+    LaneSuperBlock& o = out[sb];
     for (int c = 0; c < 8; ++c) {
-      DecodedChunkPair& o = chunks[sb * 8 + c];
-      const __m512i w = Join(ChunkBytes<T>(b0, c), ChunkBytes<T>(b1, c));
-      if constexpr (HasMin(T)) {
-        o.a = w;
-        o.neg = 0;
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o.u + 32 * c),
+                         _mm256_add_epi8(ChunkBytes<T>(block, c), offset));
+    }
+    int32_t mins[16] = {};
+    if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
+      o.d = Half(block);
+      o.dmin = -Half(block + 2);
+      for (int c = 0; c < 8; ++c) {
+        uint8_t sc, m;
+        model::KQuantScaleMin(block + 4, c, &sc, &m);
+        o.scale[2 * c] = o.scale[2 * c + 1] = sc;
+        mins[c] = m;
+      }
+      for (int p = 0; p < 4; ++p) o.min_pairs[p] = Int16Pair(mins[2 * p], mins[2 * p + 1]);
+    } else if constexpr (T == GgmlType::kIQ4_XS) {
+      o.d = Half(block);
+      uint16_t high;
+      std::memcpy(&high, block + 2, 2);
+      for (int c = 0; c < 8; ++c) {
+        const int ls = ((block[4 + c / 2] >> (4 * (c % 2))) & 15) | (((high >> (2 * c)) & 3) << 4);
+        o.scale[2 * c] = o.scale[2 * c + 1] = ls - 32;
+      }
+    } else {
+      for (int c = 0; c < 8; ++c) LaneScales(T, block, c, o.scale + 2 * c, mins + 2 * c);
+      if constexpr (T == GgmlType::kQ6_K) o.d = Half(block + 208);
+      if constexpr (T == GgmlType::kQ3_K) o.d = Half(block + 108);
+      if constexpr (T == GgmlType::kQ2_K) {
+        o.d = Half(block + 80);
+        o.dmin = -Half(block + 82);
+        for (int p = 0; p < 8; ++p) o.min_pairs[p] = Int16Pair(mins[2 * p], mins[2 * p + 1]);
+      }
+    }
+  }
+}
+
+// R weight rows against a tile of 16 rows of x (QuantizedRows::lanes), the header's
+// super-block arithmetic with each row of x in a lane: acc [R][16] the outputs.
+template <GgmlType T, int R>
+TANDEM_VNNI void LaneTile256(const QuantizedRows& x, int64_t tile,
+                             const LaneSuperBlock* const* rows, int64_t nsb, float* acc_out) {
+  constexpr bool kPer16 = HasLaneScales(T);  // a scale per 16 weights, else per 32
+  constexpr int kGroups = kPer16 ? 16 : 8, kSteps = kPer16 ? 4 : 8;  // four quants a step
+  constexpr int kShift = UnsignedShift256(T);
+  const int64_t k = x.cols;
+  const int8_t* xq = x.lanes.data() + tile * (k / 4) * 64;
+  const int32_t* xs = x.lane_sums.data() + tile * (k / 16) * 16;
+  const float* xd = x.lane_d.data() + tile * nsb * 16;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsb; ++sb) {
+    __m512i sums[R];
+    for (int r = 0; r < R; ++r) sums[r] = _mm512_setzero_si512();
+    for (int g = 0; g < kGroups; ++g) {
+      __m512i start = _mm512_setzero_si512();
+      if constexpr (kShift >= 0) {
+        // −offset · the group's quant sum of each row.
+        const int32_t* s = xs + (sb * 16 + (kPer16 ? g : 2 * g)) * 16;
+        __m512i total = _mm512_loadu_si512(s);
+        if constexpr (!kPer16) total = _mm512_add_epi32(total, _mm512_loadu_si512(s + 16));
+        start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(total, kShift));
+      }
+      __m512i part[R];
+      for (int r = 0; r < R; ++r) part[r] = start;
+#pragma GCC unroll 8
+      for (int st = 0; st < kSteps; ++st) {
+        const int e = (g * kSteps + st) * 4;  // the step's first weight in the super-block
+        const __m512i xv = _mm512_loadu_si512(xq + (sb * 64 + e / 4) * 64);
+        for (int r = 0; r < R; ++r) {
+          int32_t w4;
+          std::memcpy(&w4, rows[r][sb].u + e, 4);
+          part[r] = _mm512_dpbusd_epi32(part[r], _mm512_set1_epi32(w4), xv);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        sums[r] = _mm512_add_epi32(
+            sums[r],
+            _mm512_mullo_epi32(part[r], _mm512_set1_epi32(rows[r][sb].scale[kPer16 ? g : 2 * g])));
+      }
+    }
+    const __m512 dx = _mm512_loadu_ps(xd + sb * 16);
+    // Q4_K/Q5_K: the chunk sums S_c in int16 pairs (2p, 2p + 1); Q2_K: the half sums.
+    constexpr int kMinPairs = T == GgmlType::kQ2_K ? 8 : HasChunkMins(T) ? 4 : 0;
+    __m512i pairs[kMinPairs > 0 ? kMinPairs : 1];
+    for (int p = 0; p < kMinPairs; ++p) {
+      const int32_t* s = xs + sb * 16 * 16;
+      __m512i lo, hi;
+      if constexpr (T == GgmlType::kQ2_K) {
+        lo = _mm512_loadu_si512(s + (2 * p) * 16);
+        hi = _mm512_loadu_si512(s + (2 * p + 1) * 16);
       } else {
-        o.a = _mm512_abs_epi8(w);
-        o.neg = _mm512_movepi8_mask(w);
+        lo = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * p) * 16),
+                              _mm512_loadu_si512(s + (4 * p + 1) * 16));
+        hi = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * p + 2) * 16),
+                              _mm512_loadu_si512(s + (4 * p + 3) * 16));
       }
-      o.scale = Join(f0.Scale(c), f1.Scale(c));
-      if constexpr (T == GgmlType::kQ2_K) o.min = Join(f0.Min(c), f1.Min(c));
+      pairs[p] = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)),
+                                 _mm512_slli_epi32(hi, 16));
     }
-  }
-}
-
-// The lane sums of a 4 × 4 tile at once: v[2i + p] holds (lane by lane, after the
-// even + odd step) outputs (i, 2p) in lanes 0–7 and (i, 2p + 1) in lanes 8–15; each
-// output's lanes are added as ReduceAdd256x2 adds them, (+ l⊕4), (+ l⊕2), (+ l⊕1), eight
-// outputs' lanes in one instruction. Output (i, c) ends in lane 4c + i.
-TANDEM_VNNI_INLINE __m512 ReduceTile4x4(const __m512 (&v)[8]) {
-  // l + l⊕4: 128-bit quarters 0 and 2 of each pair of vectors against 1 and 3.
-  __m512 z[4];
-  for (int k = 0; k < 4; ++k) {
-    z[k] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(v[2 * k], v[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  // + l⊕2, then + l⊕1, within each quarter.
-  __m512 s[2];
-  for (int k = 0; k < 2; ++k) {
-    s[k] = _mm512_add_ps(_mm512_shuffle_ps(z[2 * k], z[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(z[2 * k], z[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  return _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// DecodedTile256Avx2's arithmetic, MT rows of x × NP pairs of weight rows: a chunk's
-// products by maddubs and a dpwssd that weighs them with the chunk's scales into the
-// integer lanes, then the super-block's float step for both rows of a pair in one
-// instruction (the same lanes, factors and order as on AVX2).
-template <GgmlType T, int MT, int NP>
-TANDEM_VNNI void PairTile256(const QuantizedRows& x, int64_t i0,
-                             const DecodedChunkPair* const* rows, const PairFactors* const* factors,
-                             int64_t nsb, int nt, float* out, int64_t ldo) {
-  __m512 even[MT][NP], odd[MT][NP], mins[MT][NP];
-  for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NP; ++j) even[i][j] = odd[i][j] = mins[i][j] = _mm512_setzero_ps();
-  }
-  const int8_t* q[MT];
-  for (int i = 0; i < MT; ++i) q[i] = x.q.data() + (i0 + i) * x.cols;
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m512i lanes[MT][NP], lane_mins[MT][NP];
-    for (int i = 0; i < MT; ++i) {
-      for (int j = 0; j < NP; ++j) lanes[i][j] = lane_mins[i][j] = _mm512_setzero_si512();
-    }
-    for (int c = 0; c < 8; ++c) {
-      const int64_t b = sb * 8 + c;
-      __m512i qv[MT], qsums[MT];
-      for (int i = 0; i < MT; ++i) {
-        qv[i] = _mm512_broadcast_i64x4(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[i] + b * kQ8Block)));
-        if constexpr (T == GgmlType::kQ2_K) {
-          qsums[i] = _mm512_maddubs_epi16(_mm512_set1_epi8(1), qv[i]);
+    for (int r = 0; r < R; ++r) {
+      const LaneSuperBlock& f = rows[r][sb];
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r]), _mm512_mul_ps(_mm512_set1_ps(f.d), dx),
+                               acc[r]);
+      if constexpr (kMinPairs > 0) {
+        __m512i n = _mm512_setzero_si512();
+        for (int p = 0; p < kMinPairs; ++p) {
+          n = _mm512_dpwssd_epi32(n, pairs[p], _mm512_set1_epi32(f.min_pairs[p]));
         }
-      }
-      for (int j = 0; j < NP; ++j) {
-        const DecodedChunkPair& d = rows[j][b];
-        for (int i = 0; i < MT; ++i) {
-          const __m512i qs =
-              HasMin(T) ? qv[i] : _mm512_mask_sub_epi8(qv[i], d.neg, _mm512_setzero_si512(), qv[i]);
-          lanes[i][j] = _mm512_dpwssd_epi32(lanes[i][j], _mm512_maddubs_epi16(d.a, qs), d.scale);
-          if constexpr (T == GgmlType::kQ2_K) {
-            lane_mins[i][j] = _mm512_dpwssd_epi32(lane_mins[i][j], qsums[i], d.min);
-          }
-        }
-      }
-    }
-    for (int i = 0; i < MT; ++i) {
-      const __m512 dx = _mm512_set1_ps(x.d[static_cast<size_t>((i0 + i) * nsb + sb)]);
-      __m512 bs;
-      if constexpr (HasChunkMins(T)) {
-        bs = _mm512_broadcast_f32x8(
-            _mm256_loadu_ps(x.block_sums.data() + ((i0 + i) * nsb + sb) * 8));
-      }
-      for (int j = 0; j < NP; ++j) {
-        const PairFactors& f = factors[j][sb];
-        __m512& acc = sb % 2 == 0 ? even[i][j] : odd[i][j];
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes[i][j]), _mm512_mul_ps(f.d, dx), acc);
-        if constexpr (T == GgmlType::kQ2_K) {
-          acc =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_mins[i][j]), _mm512_mul_ps(f.dmin, dx), acc);
-        }
-        if constexpr (HasChunkMins(T)) {
-          mins[i][j] = _mm512_fmadd_ps(_mm512_mul_ps(bs, f.chunk_min), _mm512_mul_ps(f.dmin, dx),
-                                       mins[i][j]);
-        }
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(n), _mm512_mul_ps(_mm512_set1_ps(f.dmin), dx),
+                                 acc[r]);
       }
     }
   }
-  if constexpr (MT == 4 && NP == 2) {
-    if (nt == 4) {
-      __m512 sums[8], min_sums[8];
-      for (int i = 0; i < 4; ++i) {
-        for (int j = 0; j < 2; ++j) {
-          sums[2 * i + j] = _mm512_add_ps(even[i][j], odd[i][j]);
-          if constexpr (HasChunkMins(T)) {
-            min_sums[2 * i + j] = _mm512_add_ps(mins[i][j], _mm512_setzero_ps());
-          }
-        }
-      }
-      __m512 r = ReduceTile4x4(sums);
-      if constexpr (HasChunkMins(T)) r = _mm512_add_ps(r, ReduceTile4x4(min_sums));
-      for (int i = 0; i < 4; ++i) {
-        _mm_storeu_ps(
-            out + i * ldo,
-            _mm512_castps512_ps128(_mm512_permutexvar_ps(
-                _mm512_setr_epi32(i, 4 + i, 8 + i, 12 + i, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-                r)));
-      }
-      return;
-    }
-  }
-  for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NP; ++j) {
-      for (int h = 0; h < 2 && 2 * j + h < nt; ++h) {
-        const __m256 e =
-            h == 0 ? _mm512_castps512_ps256(even[i][j]) : _mm512_extractf32x8_ps(even[i][j], 1);
-        const __m256 o =
-            h == 0 ? _mm512_castps512_ps256(odd[i][j]) : _mm512_extractf32x8_ps(odd[i][j], 1);
-        float v = ReduceAdd256x2(e, o);
-        if constexpr (HasChunkMins(T)) {
-          const __m256 mn =
-              h == 0 ? _mm512_castps512_ps256(mins[i][j]) : _mm512_extractf32x8_ps(mins[i][j], 1);
-          v += ReduceAdd256x2(mn, _mm256_setzero_ps());
-        }
-        out[i * ldo + 2 * j + h] = v;
-      }
-    }
-  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc_out + 16 * r, acc[r]);
 }
 
 // What the blocks of 32 add to their quants to make them dpbusd's unsigned operand (and
@@ -1253,23 +1213,24 @@ TANDEM_VNNI void PairTile32(const QuantizedRows& x, int64_t i0, const DecodedBlo
   }
 }
 
-// Rows n0 … n1 of W against m > 1 rows of x on AVX-512 VNNI: up to four weight rows
-// decoded at a time (the super-blocks as two pairs), then tiles of 4, 2 and 1 rows down
-// the batch.
+// Rows n0 … n1 of W against m > 1 rows of x on AVX-512 VNNI: the blocks of 32 four
+// weight rows decoded at a time, tiles of 4, 2 and 1 rows of x down the batch; the
+// super-blocks (x.lane_tiles > 0) eight weight rows at a time against each tile of 16
+// rows of x.
 template <GgmlType T>
 TANDEM_VNNI void BatchRangeVnni(const QuantizedRows& x, const WeightMatrix& w, float* out,
                                 int64_t n0, int64_t n1) {
-  constexpr int kWide = 4;
   const int64_t m = x.rows, n = w.rows;
   const size_t rb = w.RowBytes();
-  // tile.operator()<MT>(i, j) for MT = 4, 2, 1 down the batch.
-  auto down = [m](auto&& tile, int64_t j) {
-    int64_t i = 0;
-    for (; i + 4 <= m; i += 4) tile.template operator()<4>(i, j);
-    for (; i + 2 <= m; i += 2) tile.template operator()<2>(i, j);
-    if (i < m) tile.template operator()<1>(i, j);
-  };
   if constexpr (ChunksPerBlock(T) == 1) {
+    constexpr int kWide = 4;
+    // tile.operator()<MT>(i, j) for MT = 4, 2, 1 down the batch.
+    auto down = [m](auto&& tile, int64_t j) {
+      int64_t i = 0;
+      for (; i + 4 <= m; i += 4) tile.template operator()<4>(i, j);
+      for (; i + 2 <= m; i += 2) tile.template operator()<2>(i, j);
+      if (i < m) tile.template operator()<1>(i, j);
+    };
     const int64_t nb = w.cols / kQ8Block, np = (nb + 1) / 2;
     thread_local std::vector<DecodedBlockPair> buffer;  // grows to the widest matrix, then reused
     if (buffer.size() < static_cast<size_t>(kWide * np)) {
@@ -1293,38 +1254,40 @@ TANDEM_VNNI void BatchRangeVnni(const QuantizedRows& x, const WeightMatrix& w, f
       j += nt;
     }
   } else {
-    // Two pairs of weight rows.
-    constexpr int kPairs = kWide / 2;
+    // Eight weight rows decoded at a time, then every tile of 16 rows of x against them.
+    constexpr int kRows = 8;
     const int64_t nsb = w.cols / kQ8SuperBlock;
-    thread_local std::vector<DecodedChunkPair> buffer;
-    thread_local std::vector<PairFactors> factor_buffer;
-    if (buffer.size() < static_cast<size_t>(kPairs * 8 * nsb)) {
-      buffer.resize(static_cast<size_t>(kPairs * 8 * nsb));
+    thread_local std::vector<LaneSuperBlock> buffer;
+    if (buffer.size() < static_cast<size_t>(kRows * nsb)) {
+      buffer.resize(static_cast<size_t>(kRows * nsb));
     }
-    if (factor_buffer.size() < static_cast<size_t>(kPairs * nsb)) {
-      factor_buffer.resize(static_cast<size_t>(kPairs * nsb));
-    }
-    const DecodedChunkPair* rows[kPairs];
-    const PairFactors* factors[kPairs];
-    for (int t = 0; t < kPairs; ++t) {
-      rows[t] = buffer.data() + t * 8 * nsb;
-      factors[t] = factor_buffer.data() + t * nsb;
-    }
-    for (int64_t j = n0; j < n1; j += kWide) {
-      const int nt = static_cast<int>(std::min<int64_t>(kWide, n1 - j));
-      const int np = (nt + 1) / 2;
-      for (int t = 0; t < np; ++t) {
-        const int64_t r0 = j + 2 * t, r1 = std::min(r0 + 1, n1 - 1);
-        DecodeRowPair256<T>(w.data + r0 * rb, w.data + r1 * rb, nsb, buffer.data() + t * 8 * nsb,
-                            factor_buffer.data() + t * nsb);
+    alignas(64) float acc[kRows * 16];
+    for (int64_t j = n0; j < n1; j += kRows) {
+      const int nt = static_cast<int>(std::min<int64_t>(kRows, n1 - j));
+      const LaneSuperBlock* rows[kRows];
+      for (int t = 0; t < nt; ++t) {
+        DecodeLaneRow<T>(w.data + (j + t) * rb, nsb, buffer.data() + t * nsb);
+        rows[t] = buffer.data() + t * nsb;
       }
-      down(
-          [&]<int MT>(int64_t i, int64_t j0) TANDEM_VNNI {
-            float* o = out + i * n + j0;
-            if (np == kPairs) return PairTile256<T, MT, kPairs>(x, i, rows, factors, nsb, nt, o, n);
-            PairTile256<T, MT, 1>(x, i, rows, factors, nsb, nt, o, n);
-          },
-          j);
+      for (int64_t tile = 0; tile < x.lane_tiles; ++tile) {
+        // Runs of 8, 4, 2, 1 weight rows.
+        for (int r0 = 0; r0 < nt;) {
+          const int left = nt - r0;
+          const int run = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+          const LaneSuperBlock* const* rr = rows + r0;
+          float* a = acc + 16 * r0;
+          if (run == 8) LaneTile256<T, 8>(x, tile, rr, nsb, a);
+          if (run == 4) LaneTile256<T, 4>(x, tile, rr, nsb, a);
+          if (run == 2) LaneTile256<T, 2>(x, tile, rr, nsb, a);
+          if (run == 1) LaneTile256<T, 1>(x, tile, rr, nsb, a);
+          r0 += run;
+        }
+        const int64_t live = std::min<int64_t>(16, m - 16 * tile);
+        for (int64_t t = 0; t < live; ++t) {
+          float* o = out + (16 * tile + t) * n + j;
+          for (int r = 0; r < nt; ++r) o[r] = acc[16 * r + t];
+        }
+      }
     }
   }
 }
@@ -1402,7 +1365,9 @@ template <GgmlType T>
 TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                            int64_t n1) {
   if (x.rows > 1) {
-    if (HaveAvx512Vnni()) return BatchRangeVnni<T>(x, w, out, n0, n1);
+    if (HaveAvx512Vnni() && (ChunksPerBlock(T) == 1 || x.lane_tiles > 0)) {
+      return BatchRangeVnni<T>(x, w, out, n0, n1);
+    }
     return BatchRangeAvx2<T>(x, w, out, n0, n1);
   }
   // Decode (m = 1): one weight row at a time, decoded on the fly.
@@ -1465,6 +1430,7 @@ void QuantizeRow(const float* x, int64_t i, QuantizedRows* out) {
 
 void Prepare(QuantizedRows* out, int64_t m, int64_t k, int64_t block) {
   TANDEM_CHECK((block == kQ8Block || block == kQ8SuperBlock) && k % block == 0);
+  out->lane_tiles = 0;
   out->rows = m;
   out->cols = k;
   out->block = block;
@@ -1473,6 +1439,32 @@ void Prepare(QuantizedRows* out, int64_t m, int64_t k, int64_t block) {
   if (out->d.size() < blocks) out->d.resize(blocks);
   if (out->sums.size() < 8 * blocks) out->sums.resize(8 * blocks);
   if (out->block_sums.size() < blocks) out->block_sums.resize(blocks);
+}
+
+// The header's lane layout of x's rows (x->block == kQ8SuperBlock), from its quants,
+// sums and scales.
+void FillLanes(QuantizedRows* x) {
+  const int64_t m = x->rows, k = x->cols, nsb = k / kQ8SuperBlock, tiles = (m + 15) / 16;
+  x->lanes.assign(static_cast<size_t>(tiles * k * 16), 0);
+  x->lane_sums.assign(static_cast<size_t>(tiles * (k / 16) * 16), 0);
+  x->lane_d.assign(static_cast<size_t>(tiles * nsb * 16), 0.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t tile = i / 16, t = i % 16;
+    const int8_t* q = x->q.data() + i * k;
+    const float* sums = x->sums.data() + i * (k / 4);
+    for (int64_t g = 0; g < k / 4; ++g) {
+      std::memcpy(x->lanes.data() + ((tile * (k / 4) + g) * 16 + t) * 4, q + 4 * g, 4);
+    }
+    for (int64_t h = 0; h < k / 16; ++h) {
+      x->lane_sums[static_cast<size_t>((tile * (k / 16) + h) * 16 + t)] =
+          static_cast<int32_t>(sums[4 * h] + sums[4 * h + 1] + sums[4 * h + 2] + sums[4 * h + 3]);
+    }
+    for (int64_t sb = 0; sb < nsb; ++sb) {
+      x->lane_d[static_cast<size_t>((tile * nsb + sb) * 16 + t)] =
+          x->d[static_cast<size_t>(i * nsb + sb)];
+    }
+  }
+  x->lane_tiles = tiles;
 }
 
 }  // namespace
@@ -1511,6 +1503,7 @@ void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows
     FillSums(out->q.data() + i * k, k, out->sums.data() + i * nb * 8,
              out->block_sums.data() + i * nb);
   }
+  if (block == kQ8SuperBlock && m >= kQ8LaneRows) FillLanes(out);
 }
 
 void QuantizeRowsQ8(const float* x, int64_t m, int64_t k, QuantizedRows* out, ThreadPool* pool,
@@ -1519,8 +1512,12 @@ void QuantizeRowsQ8(const float* x, int64_t m, int64_t k, QuantizedRows* out, Th
   auto rows = [&](int64_t r0, int64_t r1, int) {
     for (int64_t i = r0; i < r1; ++i) QuantizeRow(x, i, out);
   };
-  if (pool == nullptr || m < 4) return rows(0, m, 0);
-  pool->ParallelFor(m, rows, 1);
+  if (pool == nullptr || m < 4) {
+    rows(0, m, 0);
+  } else {
+    pool->ParallelFor(m, rows, 1);
+  }
+  if (block == kQ8SuperBlock && m >= kQ8LaneRows && HaveAvx512Vnni()) FillLanes(out);
 }
 
 namespace {

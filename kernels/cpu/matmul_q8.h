@@ -16,18 +16,18 @@
 //         M = −dmin; c_h the 6-bit scale (Q4_K, Q5_K), ls − 32 (IQ4_XS) or the 16-weight
 //         scale (Q6_K, Q3_K, Q2_K); n_h the 6-bit min (Q4_K, Q5_K, one per chunk) or
 //         Q2_K's 4-bit one.
-//   lanes P_l = c_h · Σ_{e=4l}^{4l+3} w_e · q_e and s_l = Σ_{e=4l}^{4l+3} q_e, l = 0…7,
-//         exact integers. A block of 32 (b of the row) adds to lanes 8·(b mod 2) + l of
-//         16 float lanes acc ← fma(float(P_l), D · d_x, acc), then for Q4_1/Q5_1
-//         acc ← fma(float(s_l), M · d_x, acc). A super-block (s of the row) first sums
-//         its chunks in integers, I_l = Σ_c P_l (below 2²⁴, so exact in float), then
-//         adds to lanes 8·(s mod 2) + l acc ← fma(float(I_l), D · d_x, acc), Q2_K then
-//         acc ← fma(float(Σ_c n_h · s_l), M · d_x, acc); Q4_K/Q5_K put their chunk mins
-//         in eight lanes of their own: mins[c] ← fma(float(n_c · S_c), M · d_x, mins[c]),
-//         S_c the chunk's Σ q_e. Blocks in order; D · d_x and M · d_x rounded once.
-//   out   the 16 lanes summed as MatMul sums its lanes: (l + l⊕8), (+ l⊕4), (+ l⊕2),
-//         (+ l⊕1); for Q4_K and Q5_K plus the mins' lanes summed the same way (lanes 8–15
-//         zero).
+//   blocks of 32: lanes P_l = Σ_{e=4l}^{4l+3} w_e · q_e and s_l = Σ_{e=4l}^{4l+3} q_e,
+//         l = 0…7, exact integers. Block b of the row adds to lanes 8·(b mod 2) + l of 16
+//         float lanes acc ← fma(float(P_l), D · d_x, acc), then for Q4_1/Q5_1
+//         acc ← fma(float(s_l), M · d_x, acc); blocks in order; out = the 16 lanes summed
+//         as MatMul sums its lanes: (l + l⊕8), (+ l⊕4), (+ l⊕2), (+ l⊕1).
+//   super-blocks: super-block s of the row sums in integers I = Σ_h c_h · Σ_{e∈h} w_e · q_e
+//         over its 16 halves h (16 weights each; both halves of a chunk share c for Q4_K,
+//         Q5_K, IQ4_XS) and, for the types with a min, N = Σ_h n_h · Σ_{e∈h} q_e; then one
+//         float accumulator takes acc ← fma(float(I), D · d_x, acc) — float(I) rounded to
+//         nearest: |I| < 2³¹ may pass 2²⁴ — and acc ← fma(float(N), M · d_x, acc) (|N| <
+//         2²⁴, exact); super-blocks in order from acc = 0; out = acc.
+//   D · d_x and M · d_x are rounded once.
 //
 // So out[i][j] depends on x[i] and W[j] alone — never on m, the other rows or the
 // threads: batch-invariant and deterministic — and every ISA path gives the bits of
@@ -46,14 +46,15 @@
 // whose chunks only add integers).
 //
 // AVX-512 VNNI (where the CPU has it): batches only, the same arithmetic in 512-bit
-// steps. The super-blocks take two weight rows per register (row j in the low 256 bits,
-// j + 1 in the high ones, a chunk of x broadcast to both): maddubs, then vpdpwssd weighs
-// the pairs with the chunk's scales into the integer lanes, and one float step serves
-// both rows; tiles of 4 rows × 2 such pairs. The blocks of 32 take two blocks of a row
-// per register (even block low, odd block high: the two lane sets of the float step)
-// with vpdpbusd on the quants made unsigned (Q8_0 and IQ4_NL + 128, Q4_0 and Q5_0 as
-// stored), the offset taken off through the activations' lane sums as the start value;
-// tiles of 4 × 4. Decode runs the AVX2 code.
+// steps. The super-blocks, from kQ8LaneRows rows, put 16 rows of x in the lanes
+// (QuantizedRows::lanes): a vpdpbusd multiplies four quants of each of the 16 rows by
+// four weights broadcast from a weight row — quants made unsigned (Q6_K + 32, Q3_K + 4,
+// IQ4_XS + 128), the offset taken off as the start value through the rows' sums — so a
+// half's (chunk's) sum gathers in one int32 per row, times its scale by vpmullo; N by
+// vpdpwssd on the rows' sums in int16 pairs; tiles of 16 rows × 8 weight rows. The
+// blocks of 32 take two blocks of a row per register (even block low, odd block high:
+// the two lane sets of the float step) with vpdpbusd on unsigned quants (Q8_0 and
+// IQ4_NL + 128, Q4_0 and Q5_0 as stored); tiles of 4 × 4. Decode runs the AVX2 code.
 //
 // Thread-safe for distinct outputs; MatMulQ8Group quantizes x into per-thread buffers
 // that grow once and are reused.
@@ -82,7 +83,17 @@ struct QuantizedRows {
   std::vector<float> d;           // [rows][cols / block]
   std::vector<float> sums;        // [rows][cols / 32][8]: each four quants' sum (exact)
   std::vector<float> block_sums;  // [rows][cols / 32]: each 32 quants' sum (exact)
+  // The AVX-512 VNNI batch layout of the super-block types (rows ≥ kQ8LaneRows, block
+  // kQ8SuperBlock): tiles of 16 rows, the last padded with zero rows, outputs in lanes.
+  // Built by QuantizeRowsQ8 where the CPU has AVX-512 VNNI, always by the reference;
+  // lane_tiles 0 where not built.
+  int64_t lane_tiles = 0;
+  std::vector<int8_t> lanes;       // [tiles][cols / 4][16 rows][4]: each four quants
+  std::vector<int32_t> lane_sums;  // [tiles][cols / 16][16 rows]: each 16 quants' sum
+  std::vector<float> lane_d;       // [tiles][cols / 256][16 rows]: d
 };
+// Rows from which the super-block types' batches take the lane layout.
+constexpr int64_t kQ8LaneRows = 8;
 
 // Whether MatMulQ8 has an integer path for weights of `type`: Q8_0, Q4_0, Q4_1, Q5_0,
 // Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (k a multiple of the type's block).
