@@ -221,11 +221,10 @@ void FillSums(const int8_t* q, int64_t k, float* sums, float* block_sums) {
   }
 }
 
-// The 16 lanes summed as ReduceAdd256x2 sums them.
-float SumLanes(const float* acc) {
-  float v[8];
-  for (int l = 0; l < 8; ++l) v[l] = acc[l] + acc[l + 8];
-  for (int l = 0; l < 4; ++l) v[l] += v[l + 4];
+// The eight accumulators summed in the header's tree: (l + l⊕4), (+ l⊕2), (+ l⊕1).
+float SumAccumulators(const float* acc) {
+  float v[4];
+  for (int l = 0; l < 4; ++l) v[l] = acc[l] + acc[l + 4];
   for (int l = 0; l < 2; ++l) v[l] += v[l + 2];
   return v[0] + v[1];
 }
@@ -233,7 +232,7 @@ float SumLanes(const float* acc) {
 // ---------------------------------------------------------------------------------
 // The scalar statement (MatMulQ8Reference, and the path of machines without AVX2).
 
-// The blocks of 32: a chunk's lanes into the 16 float lanes, chunk by chunk.
+// The blocks of 32.
 void RangeGeneric32(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                     int64_t n1) {
   const int64_t nb = w.cols / kQ8Block, bb = BlockBytes(w.type);
@@ -241,29 +240,26 @@ void RangeGeneric32(const QuantizedRows& x, const WeightMatrix& w, float* out, i
     const int8_t* q = x.q.data() + i * x.cols;
     for (int64_t j = n0; j < n1; ++j) {
       const uint8_t* row = w.data + j * w.RowBytes();
-      float acc[16] = {};
+      float acc[8] = {};
       for (int64_t b = 0; b < nb; ++b) {
         const IntChunk u = ChunkAt(w.type, row + b * bb, 0);
-        const float dx = x.d[static_cast<size_t>(i * nb + b)];
-        const float s = u.d * dx, sm = u.dmin * dx;
-        for (int l = 0; l < 8; ++l) {
-          int32_t p = 0, qsum = 0;
-          for (int e = 4 * l; e < 4 * l + 4; ++e) {
-            p += u.w[e] * q[b * kQ8Block + e];
-            qsum += q[b * kQ8Block + e];
-          }
-          float& a = acc[8 * (b & 1) + l];
-          a = std::fma(static_cast<float>(p), s, a);
-          if (HasMin(w.type)) a = std::fma(static_cast<float>(qsum), sm, a);
+        int32_t p = 0, qsum = 0;
+        for (int e = 0; e < 32; ++e) {
+          p += u.w[e] * q[b * kQ8Block + e];
+          qsum += q[b * kQ8Block + e];
         }
+        const float dx = x.d[static_cast<size_t>(i * nb + b)];
+        float& a = acc[b % 8];
+        a = std::fma(static_cast<float>(p), u.d * dx, a);
+        if (HasMin(w.type)) a = std::fma(static_cast<float>(qsum), u.dmin * dx, a);
       }
-      out[i * w.rows + j] = SumLanes(acc);
+      out[i * w.rows + j] = SumAccumulators(acc);
     }
   }
 }
 
 // The super-blocks of 256: a super-block's products and mins summed as integers, then
-// one float step (two with a min) per super-block.
+// its float step.
 void RangeGeneric256(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                      int64_t n1) {
   const int64_t nsb = w.cols / kQ8SuperBlock, bb = BlockBytes(w.type);
@@ -271,7 +267,7 @@ void RangeGeneric256(const QuantizedRows& x, const WeightMatrix& w, float* out, 
     const int8_t* q = x.q.data() + i * x.cols;
     for (int64_t j = n0; j < n1; ++j) {
       const uint8_t* row = w.data + j * w.RowBytes();
-      float acc = 0;
+      float acc[8] = {};
       for (int64_t sb = 0; sb < nsb; ++sb) {
         int32_t products = 0, mins = 0;
         float d = 0, dmin = 0;
@@ -291,10 +287,11 @@ void RangeGeneric256(const QuantizedRows& x, const WeightMatrix& w, float* out, 
           }
         }
         const float dx = x.d[static_cast<size_t>(i * nsb + sb)];
-        acc = std::fma(static_cast<float>(products), d * dx, acc);
-        if (HasMin(w.type)) acc = std::fma(static_cast<float>(mins), dmin * dx, acc);
+        float& a = acc[sb % 8];
+        a = std::fma(static_cast<float>(products), d * dx, a);
+        if (HasMin(w.type)) a = std::fma(static_cast<float>(mins), dmin * dx, a);
       }
-      out[i * w.rows + j] = acc;
+      out[i * w.rows + j] = SumAccumulators(acc);
     }
   }
 }
@@ -558,103 +555,112 @@ TANDEM_AVX2_INLINE __m256 Halves8(const uint8_t* p, int64_t stride) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
+#define TANDEM_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define TANDEM_VNNI_INLINE TANDEM_VNNI __attribute__((always_inline)) inline
+
 // ---------------------------------------------------------------------------------
-// AVX2, the blocks of 32.
+// AVX2, decode (m = 1): one weight row at a time, decoded on the fly, eight blocks (or
+// super-blocks) a step so that one vector of accumulators takes their float steps.
 
-// One block of x's row (q, its 32 quants; sums, its lane sums) against a weight block,
-// into `acc` (the caller names the even or the odd set at compile time, so that it stays
-// in a register); fd = D · d_x and fm = M · d_x, rounded once each.
-template <GgmlType T>
-TANDEM_AVX2_INLINE void BlockStep(const int8_t* q, const float* sums, const uint8_t* block,
-                                  float fd, float fm, __m256& acc) {
-  const __m256i qv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  const __m256 p =
-      _mm256_cvtepi32_ps(LaneProducts<T>(ChunkBytes<T>(block, 0), qv, _mm256_set1_epi16(1)));
-  acc = _mm256_fmadd_ps(p, _mm256_set1_ps(fd), acc);
-  if constexpr (HasMin(T)) acc = _mm256_fmadd_ps(_mm256_loadu_ps(sums), _mm256_set1_ps(fm), acc);
+// Each v[b]'s eight int32 lanes summed into lane b (exact).
+TANDEM_AVX2_INLINE __m256i SumEach8(const __m256i (&v)[8]) {
+  // t0: v0…v3's sums of their lanes 0–3 in its low half, of lanes 4–7 in its high one.
+  const __m256i t0 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i t1 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20),
+                          _mm256_permute2x128_si256(t0, t1, 0x31));
+}
+// The same for float lanes holding integers below 2²⁴ (exact in any order).
+TANDEM_AVX2_INLINE __m256 SumEach8(const __m256 (&v)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
-// Blocks b … nb − 1 of row i against a weight row one by one (each block into its
-// parity's set), then the lanes summed: the end of a decode row.
+// The eight accumulators summed as SumAccumulators sums them.
+TANDEM_AVX2_INLINE float SumAccumulators8(__m256 acc) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+// n ≤ 8 floats at p, zeros after them.
+TANDEM_AVX2_INLINE __m256 LoadUpTo8(const float* p, int n) {
+  if (n == 8) return _mm256_loadu_ps(p);
+  alignas(32) float f[8] = {};
+  for (int c = 0; c < n; ++c) f[c] = p[c];
+  return _mm256_load_ps(f);
+}
+
+// The f16 at byte `at` of blocks first, first + stride, … (n ≤ 8 of them) times their
+// d_x, each product rounded once; zeros past n.
+TANDEM_AVX2_INLINE __m256 Factors8(const uint8_t* first, int64_t stride, int at, const float* dx,
+                                   int n) {
+  if (n == 8) return _mm256_mul_ps(Halves8(first + at, stride), _mm256_loadu_ps(dx));
+  alignas(32) float f[8] = {};
+  for (int c = 0; c < n; ++c) f[c] = Half(first + c * stride + at) * dx[c];
+  return _mm256_load_ps(f);
+}
+
+// Blocks b … b + n − 1 (n ≤ 8, from `first`) of a weight row of 32-blocks against the
+// same blocks of x (q at block b; dx, block_sums from b) into the accumulators.
 template <GgmlType T>
-TANDEM_AVX2_INLINE float FinishRow32(const QuantizedRows& x, int64_t i, const uint8_t* wrow,
-                                     int64_t nb, int64_t b, __m256 even, __m256 odd) {
+TANDEM_AVX2_INLINE void Blocks32Step(const int8_t* q, const uint8_t* first, const float* dx,
+                                     const float* block_sums, int n, __m256& acc) {
   constexpr int64_t bb = model::TypeBytes(T);
-  const int8_t* q = x.q.data() + i * x.cols;
-  const float* dx = x.d.data() + i * nb;
-  const float* sums = x.sums.data() + i * nb * 8;
-  for (; b < nb; ++b) {
-    const uint8_t* block = wrow + b * bb;
-    const float fd = Half(block) * dx[b], fm = HasMin(T) ? Half(block + 2) * dx[b] : 0.0f;
-    if (b % 2 == 0) {
-      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, even);
-    } else {
-      BlockStep<T>(q + b * kQ8Block, sums + b * 8, block, fd, fm, odd);
-    }
+  __m256i v[8];
+  for (int c = 0; c < 8; ++c) {
+    v[c] = c < n ? LaneProducts<T>(ChunkBytes<T>(first + c * bb, 0),
+                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * c)),
+                                   _mm256_set1_epi16(1))
+                 : _mm256_setzero_si256();
   }
-  return ReduceAdd256x2(even, odd);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SumEach8(v)), Factors8(first, bb, 0, dx, n), acc);
+  if constexpr (HasMin(T)) {
+    acc = _mm256_fmadd_ps(LoadUpTo8(block_sums, n), Factors8(first, bb, 2, dx, n), acc);
+  }
 }
 
-// out = row i of x · one weight row (decode: one weight stream per thread), two
-// accumulators (lanes 0–7 for even blocks, 8–15 for odd ones) summed by ReduceAdd256x2.
-// Blocks eight at a time: their f16 scales (and mins) gathered and times d_x in one
-// vector each, then the blocks two by two.
 template <GgmlType T>
 TANDEM_AVX2 float RowDot32Avx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow, int64_t nb) {
   constexpr int64_t bb = model::TypeBytes(T);
   const int8_t* q = x.q.data() + i * x.cols;
   const float* dx = x.d.data() + i * nb;
-  const float* sums = x.sums.data() + i * nb * 8;
-  __m256 even = _mm256_setzero_ps(), odd = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 8 <= nb; b += 8) {
+  const float* bs = x.block_sums.data() + i * nb;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; b += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, nb - b));
     const uint8_t* group = wrow + b * bb;
-    PrefetchAhead<8 * bb>(group);
-    alignas(32) float fd[8], fm[8];
-    const __m256 dxs = _mm256_loadu_ps(dx + b);
-    _mm256_store_ps(fd, _mm256_mul_ps(Halves8(group, bb), dxs));
-    if constexpr (HasMin(T)) _mm256_store_ps(fm, _mm256_mul_ps(Halves8(group + 2, bb), dxs));
-#pragma GCC unroll 4
-    for (int c = 0; c < 8; c += 2) {
-      BlockStep<T>(q + (b + c) * kQ8Block, sums + (b + c) * 8, group + c * bb, fd[c],
-                   HasMin(T) ? fm[c] : 0.0f, even);
-      BlockStep<T>(q + (b + c + 1) * kQ8Block, sums + (b + c + 1) * 8, group + (c + 1) * bb,
-                   fd[c + 1], HasMin(T) ? fm[c + 1] : 0.0f, odd);
-    }
+    if (n == 8) PrefetchAhead<8 * bb>(group);
+    Blocks32Step<T>(q + b * kQ8Block, group, dx + b, bs + b, n, acc);
   }
-  return FinishRow32<T>(x, i, wrow, nb, b, even, odd);
+  return SumAccumulators8(acc);
 }
 
 // Decode of the nibble types (Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) two blocks at a time. One
 // 32-byte vector holds the first 16 quants of blocks b and b + 1 ("low"), another their
 // last 16 ("high") — how the nibbles lie, so a shift and two masks unpack both blocks —
-// and the activations are laid out the same way once per call (PairedRow). Low's madd
-// gives P_0…3 of b then of b + 1, high's P_4…7: accumulator `lo` holds lanes 0–3 of the
-// even set and lanes 0–3 of the odd one, `hi` lanes 4–7 of each, so every lane takes
-// RowDot32Avx2's steps in its order, and the two sets are put back together before the
-// same reduction. Q4_0 and Q5_0 multiply their unsigned quants u (w = u − 8 or u − 16)
-// and take the offset off in float, P_l = float(Σ u·q) − off · s_l: integers below 2²⁴,
-// so exactly the P_l of the signed product.
+// and the activations are laid out the same way once per call (PairedRow). Q4_0 and
+// Q5_0 multiply their unsigned quants u (w = u − 8 or u − 16) and take the offset off in
+// float, P = float(Σ u·q) − off · S: integers below 2²⁴, so exactly float(P).
 struct PairedRow {
   std::vector<int8_t> q;  // [nb / 2][low 32, high 32]
-  std::vector<float> s;   // [nb / 2][lanes 0–3 of b, of b + 1; lanes 4–7 of b, of b + 1]
 };
 
 TANDEM_AVX2 void PairRow(const QuantizedRows& x, int64_t i, int64_t nb, PairedRow* out) {
   const int64_t np = nb / 2;
   if (out->q.size() < static_cast<size_t>(np * 64)) out->q.resize(static_cast<size_t>(np * 64));
-  if (out->s.size() < static_cast<size_t>(np * 16)) out->s.resize(static_cast<size_t>(np * 16));
   const int8_t* q = x.q.data() + i * x.cols;
-  const float* sums = x.sums.data() + i * nb * 8;
   for (int64_t p = 0; p < np; ++p) {
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * p));
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * p + 32));
     auto* dq = reinterpret_cast<__m256i*>(out->q.data() + 64 * p);
     _mm256_storeu_si256(dq, _mm256_permute2x128_si256(a, b, 0x20));
     _mm256_storeu_si256(dq + 1, _mm256_permute2x128_si256(a, b, 0x31));
-    const __m256 sa = _mm256_loadu_ps(sums + 16 * p), sb = _mm256_loadu_ps(sums + 16 * p + 8);
-    _mm256_storeu_ps(out->s.data() + 16 * p, _mm256_permute2f128_ps(sa, sb, 0x20));
-    _mm256_storeu_ps(out->s.data() + 16 * p + 8, _mm256_permute2f128_ps(sa, sb, 0x31));
   }
 }
 
@@ -702,144 +708,62 @@ TANDEM_AVX2_INLINE void PairBytes(const uint8_t* w0, const uint8_t* w1, __m256i&
   }
 }
 
-// Blocks b and b + 1 against their activations (q: PairedRow's 64 bytes, s: its 16 sums)
-// into lo and hi; fd (fm) = D · d_x (M · d_x) of block b in lanes 0–3, of b + 1 in 4–7.
+// Blocks b and b + 1 against their activations (q: PairedRow's 64 bytes): lanes 0–3
+// hold block b's partial sums (Σ u·q for Q4_0/Q5_0), lanes 4–7 block b + 1's.
 template <GgmlType T>
-TANDEM_AVX2_INLINE void PairStep(const int8_t* q, const float* s, const uint8_t* w0,
-                                 const uint8_t* w1, __m256 fd, __m256 fm, __m256& lo, __m256& hi) {
+TANDEM_AVX2_INLINE __m256i PairProducts(const int8_t* q, const uint8_t* w0, const uint8_t* w1) {
   __m256i wl, wh;
   PairBytes<T>(w0, w1, wl, wh);
   const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
   const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32));
-  __m256i pl, ph;
-  if constexpr (T == GgmlType::kIQ4_NL) {
-    pl = _mm256_maddubs_epi16(_mm256_sign_epi8(wl, wl), _mm256_sign_epi8(ql, wl));
-    ph = _mm256_maddubs_epi16(_mm256_sign_epi8(wh, wh), _mm256_sign_epi8(qh, wh));
-  } else {
-    pl = _mm256_maddubs_epi16(wl, ql);
-    ph = _mm256_maddubs_epi16(wh, qh);
-  }
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 fl = _mm256_cvtepi32_ps(_mm256_madd_epi16(pl, ones));
-  __m256 fh = _mm256_cvtepi32_ps(_mm256_madd_epi16(ph, ones));
-  if constexpr (Offset(T) != 0) {
-    const __m256 off = _mm256_set1_ps(static_cast<float>(Offset(T)));
-    fl = _mm256_fnmadd_ps(_mm256_loadu_ps(s), off, fl);
-    fh = _mm256_fnmadd_ps(_mm256_loadu_ps(s + 8), off, fh);
-  }
-  lo = _mm256_fmadd_ps(fl, fd, lo);
-  hi = _mm256_fmadd_ps(fh, fd, hi);
-  if constexpr (HasMin(T)) {
-    lo = _mm256_fmadd_ps(_mm256_loadu_ps(s), fm, lo);
-    hi = _mm256_fmadd_ps(_mm256_loadu_ps(s + 8), fm, hi);
+  if constexpr (T == GgmlType::kIQ4_NL) {
+    const __m256i pl = _mm256_maddubs_epi16(_mm256_sign_epi8(wl, wl), _mm256_sign_epi8(ql, wl));
+    const __m256i ph = _mm256_maddubs_epi16(_mm256_sign_epi8(wh, wh), _mm256_sign_epi8(qh, wh));
+    return _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
+  } else {
+    // Pairs below 2 · 31 · 127 each, so two of them still fit int16.
+    return _mm256_madd_epi16(
+        _mm256_add_epi16(_mm256_maddubs_epi16(wl, ql), _mm256_maddubs_epi16(wh, qh)), ones);
   }
 }
 
-// RowDot32Avx2 for the nibble types, two blocks at a time (`paired`: row i of x as
-// PairRow lays it out).
+// RowDot32Avx2 for the nibble types, eight blocks (four pairs) a step (`paired`: row i
+// of x as PairRow lays it out).
 template <GgmlType T>
 TANDEM_AVX2 float RowDotPairsAvx2(const QuantizedRows& x, const PairedRow& paired, int64_t i,
                                   const uint8_t* wrow, int64_t nb) {
   constexpr int64_t bb = model::TypeBytes(T);
   const float* dx = x.d.data() + i * nb;
-  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  const float* bs = x.block_sums.data() + i * nb;
+  __m256 acc = _mm256_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
     const uint8_t* group = wrow + b * bb;
     PrefetchAhead<8 * bb>(group);
-    const __m256 dxs = _mm256_loadu_ps(dx + b);
-    const __m256 fd8 = _mm256_mul_ps(Halves8(group, bb), dxs);
-    const __m256 fm8 = HasMin(T) ? _mm256_mul_ps(Halves8(group + 2, bb), dxs) : fd8;
-#pragma GCC unroll 4
-    for (int c = 0; c < 8; c += 2) {
-      const __m256i pick = _mm256_setr_epi32(c, c, c, c, c + 1, c + 1, c + 1, c + 1);
-      const int64_t p = (b + c) / 2;
-      PairStep<T>(paired.q.data() + 64 * p, paired.s.data() + 16 * p, group + c * bb,
-                  group + (c + 1) * bb, _mm256_permutevar8x32_ps(fd8, pick),
-                  _mm256_permutevar8x32_ps(fm8, pick), lo, hi);
+    __m256i s[4];
+    for (int c = 0; c < 4; ++c) {
+      s[c] = PairProducts<T>(paired.q.data() + 64 * (b / 2 + c), group + 2 * c * bb,
+                             group + (2 * c + 1) * bb);
     }
+    // Blocks b, b + 2, b + 4, b + 6 in lanes 0–3, b + 1 … b + 7 in 4–7, then in order.
+    const __m256i h =
+        _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    __m256 p = _mm256_cvtepi32_ps(
+        _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    const __m256 sums = _mm256_loadu_ps(bs + b);
+    if constexpr (Offset(T) != 0) {
+      p = _mm256_fnmadd_ps(sums, _mm256_set1_ps(static_cast<float>(Offset(T))), p);
+    }
+    acc = _mm256_fmadd_ps(p, Factors8(group, bb, 0, dx + b, 8), acc);
+    if constexpr (HasMin(T)) acc = _mm256_fmadd_ps(sums, Factors8(group, bb, 2, dx + b, 8), acc);
   }
-  __m256 even = _mm256_permute2f128_ps(lo, hi, 0x20), odd = _mm256_permute2f128_ps(lo, hi, 0x31);
-  return FinishRow32<T>(x, i, wrow, nb, b, even, odd);
+  if (b < nb) {
+    Blocks32Step<T>(x.q.data() + i * x.cols + b * kQ8Block, wrow + b * bb, dx + b, bs + b,
+                    static_cast<int>(nb - b), acc);
+  }
+  return SumAccumulators8(acc);
 }
-
-// A block decoded once for all the rows of a batch (m > 1): its quants, their
-// magnitudes (the signed types' maddubs operand) and factors, so that the rows' tiles
-// only multiply.
-struct alignas(32) DecodedBlock {
-  __m256i w, wabs;
-  float d, dmin;
-};
-
-template <GgmlType T>
-TANDEM_AVX2 void DecodeRow32(const uint8_t* row, int64_t nb, DecodedBlock* out) {
-  constexpr int64_t bb = model::TypeBytes(T);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* block = row + b * bb;
-    DecodedBlock& o = out[b];
-    o.w = ChunkBytes<T>(block, 0);
-    o.wabs = _mm256_sign_epi8(o.w, o.w);
-    o.d = Half(block);
-    o.dmin = HasMin(T) ? Half(block + 2) : 0.0f;
-  }
-}
-
-// RowDot32Avx2's arithmetic on decoded blocks, MT rows of x × NT weight rows: the even
-// blocks in one pass, then the odd ones (each pass's MT × NT accumulators, and the
-// operands of a step, fit the 16 registers; both sets at once spilled to the stack).
-template <GgmlType T, int MT, int NT>
-TANDEM_AVX2 void DecodedTile32Avx2(const QuantizedRows& x, int64_t i0,
-                                   const DecodedBlock* const* rows, int64_t nb, float* out,
-                                   int64_t ldo) {
-  const int8_t* q[MT];
-  const float* dx[MT];
-  const float* sums[MT];
-  for (int i = 0; i < MT; ++i) {
-    q[i] = x.q.data() + (i0 + i) * x.cols;
-    dx[i] = x.d.data() + (i0 + i) * nb;
-    sums[i] = x.sums.data() + (i0 + i) * nb * 8;
-  }
-  const DecodedBlock* w[NT];
-  for (int j = 0; j < NT; ++j) w[j] = rows[j];
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 sets[2][MT][NT];
-  for (int parity = 0; parity < 2; ++parity) {
-    __m256 acc[MT][NT];
-    for (int i = 0; i < MT; ++i) {
-      for (int j = 0; j < NT; ++j) acc[i][j] = _mm256_setzero_ps();
-    }
-    for (int64_t b = parity; b < nb; b += 2) {
-      for (int i = 0; i < MT; ++i) {
-        const __m256i qv =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[i] + b * kQ8Block));
-        // d_x in every lane, times each weight block's factors broadcast from memory (the
-        // same rounding as the scalar product).
-        const __m256 dxv = _mm256_broadcast_ss(dx[i] + b);
-        for (int j = 0; j < NT; ++j) {
-          const DecodedBlock& c = w[j][b];
-          const __m256i pairs = HasMin(T) ? _mm256_maddubs_epi16(c.w, qv)
-                                          : _mm256_maddubs_epi16(c.wabs, _mm256_sign_epi8(qv, c.w));
-          const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-          acc[i][j] = _mm256_fmadd_ps(p, _mm256_mul_ps(_mm256_broadcast_ss(&c.d), dxv), acc[i][j]);
-          if constexpr (HasMin(T)) {
-            acc[i][j] =
-                _mm256_fmadd_ps(_mm256_loadu_ps(sums[i] + b * 8),
-                                _mm256_mul_ps(_mm256_broadcast_ss(&c.dmin), dxv), acc[i][j]);
-          }
-        }
-      }
-    }
-    for (int i = 0; i < MT; ++i) {
-      for (int j = 0; j < NT; ++j) sets[parity][i][j] = acc[i][j];
-    }
-  }
-  for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) out[i * ldo + j] = ReduceAdd256x2(sets[0][i][j], sets[1][i][j]);
-  }
-}
-
-// ---------------------------------------------------------------------------------
-// AVX2, the super-blocks of 256.
 
 // One chunk of x's row against chunk c of a super-block, into the integer lanes (and
 // Q2_K's min lanes).
@@ -854,35 +778,9 @@ TANDEM_AVX2_INLINE void ChunkStep256(const int8_t* q, const uint8_t* block, int 
   }
 }
 
-// The eight int32 lanes of v added (exact).
-TANDEM_AVX2_INLINE int32_t SumInts(__m256i v) {
-  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
-  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
-  return _mm_cvtsi128_si32(h);
-}
-
-// A super-block's step into the output's accumulator: acc ← fma(float(I), d · d_x, acc)
-// with I the lanes' sum, then for the types with a min acc ← fma(float(N), M · d_x,
-// acc) with N Q2_K's min lanes summed or Q4_K/Q5_K's Σ_c n_c · S_c (block_sums: x's
-// chunk sums S_c, exact floats; products and sums below 2²⁴, so exact too).
-template <GgmlType T>
-TANDEM_AVX2_INLINE float SuperBlockStep(const SuperFactors<T>& f, float dx, __m256i lanes,
-                                        __m256i lane_mins, const float* block_sums, float acc) {
-  acc = std::fma(static_cast<float>(SumInts(lanes)), f.d * dx, acc);
-  if constexpr (T == GgmlType::kQ2_K) {
-    acc = std::fma(static_cast<float>(SumInts(lane_mins)), f.dmin * dx, acc);
-  }
-  if constexpr (HasChunkMins(T)) {
-    const __m256 p = _mm256_mul_ps(_mm256_loadu_ps(block_sums), f.chunk_min);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(p), _mm256_extractf128_ps(p, 1));
-    h = _mm_add_ps(h, _mm_permute_ps(h, 0x4E));
-    h = _mm_add_ps(h, _mm_permute_ps(h, 0xB1));
-    acc = std::fma(_mm_cvtss_f32(h), f.dmin * dx, acc);
-  }
-  return acc;
-}
-
+// Eight super-blocks a step: each one's integer lanes (P's terms; N's for Q2_K, or
+// Q4_K/Q5_K's n_c · S_c in float lanes) summed into its lane, then one float step for
+// the eight.
 template <GgmlType T>
 TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t* wrow,
                                 int64_t nsb) {
@@ -890,121 +788,84 @@ TANDEM_AVX2 float RowDot256Avx2(const QuantizedRows& x, int64_t i, const uint8_t
   const int8_t* q = x.q.data() + i * x.cols;
   const float* dx = x.d.data() + i * nsb;
   const float* block_sums = x.block_sums.data() + i * nsb * 8;
-  float acc = 0;
+  __m256 acc = _mm256_setzero_ps();
   SuperFactors<T> f;
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* block = wrow + sb * bb;
-    PrefetchAhead<bb>(block);
-    f.Load(block);
-    __m256i lanes = _mm256_setzero_si256(), lane_mins = _mm256_setzero_si256();
+  for (int64_t s0 = 0; s0 < nsb; s0 += 8) {
+    const int n = static_cast<int>(std::min<int64_t>(8, nsb - s0));
+    __m256i products[8], mins[8];
+    __m256 chunk_mins[8];
+    alignas(32) float fd[8] = {}, fm[8] = {};
+    for (int c = 0; c < 8; ++c) {
+      products[c] = mins[c] = _mm256_setzero_si256();
+      chunk_mins[c] = _mm256_setzero_ps();
+      if (c >= n) continue;
+      const int64_t sb = s0 + c;
+      const uint8_t* block = wrow + sb * bb;
+      PrefetchAhead<bb>(block);
+      f.Load(block);
 #pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      ChunkStep256<T>(q + (sb * 8 + c) * kQ8Block, block, c, f, lanes, lane_mins);
-    }
-    acc = SuperBlockStep<T>(f, dx[sb], lanes, lane_mins, block_sums + sb * 8, acc);
-  }
-  return acc;
-}
-
-// A chunk of a super-block decoded once for all the rows of a batch (its super-block's
-// factors are a SuperFactors of their own).
-struct alignas(32) DecodedChunk {
-  __m256i w, wabs;
-  __m256i scale, min;
-};
-
-template <GgmlType T>
-TANDEM_AVX2 void DecodeRow256(const uint8_t* row, int64_t nsb, DecodedChunk* chunks,
-                              SuperFactors<T>* supers) {
-  constexpr int64_t bb = model::TypeBytes(T);
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* block = row + sb * bb;
-    SuperFactors<T>& f = supers[sb];
-    f.Load(block);
-    for (int c = 0; c < 8; ++c) {
-      DecodedChunk& o = chunks[sb * 8 + c];
-      o.w = ChunkBytes<T>(block, c);
-      o.wabs = _mm256_sign_epi8(o.w, o.w);
-      o.scale = f.Scale(c);
-      if constexpr (T == GgmlType::kQ2_K) o.min = f.Min(c);
-    }
-  }
-}
-
-// RowDot256Avx2's arithmetic on decoded chunks, MT rows of x × NT weight rows, the
-// integer lanes in registers.
-template <GgmlType T, int MT, int NT>
-TANDEM_AVX2 void DecodedTile256Avx2(const QuantizedRows& x, int64_t i0,
-                                    const DecodedChunk* const* rows,
-                                    const SuperFactors<T>* const* supers, int64_t nsb, float* out,
-                                    int64_t ldo) {
-  float acc[MT][NT] = {};
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m256i lanes[MT][NT], lane_mins[MT][NT];
-    for (int i = 0; i < MT; ++i) {
-      for (int j = 0; j < NT; ++j) lanes[i][j] = lane_mins[i][j] = _mm256_setzero_si256();
-    }
-    // A weight chunk held in registers while it meets the MT rows (integer sums: any
-    // order gives the same lanes).
-    for (int c = 0; c < 8; ++c) {
-      const int64_t b = sb * 8 + c;
-      for (int j = 0; j < NT; ++j) {
-        const DecodedChunk& dc = rows[j][b];
-        const __m256i w = dc.w, wabs = dc.wabs, scale = dc.scale;
-        for (int i = 0; i < MT; ++i) {
-          const __m256i q = _mm256_loadu_si256(
-              reinterpret_cast<const __m256i*>(x.q.data() + (i0 + i) * x.cols + b * kQ8Block));
-          const __m256i pairs = HasMin(T) ? _mm256_maddubs_epi16(w, q)
-                                          : _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(q, w));
-          lanes[i][j] = _mm256_add_epi32(lanes[i][j], _mm256_madd_epi16(pairs, scale));
-          if constexpr (T == GgmlType::kQ2_K) {
-            const __m256i qsums = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
-            lane_mins[i][j] = _mm256_add_epi32(lane_mins[i][j], _mm256_madd_epi16(qsums, dc.min));
-          }
-        }
+      for (int ch = 0; ch < 8; ++ch) {
+        ChunkStep256<T>(q + (sb * 8 + ch) * kQ8Block, block, ch, f, products[c], mins[c]);
       }
-    }
-    for (int i = 0; i < MT; ++i) {
-      const float dx = x.d[static_cast<size_t>((i0 + i) * nsb + sb)];
-      const float* bs = x.block_sums.data() + ((i0 + i) * nsb + sb) * 8;
-      for (int j = 0; j < NT; ++j) {
-        acc[i][j] =
-            SuperBlockStep<T>(supers[j][sb], dx, lanes[i][j], lane_mins[i][j], bs, acc[i][j]);
+      if constexpr (HasChunkMins(T)) {
+        chunk_mins[c] = _mm256_mul_ps(_mm256_loadu_ps(block_sums + sb * 8), f.chunk_min);
       }
+      fd[c] = f.d * dx[sb];
+      fm[c] = f.dmin * dx[sb];
+    }
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SumEach8(products)), _mm256_load_ps(fd), acc);
+    if constexpr (T == GgmlType::kQ2_K) {
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SumEach8(mins)), _mm256_load_ps(fm), acc);
+    }
+    if constexpr (HasChunkMins(T)) {
+      acc = _mm256_fmadd_ps(SumEach8(chunk_mins), _mm256_load_ps(fm), acc);
     }
   }
-  for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) out[i * ldo + j] = acc[i][j];
-  }
+  return SumAccumulators8(acc);
 }
 
 // ---------------------------------------------------------------------------------
-// AVX-512 VNNI, batches (m > 1): the arithmetic above in 512-bit steps — a super-block
-// chunk of two weight rows per register, or two blocks of 32 of one row.
+// Batches (m ≥ kQ8LaneRows): tiles of 16 rows of x held in the lanes (x.lanes) against
+// a few weight rows decoded once per call — each output's block sums gather in one
+// int32 lane, so the float step of a block takes 16 outputs in one instruction.
 
-#define TANDEM_VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
-#define TANDEM_VNNI_INLINE TANDEM_VNNI __attribute__((always_inline)) inline
-
-TANDEM_VNNI_INLINE __m512i Join(__m256i low, __m256i high) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(low), high, 1);
+// What a type adds to its quants (a power of two, as a shift; −1: nothing) to make
+// them the unsigned operand of the lane tiles' products: Q6_K + 32, Q3_K + 4, Q4_0 + 8,
+// Q5_0 + 16 (their stored quants); for IQ4_XS, Q8_0 and IQ4_NL (+ 128) only where the
+// product does not pass through int16 (vpdpbusd), else those three keep signed quants
+// and move the signs to the activations. The offset comes off through x's sums.
+template <bool kVnni>
+constexpr int LaneShift(GgmlType t) {
+  switch (t) {
+    case GgmlType::kQ6_K:
+      return 5;
+    case GgmlType::kQ3_K:
+      return 2;
+    case GgmlType::kQ4_0:
+      return 3;
+    case GgmlType::kQ5_0:
+      return 4;
+    case GgmlType::kIQ4_XS:
+    case GgmlType::kQ8_0:
+    case GgmlType::kIQ4_NL:
+      return kVnni ? 7 : -1;
+    default:
+      return -1;
+  }
 }
-TANDEM_VNNI_INLINE __m512 Join(__m256 low, __m256 high) {
-  return _mm512_insertf32x8(_mm512_castps256_ps512(low), high, 1);
+// Whether the AVX2 tile moves the weights' signs to the activations (maddubs on |w|).
+constexpr bool SignedLanes(GgmlType t) {
+  return t == GgmlType::kIQ4_XS || t == GgmlType::kQ8_0 || t == GgmlType::kIQ4_NL;
 }
 
-// What the signed super-block types add to their quants to make them vpdpbusd's
-// unsigned operand, as a shift (Q6_K + 32, Q3_K + 4, IQ4_XS + 128), or 0.
-constexpr int UnsignedShift256(GgmlType t) {
-  return t == GgmlType::kQ6_K ? 5 : t == GgmlType::kQ3_K ? 2 : t == GgmlType::kIQ4_XS ? 7 : -1;
-}
-
-// A super-block of one weight row decoded for the lane tiles: its quants made unsigned
-// (+ 1 << UnsignedShift256) in k order, the scale c_h of each half, the mins n_h as
-// int16 pairs (Q4_K/Q5_K: chunks 2p and 2p + 1 in pair p = 0…3; Q2_K: halves 2p and
-// 2p + 1, p = 0…7), D and M.
-struct alignas(64) LaneSuperBlock {
+// One block of a weight row decoded for the lane tiles (a block of 32 uses u[0…31],
+// scale and min_pairs not at all): its quants in k order, made unsigned as LaneShift
+// says (or, for the AVX2 tile's SignedLanes types, signed, with their magnitudes in
+// `magnitude`); the scale c_h of each half; the mins n_h as int16 pairs (Q4_K/Q5_K:
+// chunks 2p and 2p + 1 in pair p = 0…3; Q2_K: halves 2p and 2p + 1, p = 0…7); D and M.
+struct alignas(64) LaneBlock {
   uint8_t u[256];
+  uint8_t magnitude[256];
   int32_t scale[16];
   int32_t min_pairs[8];
   float d, dmin;
@@ -1015,20 +876,28 @@ int32_t Int16Pair(int32_t low, int32_t high) {
                               (static_cast<uint32_t>(high) << 16));
 }
 
-template <GgmlType T>
-TANDEM_VNNI void DecodeLaneRow(const uint8_t* row, int64_t nsb, LaneSuperBlock* out) {
+template <GgmlType T, bool kVnni>
+TANDEM_AVX2 void DecodeLaneRow(const uint8_t* row, int64_t nblocks, LaneBlock* out) {
   constexpr int64_t bb = model::TypeBytes(T);
-  constexpr int kShift = UnsignedShift256(T);
+  constexpr int kShift = LaneShift<kVnni>(T);
+  constexpr bool kSigned = !kVnni && SignedLanes(T);
   const __m256i offset = _mm256_set1_epi8(kShift < 0 ? 0 : static_cast<char>(1 << kShift));
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    const uint8_t* block = row + sb * bb;
-    LaneSuperBlock& o = out[sb];
-    for (int c = 0; c < 8; ++c) {
-      _mm256_store_si256(reinterpret_cast<__m256i*>(o.u + 32 * c),
-                         _mm256_add_epi8(ChunkBytes<T>(block, c), offset));
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const uint8_t* block = row + blk * bb;
+    LaneBlock& o = out[blk];
+    for (int c = 0; c < ChunksPerBlock(T); ++c) {
+      const __m256i w = ChunkBytes<T>(block, c);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o.u + 32 * c), _mm256_add_epi8(w, offset));
+      if constexpr (kSigned) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(o.magnitude + 32 * c),
+                           _mm256_sign_epi8(w, w));
+      }
     }
     int32_t mins[16] = {};
-    if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
+    if constexpr (ChunksPerBlock(T) == 1) {
+      o.d = Half(block);
+      if constexpr (HasMin(T)) o.dmin = Half(block + 2);
+    } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
       o.d = Half(block);
       o.dmin = -Half(block + 2);
       for (int c = 0; c < 8; ++c) {
@@ -1059,234 +928,307 @@ TANDEM_VNNI void DecodeLaneRow(const uint8_t* row, int64_t nsb, LaneSuperBlock* 
   }
 }
 
-// R weight rows against a tile of 16 rows of x (QuantizedRows::lanes), the header's
-// super-block arithmetic with each row of x in a lane: acc [R][16] the outputs.
+// The shape of a type's lane tile: scale groups per block (a group's products summed
+// in integers before its scale), four-quant steps per group, and the mins' int16 pairs.
+template <GgmlType T>
+struct LaneShape {
+  static constexpr bool kSuper = ChunksPerBlock(T) == 8;
+  static constexpr bool kPer16 = HasLaneScales(T);
+  static constexpr int kGroups = !kSuper ? 1 : kPer16 ? 16 : 8;
+  static constexpr int kSteps = kPer16 ? 4 : 8;
+  static constexpr int kMinPairs = T == GgmlType::kQ2_K ? 8 : HasChunkMins(T) ? 4 : 0;
+};
+
+// x's quant sums of scale group g of block `blk` in the 16 lanes of a tile (ls: the
+// tile's lane_sums, one per 16 quants).
+template <GgmlType T>
+inline const int32_t* GroupSums(const int32_t* ls, int64_t blk, int g) {
+  using S = LaneShape<T>;
+  const int64_t sixteen = S::kSuper ? blk * 16 + (S::kPer16 ? g : 2 * g) : 2 * blk;
+  return ls + sixteen * 16;
+}
+
+// VNNI: R weight rows against tile `tile` of x, the header's arithmetic with each row
+// of x in a lane; out[r][t] the output of weight row r and the tile's row t.
 template <GgmlType T, int R>
-TANDEM_VNNI void LaneTile256(const QuantizedRows& x, int64_t tile,
-                             const LaneSuperBlock* const* rows, int64_t nsb, float* acc_out) {
-  constexpr bool kPer16 = HasLaneScales(T);  // a scale per 16 weights, else per 32
-  constexpr int kGroups = kPer16 ? 16 : 8, kSteps = kPer16 ? 4 : 8;  // four quants a step
-  constexpr int kShift = UnsignedShift256(T);
+TANDEM_VNNI void LaneTileVnni(const QuantizedRows& x, int64_t tile, const LaneBlock* const* rows,
+                              int64_t nblocks, float* out) {
+  using S = LaneShape<T>;
+  constexpr int kShift = LaneShift<true>(T);
   const int64_t k = x.cols;
   const int8_t* xq = x.lanes.data() + tile * (k / 4) * 64;
-  const int32_t* xs = x.lane_sums.data() + tile * (k / 16) * 16;
-  const float* xd = x.lane_d.data() + tile * nsb * 16;
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsb; ++sb) {
-    __m512i sums[R];
-    for (int r = 0; r < R; ++r) sums[r] = _mm512_setzero_si512();
-    for (int g = 0; g < kGroups; ++g) {
+  const int32_t* ls = x.lane_sums.data() + tile * (k / 16) * 16;
+  const float* xd = x.lane_d.data() + tile * nblocks * 16;
+  __m512 acc[R][8];
+  for (int r = 0; r < R; ++r) {
+    for (int a = 0; a < 8; ++a) acc[r][a] = _mm512_setzero_ps();
+  }
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    __m512i p[R];
+    for (int r = 0; r < R; ++r) p[r] = _mm512_setzero_si512();
+    for (int g = 0; g < S::kGroups; ++g) {
       __m512i start = _mm512_setzero_si512();
       if constexpr (kShift >= 0) {
-        // −offset · the group's quant sum of each row.
-        const int32_t* s = xs + (sb * 16 + (kPer16 ? g : 2 * g)) * 16;
+        // −offset · the group's quant sum of each row of x.
+        const int32_t* s = GroupSums<T>(ls, blk, g);
         __m512i total = _mm512_loadu_si512(s);
-        if constexpr (!kPer16) total = _mm512_add_epi32(total, _mm512_loadu_si512(s + 16));
+        if constexpr (!S::kPer16) total = _mm512_add_epi32(total, _mm512_loadu_si512(s + 16));
         start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(total, kShift));
       }
       __m512i part[R];
       for (int r = 0; r < R; ++r) part[r] = start;
 #pragma GCC unroll 8
-      for (int st = 0; st < kSteps; ++st) {
-        const int e = (g * kSteps + st) * 4;  // the step's first weight in the super-block
-        const __m512i xv = _mm512_loadu_si512(xq + (sb * 64 + e / 4) * 64);
+      for (int st = 0; st < S::kSteps; ++st) {
+        const int e = (g * S::kSteps + st) * 4;  // the step's first weight in the block
+        const __m512i xv = _mm512_loadu_si512(xq + ((blk * (S::kSuper ? 256 : 32) + e) / 4) * 64);
         for (int r = 0; r < R; ++r) {
           int32_t w4;
-          std::memcpy(&w4, rows[r][sb].u + e, 4);
+          std::memcpy(&w4, rows[r][blk].u + e, 4);
           part[r] = _mm512_dpbusd_epi32(part[r], _mm512_set1_epi32(w4), xv);
         }
       }
       for (int r = 0; r < R; ++r) {
-        sums[r] = _mm512_add_epi32(
-            sums[r],
-            _mm512_mullo_epi32(part[r], _mm512_set1_epi32(rows[r][sb].scale[kPer16 ? g : 2 * g])));
+        p[r] = S::kSuper
+                   ? _mm512_add_epi32(
+                         p[r],
+                         _mm512_mullo_epi32(
+                             part[r], _mm512_set1_epi32(rows[r][blk].scale[S::kPer16 ? g : 2 * g])))
+                   : part[r];
       }
     }
-    const __m512 dx = _mm512_loadu_ps(xd + sb * 16);
-    // Q4_K/Q5_K: the chunk sums S_c in int16 pairs (2p, 2p + 1); Q2_K: the half sums.
-    constexpr int kMinPairs = T == GgmlType::kQ2_K ? 8 : HasChunkMins(T) ? 4 : 0;
-    __m512i pairs[kMinPairs > 0 ? kMinPairs : 1];
-    for (int p = 0; p < kMinPairs; ++p) {
-      const int32_t* s = xs + sb * 16 * 16;
+    const __m512 dx = _mm512_loadu_ps(xd + blk * 16);
+    __m512i pairs[S::kMinPairs > 0 ? S::kMinPairs : 1];
+    for (int q = 0; q < S::kMinPairs; ++q) {
+      const int32_t* s = ls + blk * 16 * 16;
       __m512i lo, hi;
       if constexpr (T == GgmlType::kQ2_K) {
-        lo = _mm512_loadu_si512(s + (2 * p) * 16);
-        hi = _mm512_loadu_si512(s + (2 * p + 1) * 16);
+        lo = _mm512_loadu_si512(s + (2 * q) * 16);
+        hi = _mm512_loadu_si512(s + (2 * q + 1) * 16);
       } else {
-        lo = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * p) * 16),
-                              _mm512_loadu_si512(s + (4 * p + 1) * 16));
-        hi = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * p + 2) * 16),
-                              _mm512_loadu_si512(s + (4 * p + 3) * 16));
+        lo = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * q) * 16),
+                              _mm512_loadu_si512(s + (4 * q + 1) * 16));
+        hi = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * q + 2) * 16),
+                              _mm512_loadu_si512(s + (4 * q + 3) * 16));
       }
-      pairs[p] = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)),
+      pairs[q] = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)),
                                  _mm512_slli_epi32(hi, 16));
     }
+    __m512 block_sums;  // Q4_1/Q5_1: N = the block's quant sum
+    if constexpr (!S::kSuper && HasMin(T)) {
+      block_sums = _mm512_cvtepi32_ps(_mm512_add_epi32(
+          _mm512_loadu_si512(ls + 2 * blk * 16), _mm512_loadu_si512(ls + (2 * blk + 1) * 16)));
+    }
+    const int a = static_cast<int>(blk % 8);
     for (int r = 0; r < R; ++r) {
-      const LaneSuperBlock& f = rows[r][sb];
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[r]), _mm512_mul_ps(_mm512_set1_ps(f.d), dx),
-                               acc[r]);
-      if constexpr (kMinPairs > 0) {
-        __m512i n = _mm512_setzero_si512();
-        for (int p = 0; p < kMinPairs; ++p) {
-          n = _mm512_dpwssd_epi32(n, pairs[p], _mm512_set1_epi32(f.min_pairs[p]));
+      const LaneBlock& f = rows[r][blk];
+      acc[r][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), _mm512_mul_ps(_mm512_set1_ps(f.d), dx),
+                                  acc[r][a]);
+      if constexpr (HasMin(T)) {
+        __m512 n;
+        if constexpr (S::kSuper) {
+          __m512i ni = _mm512_setzero_si512();
+          for (int q = 0; q < S::kMinPairs; ++q) {
+            ni = _mm512_dpwssd_epi32(ni, pairs[q], _mm512_set1_epi32(f.min_pairs[q]));
+          }
+          n = _mm512_cvtepi32_ps(ni);
+        } else {
+          n = block_sums;
         }
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(n), _mm512_mul_ps(_mm512_set1_ps(f.dmin), dx),
-                                 acc[r]);
+        acc[r][a] = _mm512_fmadd_ps(n, _mm512_mul_ps(_mm512_set1_ps(f.dmin), dx), acc[r][a]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc_out + 16 * r, acc[r]);
-}
-
-// What the blocks of 32 add to their quants to make them dpbusd's unsigned operand (and
-// take off again through the activations' lane sums): Q8_0's and IQ4_NL's signed bytes
-// + 128, Q4_0's and Q5_0's stored unsigned quants.
-constexpr int Unsigned32(GgmlType t) {
-  return t == GgmlType::kQ8_0 || t == GgmlType::kIQ4_NL ? 128 : Offset(t);
-}
-
-// Blocks 2p and 2p + 1 decoded once for a batch: their quants + Unsigned32 as bytes,
-// their D (and M) each in its block's eight lanes.
-struct alignas(64) DecodedBlockPair {
-  __m512i a;
-  __m512 d, dmin;
-};
-
-template <GgmlType T>
-TANDEM_VNNI void DecodeRowPairs32(const uint8_t* row, int64_t nb, DecodedBlockPair* pairs) {
-  constexpr int64_t bb = model::TypeBytes(T);
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(Unsigned32(T)));
-  for (int64_t b = 0; b < nb; b += 2) {
-    const uint8_t* w0 = row + b * bb;
-    const bool two = b + 1 < nb;  // an odd last block pairs with nothing (masked in the tile)
-    const uint8_t* w1 = two ? w0 + bb : w0;
-    DecodedBlockPair& o = pairs[b / 2];
-    o.a = _mm512_add_epi8(Join(ChunkBytes<T>(w0, 0), ChunkBytes<T>(w1, 0)), offset);
-    o.d = Join(_mm256_set1_ps(Half(w0)), _mm256_set1_ps(Half(w1)));
-    if constexpr (HasMin(T))
-      o.dmin = Join(_mm256_set1_ps(Half(w0 + 2)), _mm256_set1_ps(Half(w1 + 2)));
+  for (int r = 0; r < R; ++r) {
+    __m512 v[4];
+    for (int l = 0; l < 4; ++l) v[l] = _mm512_add_ps(acc[r][l], acc[r][l + 4]);
+    for (int l = 0; l < 2; ++l) v[l] = _mm512_add_ps(v[l], v[l + 2]);
+    _mm512_storeu_ps(out + 16 * r, _mm512_add_ps(v[0], v[1]));
   }
 }
 
-// DecodedTile32Avx2's arithmetic, MT rows of x × NT weight rows, two blocks a step: the
-// 16 float lanes are the even set (lanes 0–7, block 2p) and the odd one (8–15, block
-// 2p + 1), so one fma takes both blocks' steps. P_l = dpbusd(w + u, q) − u · s_l, u =
-// Unsigned32 (the subtraction first, as dpbusd's start value: exact integers).
-template <GgmlType T, int MT, int NT>
-TANDEM_VNNI void PairTile32(const QuantizedRows& x, int64_t i0, const DecodedBlockPair* const* rows,
-                            int64_t nb, float* out, int64_t ldo) {
-  __m512 acc[MT][NT];
-  for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) acc[i][j] = _mm512_setzero_ps();
+// AVX2: the same with the tile's 16 rows of x in two 8-lane halves, maddubs + madd for
+// the products (pairs of products in int16: the types whose unsigned quants stay below
+// 16 or 32 sum a few steps there first; the SignedLanes types take |w| and the
+// activations with w's signs).
+template <GgmlType T, int R>
+TANDEM_AVX2 void LaneTileAvx2(const QuantizedRows& x, int64_t tile, const LaneBlock* const* rows,
+                              int64_t nblocks, float* out) {
+  using S = LaneShape<T>;
+  constexpr int kShift = LaneShift<false>(T);
+  constexpr bool kSigned = SignedLanes(T);
+  // Steps whose int16 pair sums cannot pass 2¹⁵: 2 · steps · max u · 127.
+  constexpr int kMaxU = T == GgmlType::kQ6_K                                                   ? 63
+                        : T == GgmlType::kQ5_K || T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1 ? 31
+                        : T == GgmlType::kQ3_K                                                 ? 7
+                        : T == GgmlType::kQ2_K                                                 ? 3
+                                                                                               : 15;
+  constexpr int kRun = kSigned ? 1 : std::min(S::kSteps, 32767 / (2 * kMaxU * 127));
+  const int64_t k = x.cols;
+  const int8_t* xq = x.lanes.data() + tile * (k / 4) * 64;
+  const int32_t* ls = x.lane_sums.data() + tile * (k / 16) * 16;
+  const float* xd = x.lane_d.data() + tile * nblocks * 16;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[R][8][2];
+  for (int r = 0; r < R; ++r) {
+    for (int a = 0; a < 8; ++a) acc[r][a][0] = acc[r][a][1] = _mm256_setzero_ps();
   }
-  const int64_t np = (nb + 1) / 2;
-  const __m512 minus_u = _mm512_set1_ps(-static_cast<float>(Unsigned32(T)));
-  for (int64_t p = 0; p < np; ++p) {
-    const bool two = 2 * p + 1 < nb;
-    const __mmask16 lanes = two ? 0xFFFF : 0x00FF;
-    for (int i = 0; i < MT; ++i) {
-      const int64_t r = i0 + i;
-      const int8_t* q = x.q.data() + r * x.cols + 2 * p * kQ8Block;
-      const float* s = x.sums.data() + (r * nb + 2 * p) * 8;
-      const float* dx = x.d.data() + r * nb + 2 * p;
-      const __m512i qv = two ? _mm512_loadu_si512(q) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, q);
-      const __m512 sv = _mm512_maskz_loadu_ps(lanes, s);
-      const __m512i start = Unsigned32(T) == 0 ? _mm512_setzero_si512()
-                                               : _mm512_cvtps_epi32(_mm512_mul_ps(sv, minus_u));
-      const __m512 dxv = Join(_mm256_set1_ps(dx[0]), _mm256_set1_ps(dx[two ? 1 : 0]));
-      for (int j = 0; j < NT; ++j) {
-        const DecodedBlockPair& w = rows[j][p];
-        const __m512 prod = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, w.a, qv));
-        acc[i][j] = _mm512_mask3_fmadd_ps(prod, _mm512_mul_ps(w.d, dxv), acc[i][j], lanes);
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    __m256i p[R][2];
+    for (int r = 0; r < R; ++r) p[r][0] = p[r][1] = _mm256_setzero_si256();
+    for (int g = 0; g < S::kGroups; ++g) {
+      __m256i start[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      if constexpr (kShift >= 0) {
+        const int32_t* s = GroupSums<T>(ls, blk, g);
+        for (int h = 0; h < 2; ++h) {
+          __m256i total = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 8 * h));
+          if constexpr (!S::kPer16) {
+            total = _mm256_add_epi32(
+                total, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16 + 8 * h)));
+          }
+          start[h] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(total, kShift));
+        }
+      }
+      __m256i part[R][2];
+      for (int r = 0; r < R; ++r) part[r][0] = start[0], part[r][1] = start[1];
+      for (int st0 = 0; st0 < S::kSteps; st0 += kRun) {
+        __m256i pairs[R][2];
+        for (int r = 0; r < R; ++r) pairs[r][0] = pairs[r][1] = _mm256_setzero_si256();
+        for (int st = st0; st < st0 + kRun; ++st) {
+          const int e = (g * S::kSteps + st) * 4;
+          const int8_t* xs = xq + ((blk * (S::kSuper ? 256 : 32) + e) / 4) * 64;
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + 32));
+          for (int r = 0; r < R; ++r) {
+            int32_t w4;
+            std::memcpy(&w4, rows[r][blk].u + e, 4);
+            const __m256i w = _mm256_set1_epi32(w4);
+            if constexpr (kSigned) {
+              int32_t a4;
+              std::memcpy(&a4, rows[r][blk].magnitude + e, 4);
+              const __m256i a = _mm256_set1_epi32(a4);
+              pairs[r][0] = _mm256_maddubs_epi16(a, _mm256_sign_epi8(x0, w));
+              pairs[r][1] = _mm256_maddubs_epi16(a, _mm256_sign_epi8(x1, w));
+            } else {
+              pairs[r][0] = _mm256_add_epi16(pairs[r][0], _mm256_maddubs_epi16(w, x0));
+              pairs[r][1] = _mm256_add_epi16(pairs[r][1], _mm256_maddubs_epi16(w, x1));
+            }
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          for (int h = 0; h < 2; ++h) {
+            part[r][h] = _mm256_add_epi32(part[r][h], _mm256_madd_epi16(pairs[r][h], ones));
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        for (int h = 0; h < 2; ++h) {
+          p[r][h] =
+              S::kSuper
+                  ? _mm256_add_epi32(
+                        p[r][h], _mm256_mullo_epi32(
+                                     part[r][h],
+                                     _mm256_set1_epi32(rows[r][blk].scale[S::kPer16 ? g : 2 * g])))
+                  : part[r][h];
+        }
+      }
+    }
+    const int a = static_cast<int>(blk % 8);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dx = _mm256_loadu_ps(xd + blk * 16 + 8 * h);
+      __m256i pairs[S::kMinPairs > 0 ? S::kMinPairs : 1];
+      for (int q = 0; q < S::kMinPairs; ++q) {
+        const int32_t* s = ls + blk * 16 * 16 + 8 * h;
+        auto at = [&](int sixteen) TANDEM_AVX2 {
+          return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + sixteen * 16));
+        };
+        const __m256i lo =
+            T == GgmlType::kQ2_K ? at(2 * q) : _mm256_add_epi32(at(4 * q), at(4 * q + 1));
+        const __m256i hi =
+            T == GgmlType::kQ2_K ? at(2 * q + 1) : _mm256_add_epi32(at(4 * q + 2), at(4 * q + 3));
+        pairs[q] = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)),
+                                   _mm256_slli_epi32(hi, 16));
+      }
+      __m256 block_sums;
+      if constexpr (!S::kSuper && HasMin(T)) {
+        const int32_t* s = ls + 2 * blk * 16 + 8 * h;
+        block_sums = _mm256_cvtepi32_ps(
+            _mm256_add_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s)),
+                             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16))));
+      }
+      for (int r = 0; r < R; ++r) {
+        const LaneBlock& f = rows[r][blk];
+        acc[r][a][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[r][h]),
+                                       _mm256_mul_ps(_mm256_set1_ps(f.d), dx), acc[r][a][h]);
         if constexpr (HasMin(T)) {
-          acc[i][j] = _mm512_mask3_fmadd_ps(sv, _mm512_mul_ps(w.dmin, dxv), acc[i][j], lanes);
+          __m256 n;
+          if constexpr (S::kSuper) {
+            __m256i ni = _mm256_setzero_si256();
+            for (int q = 0; q < S::kMinPairs; ++q) {
+              ni = _mm256_add_epi32(ni,
+                                    _mm256_madd_epi16(pairs[q], _mm256_set1_epi32(f.min_pairs[q])));
+            }
+            n = _mm256_cvtepi32_ps(ni);
+          } else {
+            n = block_sums;
+          }
+          acc[r][a][h] =
+              _mm256_fmadd_ps(n, _mm256_mul_ps(_mm256_set1_ps(f.dmin), dx), acc[r][a][h]);
         }
       }
     }
   }
-  for (int i = 0; i < MT; ++i) {
-    for (int j = 0; j < NT; ++j) {
-      out[i * ldo + j] =
-          ReduceAdd256x2(_mm512_castps512_ps256(acc[i][j]), _mm512_extractf32x8_ps(acc[i][j], 1));
+  for (int r = 0; r < R; ++r) {
+    for (int h = 0; h < 2; ++h) {
+      __m256 v[4];
+      for (int l = 0; l < 4; ++l) v[l] = _mm256_add_ps(acc[r][l][h], acc[r][l + 4][h]);
+      for (int l = 0; l < 2; ++l) v[l] = _mm256_add_ps(v[l], v[l + 2]);
+      _mm256_storeu_ps(out + 16 * r + 8 * h, _mm256_add_ps(v[0], v[1]));
     }
   }
 }
 
-// Rows n0 … n1 of W against m > 1 rows of x on AVX-512 VNNI: the blocks of 32 four
-// weight rows decoded at a time, tiles of 4, 2 and 1 rows of x down the batch; the
-// super-blocks (x.lane_tiles > 0) eight weight rows at a time against each tile of 16
-// rows of x.
-template <GgmlType T>
-TANDEM_VNNI void BatchRangeVnni(const QuantizedRows& x, const WeightMatrix& w, float* out,
-                                int64_t n0, int64_t n1) {
-  const int64_t m = x.rows, n = w.rows;
+// Rows n0 … n1 of W against the lane tiles of x: kRows weight rows decoded at a time,
+// then every tile against them, in runs of kRows, 4, 2, 1 weight rows.
+template <GgmlType T, bool kVnni>
+TANDEM_AVX2 void LaneRange(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
+                           int64_t n1) {
+  constexpr int kRows = kVnni ? 8 : 4;
+  const int64_t m = x.rows, n = w.rows, nblocks = w.cols / (ChunksPerBlock(T) * kQ8Block);
   const size_t rb = w.RowBytes();
-  if constexpr (ChunksPerBlock(T) == 1) {
-    constexpr int kWide = 4;
-    // tile.operator()<MT>(i, j) for MT = 4, 2, 1 down the batch.
-    auto down = [m](auto&& tile, int64_t j) {
-      int64_t i = 0;
-      for (; i + 4 <= m; i += 4) tile.template operator()<4>(i, j);
-      for (; i + 2 <= m; i += 2) tile.template operator()<2>(i, j);
-      if (i < m) tile.template operator()<1>(i, j);
-    };
-    const int64_t nb = w.cols / kQ8Block, np = (nb + 1) / 2;
-    thread_local std::vector<DecodedBlockPair> buffer;  // grows to the widest matrix, then reused
-    if (buffer.size() < static_cast<size_t>(kWide * np)) {
-      buffer.resize(static_cast<size_t>(kWide * np));
+  thread_local std::vector<LaneBlock> buffer;  // grows to the widest matrix, then reused
+  if (buffer.size() < static_cast<size_t>(kRows * nblocks)) {
+    buffer.resize(static_cast<size_t>(kRows * nblocks));
+  }
+  alignas(64) float tile_out[kRows * 16];
+  for (int64_t j = n0; j < n1; j += kRows) {
+    const int nt = static_cast<int>(std::min<int64_t>(kRows, n1 - j));
+    const LaneBlock* rows[kRows];
+    for (int t = 0; t < nt; ++t) {
+      DecodeLaneRow<T, kVnni>(w.data + (j + t) * rb, nblocks, buffer.data() + t * nblocks);
+      rows[t] = buffer.data() + t * nblocks;
     }
-    const DecodedBlockPair* rows[kWide];
-    for (int t = 0; t < kWide; ++t) rows[t] = buffer.data() + t * np;
-    for (int64_t j = n0; j < n1;) {
-      const int64_t left = n1 - j;
-      const int nt = left >= kWide ? kWide : left >= 2 ? 2 : 1;
-      for (int t = 0; t < nt; ++t)
-        DecodeRowPairs32<T>(w.data + (j + t) * rb, nb, buffer.data() + t * np);
-      down(
-          [&]<int MT>(int64_t i, int64_t j0) TANDEM_VNNI {
-            float* o = out + i * n + j0;
-            if (nt == kWide) return PairTile32<T, MT, kWide>(x, i, rows, nb, o, n);
-            if (nt == 2) return PairTile32<T, MT, 2>(x, i, rows, nb, o, n);
-            PairTile32<T, MT, 1>(x, i, rows, nb, o, n);
-          },
-          j);
-      j += nt;
-    }
-  } else {
-    // Eight weight rows decoded at a time, then every tile of 16 rows of x against them.
-    constexpr int kRows = 8;
-    const int64_t nsb = w.cols / kQ8SuperBlock;
-    thread_local std::vector<LaneSuperBlock> buffer;
-    if (buffer.size() < static_cast<size_t>(kRows * nsb)) {
-      buffer.resize(static_cast<size_t>(kRows * nsb));
-    }
-    alignas(64) float acc[kRows * 16];
-    for (int64_t j = n0; j < n1; j += kRows) {
-      const int nt = static_cast<int>(std::min<int64_t>(kRows, n1 - j));
-      const LaneSuperBlock* rows[kRows];
-      for (int t = 0; t < nt; ++t) {
-        DecodeLaneRow<T>(w.data + (j + t) * rb, nsb, buffer.data() + t * nsb);
-        rows[t] = buffer.data() + t * nsb;
+    for (int64_t tile = 0; tile < x.lane_tiles; ++tile) {
+      for (int r0 = 0; r0 < nt;) {
+        const int left = nt - r0;
+        const int run = left >= kRows ? kRows : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        const LaneBlock* const* rr = rows + r0;
+        float* o = tile_out + 16 * r0;
+        if constexpr (kVnni) {
+          if (run == 8) LaneTileVnni<T, 8>(x, tile, rr, nblocks, o);
+          if (run == 4) LaneTileVnni<T, 4>(x, tile, rr, nblocks, o);
+          if (run == 2) LaneTileVnni<T, 2>(x, tile, rr, nblocks, o);
+          if (run == 1) LaneTileVnni<T, 1>(x, tile, rr, nblocks, o);
+        } else {
+          if (run == 4) LaneTileAvx2<T, 4>(x, tile, rr, nblocks, o);
+          if (run == 2) LaneTileAvx2<T, 2>(x, tile, rr, nblocks, o);
+          if (run == 1) LaneTileAvx2<T, 1>(x, tile, rr, nblocks, o);
+        }
+        r0 += run;
       }
-      for (int64_t tile = 0; tile < x.lane_tiles; ++tile) {
-        // Runs of 8, 4, 2, 1 weight rows.
-        for (int r0 = 0; r0 < nt;) {
-          const int left = nt - r0;
-          const int run = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-          const LaneSuperBlock* const* rr = rows + r0;
-          float* a = acc + 16 * r0;
-          if (run == 8) LaneTile256<T, 8>(x, tile, rr, nsb, a);
-          if (run == 4) LaneTile256<T, 4>(x, tile, rr, nsb, a);
-          if (run == 2) LaneTile256<T, 2>(x, tile, rr, nsb, a);
-          if (run == 1) LaneTile256<T, 1>(x, tile, rr, nsb, a);
-          r0 += run;
-        }
-        const int64_t live = std::min<int64_t>(16, m - 16 * tile);
-        for (int64_t t = 0; t < live; ++t) {
-          float* o = out + (16 * tile + t) * n + j;
-          for (int r = 0; r < nt; ++r) o[r] = acc[16 * r + t];
-        }
+      const int64_t live = std::min<int64_t>(16, m - 16 * tile);
+      for (int64_t t = 0; t < live; ++t) {
+        float* o = out + (16 * tile + t) * n + j;
+        for (int r = 0; r < nt; ++r) o[r] = tile_out[16 * r + t];
       }
     }
   }
@@ -1295,96 +1237,37 @@ TANDEM_VNNI void BatchRangeVnni(const QuantizedRows& x, const WeightMatrix& w, f
 // ---------------------------------------------------------------------------------
 // Ranges of weight rows.
 
-// Rows n0 … n1 of W against m > 1 rows of x: two weight rows decoded at a time, then
-// tiles down the batch (2 × 2 for the blocks of 32, whose float steps take the
-// registers; 4 × 2 for the super-blocks, whose chunks only add integers).
-template <GgmlType T>
-TANDEM_AVX2 void BatchRangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out,
-                                int64_t n0, int64_t n1) {
-  const int64_t m = x.rows, n = w.rows;
-  // Tiles of `wide` rows (4 or 2), then of 2, then 1, down the batch.
-  auto tiles = [&](auto&& tile, int64_t j, int nt, int wide) {
-    int64_t i = 0;
-    for (; i + wide <= m; i += wide) tile(i, wide, nt, out + i * n + j);
-    for (; i + 2 <= m; i += 2) tile(i, 2, nt, out + i * n + j);
-    if (i < m) tile(i, 1, nt, out + i * n + j);
-  };
-  if constexpr (ChunksPerBlock(T) == 1) {
-    const int64_t nb = w.cols / kQ8Block;
-    thread_local std::vector<DecodedBlock> buffer;  // grows to the widest matrix, then reused
-    if (buffer.size() < static_cast<size_t>(2 * nb)) buffer.resize(static_cast<size_t>(2 * nb));
-    const DecodedBlock* rows[2] = {buffer.data(), buffer.data() + nb};
-    for (int64_t j = n0; j < n1; j += 2) {
-      const int nt = static_cast<int>(std::min<int64_t>(2, n1 - j));
-      for (int t = 0; t < nt; ++t) {
-        DecodeRow32<T>(w.data + (j + t) * w.RowBytes(), nb, buffer.data() + t * nb);
-      }
-      tiles(
-          [&](int64_t i, int mt, int nt2, float* o) TANDEM_AVX2 {
-            if (mt == 2 && nt2 == 2) return DecodedTile32Avx2<T, 2, 2>(x, i, rows, nb, o, n);
-            if (mt == 2) return DecodedTile32Avx2<T, 2, 1>(x, i, rows, nb, o, n);
-            if (nt2 == 2) return DecodedTile32Avx2<T, 1, 2>(x, i, rows, nb, o, n);
-            DecodedTile32Avx2<T, 1, 1>(x, i, rows, nb, o, n);
-          },
-          j, nt, 2);
-    }
-  } else {
-    const int64_t nsb = w.cols / kQ8SuperBlock;
-    thread_local std::vector<DecodedChunk> buffer;
-    thread_local std::vector<SuperFactors<T>> super_buffer;
-    if (buffer.size() < static_cast<size_t>(16 * nsb)) buffer.resize(static_cast<size_t>(16 * nsb));
-    if (super_buffer.size() < static_cast<size_t>(2 * nsb)) {
-      super_buffer.resize(static_cast<size_t>(2 * nsb));
-    }
-    const DecodedChunk* rows[2] = {buffer.data(), buffer.data() + 8 * nsb};
-    const SuperFactors<T>* supers[2] = {super_buffer.data(), super_buffer.data() + nsb};
-    for (int64_t j = n0; j < n1; j += 2) {
-      const int nt = static_cast<int>(std::min<int64_t>(2, n1 - j));
-      for (int t = 0; t < nt; ++t) {
-        DecodeRow256<T>(w.data + (j + t) * w.RowBytes(), nsb, buffer.data() + t * 8 * nsb,
-                        super_buffer.data() + t * nsb);
-      }
-      tiles(
-          [&](int64_t i, int mt, int nt2, float* o) TANDEM_AVX2 {
-            if (mt == 4 && nt2 == 2) {
-              return DecodedTile256Avx2<T, 4, 2>(x, i, rows, supers, nsb, o, n);
-            }
-            if (mt == 4) return DecodedTile256Avx2<T, 4, 1>(x, i, rows, supers, nsb, o, n);
-            if (mt == 2 && nt2 == 2)
-              return DecodedTile256Avx2<T, 2, 2>(x, i, rows, supers, nsb, o, n);
-            if (mt == 2) return DecodedTile256Avx2<T, 2, 1>(x, i, rows, supers, nsb, o, n);
-            if (nt2 == 2) return DecodedTile256Avx2<T, 1, 2>(x, i, rows, supers, nsb, o, n);
-            DecodedTile256Avx2<T, 1, 1>(x, i, rows, supers, nsb, o, n);
-          },
-          j, nt, T == GgmlType::kQ2_K ? 2 : 4);  // Q2_K: twice the integer lanes
-    }
-  }
-}
-
 template <GgmlType T>
 TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                            int64_t n1) {
-  if (x.rows > 1) {
-    if (HaveAvx512Vnni() && (ChunksPerBlock(T) == 1 || x.lane_tiles > 0)) {
-      return BatchRangeVnni<T>(x, w, out, n0, n1);
-    }
-    return BatchRangeAvx2<T>(x, w, out, n0, n1);
+  if (x.lane_tiles > 0) {
+    if (HaveAvx512Vnni()) return LaneRange<T, true>(x, w, out, n0, n1);
+    return LaneRange<T, false>(x, w, out, n0, n1);
   }
-  // Decode (m = 1): one weight row at a time, decoded on the fly.
+  // Decode, and batches below kQ8LaneRows: each weight row decoded on the fly against
+  // every row of x in turn.
   const size_t rb = w.RowBytes();
+  const int64_t m = x.rows, n = w.rows;
   if constexpr (Pairs(T)) {
     const int64_t nb = w.cols / kQ8Block;
-    thread_local PairedRow paired;  // grows to the widest row, then reused
-    PairRow(x, 0, nb, &paired);
-    for (int64_t j = n0; j < n1; ++j)
-      out[j] = RowDotPairsAvx2<T>(x, paired, 0, w.data + j * rb, nb);
+    thread_local std::vector<PairedRow> paired;  // grows to the most rows, then reused
+    if (paired.size() < static_cast<size_t>(m)) paired.resize(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) PairRow(x, i, nb, &paired[static_cast<size_t>(i)]);
+    for (int64_t j = n0; j < n1; ++j) {
+      for (int64_t i = 0; i < m; ++i) {
+        out[i * n + j] =
+            RowDotPairsAvx2<T>(x, paired[static_cast<size_t>(i)], i, w.data + j * rb, nb);
+      }
+    }
     return;
   }
   for (int64_t j = n0; j < n1; ++j) {
-    if constexpr (ChunksPerBlock(T) == 1) {
-      out[j] = RowDot32Avx2<T>(x, 0, w.data + j * rb, w.cols / kQ8Block);
-    } else {
-      out[j] = RowDot256Avx2<T>(x, 0, w.data + j * rb, w.cols / kQ8SuperBlock);
+    for (int64_t i = 0; i < m; ++i) {
+      if constexpr (ChunksPerBlock(T) == 1) {
+        out[i * n + j] = RowDot32Avx2<T>(x, i, w.data + j * rb, w.cols / kQ8Block);
+      } else {
+        out[i * n + j] = RowDot256Avx2<T>(x, i, w.data + j * rb, w.cols / kQ8SuperBlock);
+      }
     }
   }
 }
@@ -1441,10 +1324,9 @@ void Prepare(QuantizedRows* out, int64_t m, int64_t k, int64_t block) {
   if (out->block_sums.size() < blocks) out->block_sums.resize(blocks);
 }
 
-// The header's lane layout of x's rows (x->block == kQ8SuperBlock), from its quants,
-// sums and scales.
+// The header's lane layout of x's rows, from its quants, sums and scales.
 void FillLanes(QuantizedRows* x) {
-  const int64_t m = x->rows, k = x->cols, nsb = k / kQ8SuperBlock, tiles = (m + 15) / 16;
+  const int64_t m = x->rows, k = x->cols, nsb = k / x->block, tiles = (m + 15) / 16;
   x->lanes.assign(static_cast<size_t>(tiles * k * 16), 0);
   x->lane_sums.assign(static_cast<size_t>(tiles * (k / 16) * 16), 0);
   x->lane_d.assign(static_cast<size_t>(tiles * nsb * 16), 0.0f);
@@ -1503,7 +1385,7 @@ void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows
     FillSums(out->q.data() + i * k, k, out->sums.data() + i * nb * 8,
              out->block_sums.data() + i * nb);
   }
-  if (block == kQ8SuperBlock && m >= kQ8LaneRows) FillLanes(out);
+  if (m >= kQ8LaneRows) FillLanes(out);
 }
 
 void QuantizeRowsQ8(const float* x, int64_t m, int64_t k, QuantizedRows* out, ThreadPool* pool,
@@ -1517,7 +1399,7 @@ void QuantizeRowsQ8(const float* x, int64_t m, int64_t k, QuantizedRows* out, Th
   } else {
     pool->ParallelFor(m, rows, 1);
   }
-  if (block == kQ8SuperBlock && m >= kQ8LaneRows && HaveAvx512Vnni()) FillLanes(out);
+  if (m >= kQ8LaneRows && HaveAvx2Fma()) FillLanes(out);
 }
 
 namespace {

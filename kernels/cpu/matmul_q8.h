@@ -16,18 +16,15 @@
 //         M = −dmin; c_h the 6-bit scale (Q4_K, Q5_K), ls − 32 (IQ4_XS) or the 16-weight
 //         scale (Q6_K, Q3_K, Q2_K); n_h the 6-bit min (Q4_K, Q5_K, one per chunk) or
 //         Q2_K's 4-bit one.
-//   blocks of 32: lanes P_l = Σ_{e=4l}^{4l+3} w_e · q_e and s_l = Σ_{e=4l}^{4l+3} q_e,
-//         l = 0…7, exact integers. Block b of the row adds to lanes 8·(b mod 2) + l of 16
-//         float lanes acc ← fma(float(P_l), D · d_x, acc), then for Q4_1/Q5_1
-//         acc ← fma(float(s_l), M · d_x, acc); blocks in order; out = the 16 lanes summed
-//         as MatMul sums its lanes: (l + l⊕8), (+ l⊕4), (+ l⊕2), (+ l⊕1).
-//   super-blocks: super-block s of the row sums in integers I = Σ_h c_h · Σ_{e∈h} w_e · q_e
-//         over its 16 halves h (16 weights each; both halves of a chunk share c for Q4_K,
-//         Q5_K, IQ4_XS) and, for the types with a min, N = Σ_h n_h · Σ_{e∈h} q_e; then one
-//         float accumulator takes acc ← fma(float(I), D · d_x, acc) — float(I) rounded to
-//         nearest: |I| < 2³¹ may pass 2²⁴ — and acc ← fma(float(N), M · d_x, acc) (|N| <
-//         2²⁴, exact); super-blocks in order from acc = 0; out = acc.
-//   D · d_x and M · d_x are rounded once.
+//   block b of the row (of 32 weights, or a super-block of 256) first sums in
+//         integers: P = Σ_h c_h · Σ_{e∈h} w_e · q_e over its halves h of 16 weights
+//         (blocks of 32: c = 1; both halves of a chunk share c for Q4_K, Q5_K, IQ4_XS)
+//         and, for the types with a min, N = Σ_h n_h · Σ_{e∈h} q_e. Then it adds to float
+//         accumulator b mod 8: acc ← fma(float(P), D · d_x, acc), then for the types with
+//         a min acc ← fma(float(N), M · d_x, acc). float(P) is rounded to nearest (|P| <
+//         2³¹ may pass 2²⁴ for the super-blocks); |N| < 2²⁴ is exact. Blocks in order,
+//         accumulators from 0, D · d_x and M · d_x rounded once.
+//   out   the eight accumulators summed: (l + l⊕4), (+ l⊕2), (+ l⊕1).
 //
 // So out[i][j] depends on x[i] and W[j] alone — never on m, the other rows or the
 // threads: batch-invariant and deterministic — and every ISA path gives the bits of
@@ -36,25 +33,25 @@
 // most half a step of the activation block per product (kernels/cpu/matmul_q8_test.cc
 // bounds it).
 //
-// AVX2: decode (m = 1) streams one weight row per thread, decoding each chunk on the
-// fly (a super-block's factors unpacked once, its chunks summed in integer lanes; the
-// nibble types two blocks at a time, their quants unsigned with the offset taken off in
-// exact float, the activations laid out to match once per call); a
-// batch (m > 1) decodes two weight rows once into a buffer and runs tiles of rows down
-// it (2 × 2 for the blocks of 32, their even blocks in one pass and the odd ones in
-// another, so that a pass's accumulators stay in registers; 4 × 2 for the super-blocks,
-// whose chunks only add integers).
+// Decode (and batches below kQ8LaneRows rows), AVX2: one weight row per thread,
+// decoded on the fly against each row of x (a super-block's factors unpacked once, its
+// chunks summed in integer lanes; the nibble types two blocks at a time, their quants
+// unsigned with the offset taken off in exact float, the activations laid out to match
+// once per call), eight blocks' lanes summed into one vector so that one fma takes their
+// float steps.
 //
-// AVX-512 VNNI (where the CPU has it): batches only, the same arithmetic in 512-bit
-// steps. The super-blocks, from kQ8LaneRows rows, put 16 rows of x in the lanes
-// (QuantizedRows::lanes): a vpdpbusd multiplies four quants of each of the 16 rows by
-// four weights broadcast from a weight row — quants made unsigned (Q6_K + 32, Q3_K + 4,
-// IQ4_XS + 128), the offset taken off as the start value through the rows' sums — so a
-// half's (chunk's) sum gathers in one int32 per row, times its scale by vpmullo; N by
-// vpdpwssd on the rows' sums in int16 pairs; tiles of 16 rows × 8 weight rows. The
-// blocks of 32 take two blocks of a row per register (even block low, odd block high:
-// the two lane sets of the float step) with vpdpbusd on unsigned quants (Q8_0 and
-// IQ4_NL + 128, Q4_0 and Q5_0 as stored); tiles of 4 × 4. Decode runs the AVX2 code.
+// Batches of kQ8LaneRows rows or more: x's rows in tiles of 16, held side by side in the
+// lanes (QuantizedRows::lanes: each four quants of the 16 rows in one 64-byte line), so
+// that four weights broadcast from a weight row meet four quants of every row in one
+// step and each output's block sums gather in one int32 lane; the float step of a block
+// then takes 16 outputs at once. Quants are made unsigned where the product allows
+// (Q6_K + 32, Q3_K + 4, Q4_0 + 8, Q5_0 + 16, and on VNNI Q8_0, IQ4_NL and IQ4_XS + 128),
+// the offset taken off through the rows' quant sums as the start value; a half's (or
+// block's) sum times its scale by vpmulld, the mins by madd on the rows' sums in int16
+// pairs. AVX-512 VNNI: vpdpbusd, tiles of 16 rows × 8 weight rows. AVX2: maddubs into
+// int16 pairs (summed over the steps that cannot overflow them: 8 for 4-bit quants,
+// 4 for 5-bit, 2 for Q6_K) then madd; Q8_0, IQ4_NL and IQ4_XS on |w| with the signs
+// moved to the activations; tiles of 16 × 4.
 //
 // Thread-safe for distinct outputs; MatMulQ8Group quantizes x into per-thread buffers
 // that grow once and are reused.
@@ -83,16 +80,15 @@ struct QuantizedRows {
   std::vector<float> d;           // [rows][cols / block]
   std::vector<float> sums;        // [rows][cols / 32][8]: each four quants' sum (exact)
   std::vector<float> block_sums;  // [rows][cols / 32]: each 32 quants' sum (exact)
-  // The AVX-512 VNNI batch layout of the super-block types (rows ≥ kQ8LaneRows, block
-  // kQ8SuperBlock): tiles of 16 rows, the last padded with zero rows, outputs in lanes.
-  // Built by QuantizeRowsQ8 where the CPU has AVX-512 VNNI, always by the reference;
-  // lane_tiles 0 where not built.
+  // The batch layout (rows ≥ kQ8LaneRows): tiles of 16 rows, the last padded with zero
+  // rows, each row in a lane. Built by QuantizeRowsQ8 where the CPU has AVX2, always by
+  // the reference; lane_tiles 0 where not built.
   int64_t lane_tiles = 0;
   std::vector<int8_t> lanes;       // [tiles][cols / 4][16 rows][4]: each four quants
   std::vector<int32_t> lane_sums;  // [tiles][cols / 16][16 rows]: each 16 quants' sum
-  std::vector<float> lane_d;       // [tiles][cols / 256][16 rows]: d
+  std::vector<float> lane_d;       // [tiles][cols / block][16 rows]: d
 };
-// Rows from which the super-block types' batches take the lane layout.
+// Rows from which batches take the lane layout.
 constexpr int64_t kQ8LaneRows = 8;
 
 // Whether MatMulQ8 has an integer path for weights of `type`: Q8_0, Q4_0, Q4_1, Q5_0,
