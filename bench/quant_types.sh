@@ -5,7 +5,7 @@
 # llama-quantize --pure (every matrix in that type, no mixture or fallback).
 #
 #   LLAMA_CPP_BIN=/path/to/llama.cpp/build/bin [PY=/tmp/refvenv/bin/python] \
-#     [CPU_MATH=exact|fast] bench/quant_types.sh
+#     [CPU_MATH=exact|fast] [LLAMA_BENCH_ARGS="--repack 0"] bench/quant_types.sh
 #
 # LLAMA_CPP_BIN must hold llama-quantize and llama-bench built from a llama.cpp checkout
 # outside this repository (tandem neither vendors nor builds it); PY a Python with numpy
@@ -20,6 +20,8 @@ cd "$(dirname "$0")/.."
 PY=${PY:-/tmp/refvenv/bin/python}
 THREADS=${THREADS:-$(nproc)}
 CPU_MATH=${CPU_MATH:-exact}
+# Extra llama-bench flags (e.g. --repack 0 where its repacked weights crash the CPU).
+read -r -a LLAMA_BENCH_ARGS <<< "${LLAMA_BENCH_ARGS:-}"
 TYPES=${TYPES:-"Q8_0 Q6_K Q5_K Q5_1 Q5_0 Q4_K Q4_1 Q4_0 IQ4_NL IQ4_XS Q3_K Q2_K"}
 OUT=${OUT:-build/bench/quant_types}
 command -v jq >/dev/null || { echo "needs jq (apt-get install jq)" >&2; exit 1; }
@@ -35,7 +37,8 @@ for t in $TYPES; do
   [ -f "$f" ] || "$LLAMA_CPP_BIN/llama-quantize" --pure "$base" "$f" "$t" >"$OUT/quantize-$t.log" 2>&1
   build/bin/tandem bench engine --model "$f" --threads "$THREADS" --cpu-math "$CPU_MATH" -r 3 \
     --batch 1 --batch-prompt 16 --batch-gen 8 --json > "$OUT/tandem-$t.json"
-  "$LLAMA_CPP_BIN/llama-bench" -m "$f" -t "$THREADS" -p 512 -n 128 -r 3 -o json > "$OUT/llama-$t.json" 2>/dev/null
+  "$LLAMA_CPP_BIN/llama-bench" -m "$f" -t "$THREADS" -p 512 -n 128 -r 3 "${LLAMA_BENCH_ARGS[@]}" \
+    -o json > "$OUT/llama-$t.json" 2>/dev/null
   pp_t=$(jq .pp_tokens_per_s "$OUT/tandem-$t.json"); pp_l=$(jq '.[] | select(.n_prompt==512) | .avg_ts' "$OUT/llama-$t.json")
   tg_t=$(jq .tg_tokens_per_s "$OUT/tandem-$t.json"); tg_l=$(jq '.[] | select(.n_gen==128) | .avg_ts' "$OUT/llama-$t.json")
   printf "%-7s %10.1f %10.1f %6.2fx %8.1f   %10.1f %10.1f %6.2fx %5.0f%%   %s\n" "$t" "$pp_t" "$pp_l" \
