@@ -313,7 +313,8 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
   const int32_t chunk = bs >= 16 ? 16 : bs;
   const int32_t lo = sh.FirstKey(pos), base = lo / chunk * chunk;
   const int32_t padded = (n - base + 15) / 16 * 16;
-  scores.resize(static_cast<size_t>(group) * padded);
+  // The scores, then one 1 / Σ per head.
+  scores.resize(static_cast<size_t>(group) * padded + static_cast<size_t>(group));
   const __m512 scale = _mm512_set1_ps(sh.scale);
   auto mask_of = [&](int32_t j0) {
     const int32_t len = std::min(chunk, n - j0);
@@ -344,6 +345,8 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
       }
     }
   }
+  // Softmax of each head's scores in place (1 / Σ kept per head).
+  float* invs = scores.data() + static_cast<int64_t>(group) * padded;
   for (int32_t g = 0; g < group; ++g) {
     float* sc = scores.data() + static_cast<int64_t>(g) * padded;
     for (int32_t j = base; j < n; ++j) {
@@ -370,26 +373,41 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
       _mm512_mask_storeu_ps(sc + j, m, e);
       z = _mm512_add_ps(z, e);
     }
-    const float inv = 1.0f / (ReduceAdd512(z) +
-                              (sinks != nullptr ? std::exp(sink - _mm512_cvtss_f32(mx)) : 0.0f));
+    invs[g] = 1.0f /
+              (ReduceAdd512(z) + (sinks != nullptr ? std::exp(sink - _mm512_cvtss_f32(mx)) : 0.0f));
+  }
+  // Σ p · V for several heads at once (each V row read once for them; every head's
+  // accumulators take the keys in order, as one head alone would).
+  const int32_t nv = hd / 16;
+  const int32_t heads = std::max(1, 16 / nv);
+  const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * hd;
+  for (int32_t g0 = 0; g0 < group; g0 += heads) {
+    const int32_t ng = std::min(heads, group - g0);
     __m512 acc[16];
-    const int32_t nv = hd / 16;
-    for (int32_t v = 0; v < nv; ++v) acc[v] = _mm512_setzero_ps();
+    for (int32_t a = 0; a < ng * nv; ++a) acc[a] = _mm512_setzero_ps();
     // Walk the blocks (no division per key); keys stay in order.
-    const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * hd;
     for (int32_t j0 = base; j0 < n;) {
       const T* vr = VRow<T>(cache, table, j0, layer, kvh);
       const int32_t len = std::min(bs - j0 % bs, n - j0);
       for (int32_t i = 0; i < len; ++i, vr += vstride) {
-        const __m512 p = _mm512_set1_ps(sc[j0 - base + i]);
-        for (int32_t v = 0; v < nv; ++v)
-          acc[v] = _mm512_fmadd_ps(p, Load16(0xFFFF, vr + 16 * v), acc[v]);
+        __m512 v[16];
+        for (int32_t c = 0; c < nv; ++c) v[c] = Load16(0xFFFF, vr + 16 * c);
+        for (int32_t g = 0; g < ng; ++g) {
+          const __m512 p =
+              _mm512_set1_ps(scores[static_cast<int64_t>(g0 + g) * padded + j0 - base + i]);
+          for (int32_t c = 0; c < nv; ++c)
+            acc[g * nv + c] = _mm512_fmadd_ps(p, v[c], acc[g * nv + c]);
+        }
       }
       j0 += len;
     }
-    float* o = out + static_cast<int64_t>(g) * hd;
-    const __m512 vinv = _mm512_set1_ps(inv);
-    for (int32_t v = 0; v < nv; ++v) _mm512_storeu_ps(o + 16 * v, _mm512_mul_ps(acc[v], vinv));
+    for (int32_t g = 0; g < ng; ++g) {
+      float* o = out + static_cast<int64_t>(g0 + g) * hd;
+      const __m512 vinv = _mm512_set1_ps(invs[g0 + g]);
+      for (int32_t c = 0; c < nv; ++c) {
+        _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(acc[g * nv + c], vinv));
+      }
+    }
   }
 }
 

@@ -557,7 +557,6 @@ TANDEM_AVX2_INLINE __m256 Halves8(const uint8_t* p, int64_t stride) {
 
 #define TANDEM_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
-#define TANDEM_VNNI_INLINE TANDEM_VNNI __attribute__((always_inline)) inline
 
 // ---------------------------------------------------------------------------------
 // AVX2, decode (m = 1): one weight row at a time, decoded on the fly, eight blocks (or
@@ -1225,10 +1224,19 @@ TANDEM_AVX2 void LaneRange(const QuantizedRows& x, const WeightMatrix& w, float*
         }
         r0 += run;
       }
+      // tile_out [weight row][row of x] into out [row of x][weight row].
       const int64_t live = std::min<int64_t>(16, m - 16 * tile);
       for (int64_t t = 0; t < live; ++t) {
         float* o = out + (16 * tile + t) * n + j;
-        for (int r = 0; r < nt; ++r) o[r] = tile_out[16 * r + t];
+        if (nt == 8) {
+          _mm256_storeu_ps(
+              o, _mm256_i32gather_ps(tile_out + t,
+                                     _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112), 4));
+        } else if (nt == 4) {
+          _mm_storeu_ps(o, _mm_i32gather_ps(tile_out + t, _mm_setr_epi32(0, 16, 32, 48), 4));
+        } else {
+          for (int r = 0; r < nt; ++r) o[r] = tile_out[16 * r + t];
+        }
       }
     }
   }
