@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "common/util/check.h"
 #include "common/util/half.h"
@@ -857,18 +858,22 @@ constexpr bool SignedLanes(GgmlType t) {
   return t == GgmlType::kIQ4_XS || t == GgmlType::kQ8_0 || t == GgmlType::kIQ4_NL;
 }
 
-// One block of a weight row decoded for the lane tiles (a block of 32 uses u[0…31],
-// scale and min_pairs not at all): its quants in k order, made unsigned as LaneShift
-// says (or, for the AVX2 tile's SignedLanes types, signed, with their magnitudes in
-// `magnitude`); the scale c_h of each half; the mins n_h as int16 pairs (Q4_K/Q5_K:
-// chunks 2p and 2p + 1 in pair p = 0…3; Q2_K: halves 2p and 2p + 1, p = 0…7); D and M.
-struct alignas(64) LaneBlock {
+// One block of a weight row decoded for the lane tiles: its quants in k order, made
+// unsigned as LaneShift says (the AVX2 tile's SignedLanes types keep them signed), D and
+// M; a super-block also the scale c_h of each half and the mins n_h as int16 pairs
+// (Q4_K/Q5_K: chunks 2p and 2p + 1 in pair p = 0…3; Q2_K: halves 2p and 2p + 1, p = 0…7).
+struct LaneBlock32 {
+  uint8_t u[32];
+  float d, dmin;
+};
+struct alignas(64) LaneBlock256 {
   uint8_t u[256];
-  uint8_t magnitude[256];
   int32_t scale[16];
   int32_t min_pairs[8];
   float d, dmin;
 };
+template <GgmlType T>
+using LaneBlock = std::conditional_t<ChunksPerBlock(T) == 8, LaneBlock256, LaneBlock32>;
 
 int32_t Int16Pair(int32_t low, int32_t high) {
   return static_cast<int32_t>((static_cast<uint32_t>(low) & 0xFFFFu) |
@@ -876,21 +881,16 @@ int32_t Int16Pair(int32_t low, int32_t high) {
 }
 
 template <GgmlType T, bool kVnni>
-TANDEM_AVX2 void DecodeLaneRow(const uint8_t* row, int64_t nblocks, LaneBlock* out) {
+TANDEM_AVX2 void DecodeLaneRow(const uint8_t* row, int64_t nblocks, LaneBlock<T>* out) {
   constexpr int64_t bb = model::TypeBytes(T);
   constexpr int kShift = LaneShift<kVnni>(T);
-  constexpr bool kSigned = !kVnni && SignedLanes(T);
   const __m256i offset = _mm256_set1_epi8(kShift < 0 ? 0 : static_cast<char>(1 << kShift));
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const uint8_t* block = row + blk * bb;
-    LaneBlock& o = out[blk];
+    LaneBlock<T>& o = out[blk];
     for (int c = 0; c < ChunksPerBlock(T); ++c) {
-      const __m256i w = ChunkBytes<T>(block, c);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(o.u + 32 * c), _mm256_add_epi8(w, offset));
-      if constexpr (kSigned) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(o.magnitude + 32 * c),
-                           _mm256_sign_epi8(w, w));
-      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.u + 32 * c),
+                          _mm256_add_epi8(ChunkBytes<T>(block, c), offset));
     }
     int32_t mins[16] = {};
     if constexpr (ChunksPerBlock(T) == 1) {
@@ -950,7 +950,7 @@ inline const int32_t* GroupSums(const int32_t* ls, int64_t blk, int g) {
 // VNNI: R weight rows against tile `tile` of x, the header's arithmetic with each row
 // of x in a lane; out[r][t] the output of weight row r and the tile's row t.
 template <GgmlType T, int R>
-TANDEM_VNNI void LaneTileVnni(const QuantizedRows& x, int64_t tile, const LaneBlock* const* rows,
+TANDEM_VNNI void LaneTileVnni(const QuantizedRows& x, int64_t tile, const LaneBlock<T>* const* rows,
                               int64_t nblocks, float* out) {
   using S = LaneShape<T>;
   constexpr int kShift = LaneShift<true>(T);
@@ -987,12 +987,12 @@ TANDEM_VNNI void LaneTileVnni(const QuantizedRows& x, int64_t tile, const LaneBl
         }
       }
       for (int r = 0; r < R; ++r) {
-        p[r] = S::kSuper
-                   ? _mm512_add_epi32(
-                         p[r],
-                         _mm512_mullo_epi32(
-                             part[r], _mm512_set1_epi32(rows[r][blk].scale[S::kPer16 ? g : 2 * g])))
-                   : part[r];
+        if constexpr (S::kSuper) {
+          const int32_t c = rows[r][blk].scale[S::kPer16 ? g : 2 * g];
+          p[r] = _mm512_add_epi32(p[r], _mm512_mullo_epi32(part[r], _mm512_set1_epi32(c)));
+        } else {
+          p[r] = part[r];
+        }
       }
     }
     const __m512 dx = _mm512_loadu_ps(xd + blk * 16);
@@ -1019,7 +1019,7 @@ TANDEM_VNNI void LaneTileVnni(const QuantizedRows& x, int64_t tile, const LaneBl
     }
     const int a = static_cast<int>(blk % 8);
     for (int r = 0; r < R; ++r) {
-      const LaneBlock& f = rows[r][blk];
+      const LaneBlock<T>& f = rows[r][blk];
       acc[r][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), _mm512_mul_ps(_mm512_set1_ps(f.d), dx),
                                   acc[r][a]);
       if constexpr (HasMin(T)) {
@@ -1050,7 +1050,7 @@ TANDEM_VNNI void LaneTileVnni(const QuantizedRows& x, int64_t tile, const LaneBl
 // 16 or 32 sum a few steps there first; the SignedLanes types take |w| and the
 // activations with w's signs).
 template <GgmlType T, int R>
-TANDEM_AVX2 void LaneTileAvx2(const QuantizedRows& x, int64_t tile, const LaneBlock* const* rows,
+TANDEM_AVX2 void LaneTileAvx2(const QuantizedRows& x, int64_t tile, const LaneBlock<T>* const* rows,
                               int64_t nblocks, float* out) {
   using S = LaneShape<T>;
   constexpr int kShift = LaneShift<false>(T);
@@ -1102,9 +1102,7 @@ TANDEM_AVX2 void LaneTileAvx2(const QuantizedRows& x, int64_t tile, const LaneBl
             std::memcpy(&w4, rows[r][blk].u + e, 4);
             const __m256i w = _mm256_set1_epi32(w4);
             if constexpr (kSigned) {
-              int32_t a4;
-              std::memcpy(&a4, rows[r][blk].magnitude + e, 4);
-              const __m256i a = _mm256_set1_epi32(a4);
+              const __m256i a = _mm256_sign_epi8(w, w);
               pairs[r][0] = _mm256_maddubs_epi16(a, _mm256_sign_epi8(x0, w));
               pairs[r][1] = _mm256_maddubs_epi16(a, _mm256_sign_epi8(x1, w));
             } else {
@@ -1121,13 +1119,13 @@ TANDEM_AVX2 void LaneTileAvx2(const QuantizedRows& x, int64_t tile, const LaneBl
       }
       for (int r = 0; r < R; ++r) {
         for (int h = 0; h < 2; ++h) {
-          p[r][h] =
-              S::kSuper
-                  ? _mm256_add_epi32(
-                        p[r][h], _mm256_mullo_epi32(
-                                     part[r][h],
-                                     _mm256_set1_epi32(rows[r][blk].scale[S::kPer16 ? g : 2 * g])))
-                  : part[r][h];
+          if constexpr (S::kSuper) {
+            const int32_t c = rows[r][blk].scale[S::kPer16 ? g : 2 * g];
+            p[r][h] =
+                _mm256_add_epi32(p[r][h], _mm256_mullo_epi32(part[r][h], _mm256_set1_epi32(c)));
+          } else {
+            p[r][h] = part[r][h];
+          }
         }
       }
     }
@@ -1155,7 +1153,7 @@ TANDEM_AVX2 void LaneTileAvx2(const QuantizedRows& x, int64_t tile, const LaneBl
                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 16))));
       }
       for (int r = 0; r < R; ++r) {
-        const LaneBlock& f = rows[r][blk];
+        const LaneBlock<T>& f = rows[r][blk];
         acc[r][a][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[r][h]),
                                        _mm256_mul_ps(_mm256_set1_ps(f.d), dx), acc[r][a][h]);
         if constexpr (HasMin(T)) {
@@ -1186,22 +1184,23 @@ TANDEM_AVX2 void LaneTileAvx2(const QuantizedRows& x, int64_t tile, const LaneBl
   }
 }
 
-// Rows n0 … n1 of W against the lane tiles of x: kRows weight rows decoded at a time,
-// then every tile against them, in runs of kRows, 4, 2, 1 weight rows.
+// Rows n0 … n1 of W against the lane tiles of x: up to kDecoded weight rows decoded at
+// a time, then each tile against them in runs of kRows (then 4, 2, 1) weight rows, so
+// that a tile's outputs go out as whole lines of each row of x.
 template <GgmlType T, bool kVnni>
 TANDEM_AVX2 void LaneRange(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                            int64_t n1) {
-  constexpr int kRows = kVnni ? 8 : 4;
+  constexpr int kRows = kVnni ? 8 : 4, kDecoded = 32;
   const int64_t m = x.rows, n = w.rows, nblocks = w.cols / (ChunksPerBlock(T) * kQ8Block);
   const size_t rb = w.RowBytes();
-  thread_local std::vector<LaneBlock> buffer;  // grows to the widest matrix, then reused
-  if (buffer.size() < static_cast<size_t>(kRows * nblocks)) {
-    buffer.resize(static_cast<size_t>(kRows * nblocks));
+  thread_local std::vector<LaneBlock<T>> buffer;  // grows to the widest matrix, then reused
+  if (buffer.size() < static_cast<size_t>(kDecoded * nblocks)) {
+    buffer.resize(static_cast<size_t>(kDecoded * nblocks));
   }
-  alignas(64) float tile_out[kRows * 16];
-  for (int64_t j = n0; j < n1; j += kRows) {
-    const int nt = static_cast<int>(std::min<int64_t>(kRows, n1 - j));
-    const LaneBlock* rows[kRows];
+  alignas(64) float tile_out[kDecoded * 16];
+  for (int64_t j = n0; j < n1; j += kDecoded) {
+    const int nt = static_cast<int>(std::min<int64_t>(kDecoded, n1 - j));
+    const LaneBlock<T>* rows[kDecoded];
     for (int t = 0; t < nt; ++t) {
       DecodeLaneRow<T, kVnni>(w.data + (j + t) * rb, nblocks, buffer.data() + t * nblocks);
       rows[t] = buffer.data() + t * nblocks;
@@ -1210,7 +1209,7 @@ TANDEM_AVX2 void LaneRange(const QuantizedRows& x, const WeightMatrix& w, float*
       for (int r0 = 0; r0 < nt;) {
         const int left = nt - r0;
         const int run = left >= kRows ? kRows : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-        const LaneBlock* const* rr = rows + r0;
+        const LaneBlock<T>* const* rr = rows + r0;
         float* o = tile_out + 16 * r0;
         if constexpr (kVnni) {
           if (run == 8) LaneTileVnni<T, 8>(x, tile, rr, nblocks, o);
@@ -1224,19 +1223,16 @@ TANDEM_AVX2 void LaneRange(const QuantizedRows& x, const WeightMatrix& w, float*
         }
         r0 += run;
       }
-      // tile_out [weight row][row of x] into out [row of x][weight row].
+      // tile_out [weight row][row of x] into out [row of x][weight row], eight at a time.
       const int64_t live = std::min<int64_t>(16, m - 16 * tile);
+      const __m256i stride = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
       for (int64_t t = 0; t < live; ++t) {
         float* o = out + (16 * tile + t) * n + j;
-        if (nt == 8) {
-          _mm256_storeu_ps(
-              o, _mm256_i32gather_ps(tile_out + t,
-                                     _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112), 4));
-        } else if (nt == 4) {
-          _mm_storeu_ps(o, _mm_i32gather_ps(tile_out + t, _mm_setr_epi32(0, 16, 32, 48), 4));
-        } else {
-          for (int r = 0; r < nt; ++r) o[r] = tile_out[16 * r + t];
+        int r = 0;
+        for (; r + 8 <= nt; r += 8) {
+          _mm256_storeu_ps(o + r, _mm256_i32gather_ps(tile_out + 16 * r + t, stride, 4));
         }
+        for (; r < nt; ++r) o[r] = tile_out[16 * r + t];
       }
     }
   }
