@@ -899,13 +899,24 @@ TANDEM_AVX2 void DecodeLaneRow(const uint8_t* row, int64_t nblocks, LaneBlock<T>
     } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
       o.d = Half(block);
       o.dmin = -Half(block + 2);
-      for (int c = 0; c < 8; ++c) {
-        uint8_t sc, m;
-        model::KQuantScaleMin(block + 4, c, &sc, &m);
-        o.scale[2 * c] = o.scale[2 * c + 1] = sc;
-        mins[c] = m;
-      }
-      for (int p = 0; p < 4; ++p) o.min_pairs[p] = Int16Pair(mins[2 * p], mins[2 * p + 1]);
+      // Scales 0–7 and mins 0–7 (bytes 0–7, 8–15): each scale for both halves of its
+      // chunk; the mins already as int16 pairs (2p, 2p + 1).
+      const __m128i bytes = KScalesAndMins(block + 4);
+      const __m256i scales = _mm256_cvtepu8_epi32(bytes);
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(o.scale),
+          _mm256_permutevar8x32_epi32(scales, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(o.scale + 8),
+          _mm256_permutevar8x32_epi32(scales, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o.min_pairs),
+                       _mm_cvtepu8_epi16(_mm_srli_si128(bytes, 8)));
+    } else if constexpr (T == GgmlType::kQ6_K) {
+      o.d = Half(block + 208);
+      const __m128i scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 192));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.scale), _mm256_cvtepi8_epi32(scales));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.scale + 8),
+                          _mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8)));
     } else if constexpr (T == GgmlType::kIQ4_XS) {
       o.d = Half(block);
       uint16_t high;
@@ -916,7 +927,6 @@ TANDEM_AVX2 void DecodeLaneRow(const uint8_t* row, int64_t nblocks, LaneBlock<T>
       }
     } else {
       for (int c = 0; c < 8; ++c) LaneScales(T, block, c, o.scale + 2 * c, mins + 2 * c);
-      if constexpr (T == GgmlType::kQ6_K) o.d = Half(block + 208);
       if constexpr (T == GgmlType::kQ3_K) o.d = Half(block + 108);
       if constexpr (T == GgmlType::kQ2_K) {
         o.d = Half(block + 80);
