@@ -20,6 +20,8 @@
 #   CONCURRENCY  default "1 4 16";  NUM_PROMPTS  default "4 8 16" (one per concurrency)
 #   INPUT, OUTPUT  default 512, 128
 #   OUT          results directory (default build/bench/compare-<date>)
+#   LLAMA_SERVER_ARGS  extra llama-server flags (e.g. --no-repack where its repacked
+#                weights crash the CPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${LLAMA_CPP_BIN:?set LLAMA_CPP_BIN to a directory with llama-server}"
@@ -30,6 +32,7 @@ read -r -a PROMPTS <<< "${NUM_PROMPTS:-4 8 16}"
 INPUT=${INPUT:-512}
 OUTPUT=${OUTPUT:-128}
 OUT=${OUT:-build/bench/compare-$(date +%Y%m%d-%H%M%S)}
+read -r -a SERVER_ARGS <<< "${LLAMA_SERVER_ARGS:-}"
 mkdir -p "$OUT"
 scripts/build.sh tandem tandem-router tandem-prefill-worker tandem-decode-worker >/dev/null
 TANDEM=build/bin/tandem
@@ -70,7 +73,7 @@ for i in "${!CONC[@]}"; do
   # llama-server: -np slots share a context of -c tokens.
   port=$(free_port)
   ctx=$(( c * (INPUT + OUTPUT + 64) ))
-  "$LLAMA_CPP_BIN/llama-server" -m "$MODEL" -t "$THREADS" -np "$c" -c "$ctx" \
+  "$LLAMA_CPP_BIN/llama-server" -m "$MODEL" -t "$THREADS" -np "$c" -c "$ctx" "${SERVER_ARGS[@]}" \
     --host 127.0.0.1 --port "$port" > "$OUT/llama-server.c$c.log" 2>&1 &
   lpid=$!
   wait_http "http://127.0.0.1:$port/health" "$lpid" || { echo "llama-server did not start" >&2; cat "$OUT/llama-server.c$c.log" >&2; exit 1; }
