@@ -413,6 +413,28 @@ TANDEM_AVX2_INLINE __m256i ChunkWord(__m256i words, int c) {
                              _mm256_load_si256(reinterpret_cast<const __m256i*>(kWordPicks.v[c])));
 }
 
+// IQ4_XS's eight chunk scales ls − 32 as signed bytes 0–7 (bytes 8–15 zero): the low
+// four bits from the nibbles of bytes 4–7 (chunk c: byte 4 + c / 2, the low nibble for
+// even c), the top two from bits 2c of the u16 at byte 2.
+TANDEM_AVX2_INLINE __m128i Iq4XsScales(const uint8_t* b) {
+  uint16_t high;
+  uint32_t low;
+  std::memcpy(&high, b + 2, 2);
+  std::memcpy(&low, b + 4, 4);
+  const __m128i nibble = _mm_set1_epi8(15);
+  const __m128i lb = _mm_cvtsi32_si128(static_cast<int>(low));
+  const __m128i lo =
+      _mm_unpacklo_epi8(_mm_and_si128(lb, nibble), _mm_and_si128(_mm_srli_epi16(lb, 4), nibble));
+  const __m256i top = _mm256_and_si256(
+      _mm256_srlv_epi32(_mm256_set1_epi32(high), _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+      _mm256_set1_epi32(3));
+  const __m128i top16 =
+      _mm_packus_epi32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1));
+  const __m128i top8 = _mm_packus_epi16(top16, _mm_setzero_si128());
+  const __m128i ls = _mm_or_si128(lo, _mm_slli_epi16(top8, 4));
+  return _mm_and_si128(_mm_sub_epi8(ls, _mm_set1_epi8(32)), _mm_setr_epi32(-1, -1, 0, 0));
+}
+
 // A super-block's factors, unpacked once for its eight chunks: d and M (ChunkAt's D and
 // M), the integer scales c_h as ScaleWords (Scale(c): chunk c's madd operand), Q2_K's
 // mins n_h the same way, and Q4_K/Q5_K's chunk mins as floats.
@@ -441,14 +463,7 @@ struct alignas(32) SuperFactors {
       chunk_min = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
     } else if constexpr (T == GgmlType::kIQ4_XS) {
       d = Half(b);
-      uint16_t high;
-      std::memcpy(&high, b + 2, 2);
-      alignas(16) int8_t ls[16] = {};
-      for (int c = 0; c < 8; ++c) {
-        ls[c] = static_cast<int8_t>(
-            (((b[4 + c / 2] >> (4 * (c % 2))) & 15) | (((high >> (2 * c)) & 3) << 4)) - 32);
-      }
-      scales = _mm_load_si128(reinterpret_cast<const __m128i*>(ls));
+      scales = Iq4XsScales(b);
     } else if constexpr (T == GgmlType::kQ6_K) {
       d = Half(b + 208);
       scales = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
@@ -919,12 +934,13 @@ TANDEM_AVX2 void DecodeLaneRow(const uint8_t* row, int64_t nblocks, LaneBlock<T>
                           _mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8)));
     } else if constexpr (T == GgmlType::kIQ4_XS) {
       o.d = Half(block);
-      uint16_t high;
-      std::memcpy(&high, block + 2, 2);
-      for (int c = 0; c < 8; ++c) {
-        const int ls = ((block[4 + c / 2] >> (4 * (c % 2))) & 15) | (((high >> (2 * c)) & 3) << 4);
-        o.scale[2 * c] = o.scale[2 * c + 1] = ls - 32;
-      }
+      const __m256i scales = _mm256_cvtepi8_epi32(Iq4XsScales(block));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(o.scale),
+          _mm256_permutevar8x32_epi32(scales, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(o.scale + 8),
+          _mm256_permutevar8x32_epi32(scales, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)));
     } else {
       for (int c = 0; c < 8; ++c) LaneScales(T, block, c, o.scale + 2 * c, mins + 2 * c);
       if constexpr (T == GgmlType::kQ3_K) o.d = Half(block + 108);
