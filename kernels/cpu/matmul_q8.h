@@ -80,6 +80,7 @@ struct QuantizedRows {
   std::vector<float> d;           // [rows][cols / block]
   std::vector<float> sums;        // [rows][cols / 32][8]: each four quants' sum (exact)
   std::vector<float> block_sums;  // [rows][cols / 32]: each 32 quants' sum (exact)
+  std::vector<int16_t> sums16;    // [rows][cols / 16]: each 16 quants' sum
   // The batch layout (rows ≥ kQ8LaneRows): tiles of 16 rows, the last padded with zero
   // rows, each row in a lane. Built by QuantizeRowsQ8 where the CPU has AVX2, always by
   // the reference; lane_tiles 0 where not built.

@@ -112,6 +112,11 @@ TEST(MatMulQ8, QuantizationEqualsTheScalarStatement) {
           for (int e = 0; e < 32; ++e) total += want.q[static_cast<size_t>(32 * b + e)];
           ASSERT_EQ(want.block_sums[static_cast<size_t>(b)], static_cast<float>(total));
         }
+        for (int64_t h = 0; h < m * k / 16; ++h) {
+          int32_t total = 0;
+          for (int e = 0; e < 16; ++e) total += want.q[static_cast<size_t>(16 * h + e)];
+          ASSERT_EQ(want.sums16[static_cast<size_t>(h)], total);
+        }
         if (block == kQ8SuperBlock) {
           // One scale per 256: the largest |x| of the super-block maps to ±127.
           for (int64_t b = 0; b < m * k / block; ++b) {
