@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/util/strings.h"
+#include "kernels/cpu/matmul_q8.h"
 
 namespace tandem::rpc {
 
@@ -74,7 +75,10 @@ v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::s
   v1::KvLayoutFingerprint f;
   f.set_model_hash(model_hash);
   const bool cpu = device == "cpu" || device == "cpu-fence";
-  f.set_cpu_math(std::string(kernels::CpuMathName(cpu ? cpu_math : kernels::CpuMath::kExact)));
+  const kernels::CpuMath math = cpu ? cpu_math : kernels::CpuMath::kExact;
+  std::string name(kernels::CpuMathName(math));
+  if (math == kernels::CpuMath::kFast) name += StrCat(".", kernels::kQ8ArithmeticVersion);
+  f.set_cpu_math(name);
   switch (layout.dtype) {
     case kv::KvDtype::kF32:
       f.set_dtype(v1::KV_DTYPE_FLOAT32);

@@ -35,7 +35,9 @@ void ToProto(const engine::EngineStats& s, v1::WorkerStats* out);
 // The fingerprint of a cache with `layout` (dtype and element order included) for the
 // model with `model_hash`, computed on `device` ("cpu", "cpu-fence", "cuda"): `cpu_math`
 // counts only on the CPU (on a GPU it is exact, whatever the host's default), so GPU
-// workers on hosts of different CPUs still pair.
+// workers on hosts of different CPUs still pair; fast carries its arithmetic's version
+// ("fast.2", kernels::kQ8ArithmeticVersion), so builds that would give different bits
+// do not.
 v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash,
                                         std::string_view device, kernels::CpuMath cpu_math);
 

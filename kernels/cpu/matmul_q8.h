@@ -68,6 +68,11 @@
 
 namespace tandem::kernels {
 
+// The version of the arithmetic above, bumped whenever its bits change: workers name it
+// in their KV fingerprint, so that prefill and decode workers of builds that would give
+// different bits do not pair (2: one integer per block, eight accumulators).
+constexpr const char* kQ8ArithmeticVersion = "2";
+
 constexpr int64_t kQ8Block = 32;        // the activation block of the types with blocks of 32
 constexpr int64_t kQ8SuperBlock = 256;  // that of the super-block types
 

@@ -24,6 +24,7 @@
 #include "common/engine/engine.h"
 #include "common/engine/loaded_model.h"
 #include "common/rpc/engine_convert.h"
+#include "common/rpc/kv_fingerprint.h"
 #include "common/rpc/rpc_server.h"
 #include "common/transport/fake_peer_comm.h"
 #include "common/transport/stream_kv_sender.h"
@@ -33,6 +34,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/backend_factory.h"
+#include "kernels/cpu/matmul_q8.h"
 #include "prefill_worker/prefill_worker.h"
 #include "tests/test_paths.h"
 #include "tests/worker_test_util.h"
@@ -494,6 +496,25 @@ TEST_F(PeerTransportTest, AReservationOfAnotherEpochFailsItsRequestAndTheNextSuc
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(*next, Reference(prompt, ::tandem::testing::Greedy(4)));
   EXPECT_EQ(prefill_->Stats().kv_comm_rebuilds, 1);  // the live epoch needs no other
+}
+
+// Fast names its arithmetic's version, so workers whose builds would give different
+// bits never pair; exact (and anything off the CPU) stays "exact".
+TEST_F(PeerTransportTest, TheFingerprintNamesFastsArithmeticVersion) {
+  const kv::KvLayout& layout = decode_->layout();
+  const v1::KvLayoutFingerprint fast =
+      rpc::MakeFingerprint(layout, model_->hash, "cpu", kernels::CpuMath::kFast);
+  EXPECT_EQ(fast.cpu_math(), std::string("fast.") + kernels::kQ8ArithmeticVersion);
+  EXPECT_EQ(rpc::MakeFingerprint(layout, model_->hash, "cpu", kernels::CpuMath::kExact).cpu_math(),
+            "exact");
+  EXPECT_EQ(rpc::MakeFingerprint(layout, model_->hash, "cuda", kernels::CpuMath::kFast).cpu_math(),
+            "exact");
+  v1::KvLayoutFingerprint older = fast;
+  older.set_cpu_math("fast");  // a build before the version was named
+  const absl::Status st = rpc::CheckFingerprint(fast, older);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("cpu_math"));
+  EXPECT_TRUE(rpc::CheckFingerprint(fast, fast).ok());
 }
 
 TEST_F(PeerTransportTest, AMismatchedLayoutIsRefusedNamingTheField) {
