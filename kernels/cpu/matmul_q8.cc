@@ -208,20 +208,15 @@ void QuantizeBlock(const float* x, int64_t n, int8_t* q, float* d) {
   *d = amax / 127.0f;
 }
 
-// A row's sums of each four quants, each 16 and each 32 (exact; in float for four and
-// 32).
-void FillSums(const int8_t* q, int64_t k, float* sums, float* block_sums, int16_t* sums16) {
+// A row's sums of each 16 quants and each 32 (exact; in float for 32).
+void FillSums(const int8_t* q, int64_t k, float* block_sums, int16_t* sums16) {
+  for (int64_t h = 0; h < k / 16; ++h) {
+    int32_t s = 0;
+    for (int e = 0; e < 16; ++e) s += q[16 * h + e];
+    sums16[h] = static_cast<int16_t>(s);
+  }
   for (int64_t b = 0; b < k / kQ8Block; ++b) {
-    int32_t half[2] = {};
-    for (int l = 0; l < 8; ++l) {
-      const int8_t* f = q + b * kQ8Block + 4 * l;
-      const int32_t s = f[0] + f[1] + f[2] + f[3];
-      sums[8 * b + l] = static_cast<float>(s);
-      half[l / 4] += s;
-    }
-    sums16[2 * b] = static_cast<int16_t>(half[0]);
-    sums16[2 * b + 1] = static_cast<int16_t>(half[1]);
-    block_sums[b] = static_cast<float>(half[0] + half[1]);
+    block_sums[b] = static_cast<float>(sums16[2 * b] + sums16[2 * b + 1]);
   }
 }
 
@@ -1360,8 +1355,7 @@ void QuantizeRow(const float* x, int64_t i, QuantizedRows* out) {
       QuantizeBlock(x + i * k + b * out->block, out->block, q + b * out->block, d + b);
     }
   }
-  FillSums(q, k, out->sums.data() + i * nb * 8, out->block_sums.data() + i * nb,
-           out->sums16.data() + i * nb * 2);
+  FillSums(q, k, out->block_sums.data() + i * nb, out->sums16.data() + i * nb * 2);
 }
 
 void Prepare(QuantizedRows* out, int64_t m, int64_t k, int64_t block) {
@@ -1373,7 +1367,6 @@ void Prepare(QuantizedRows* out, int64_t m, int64_t k, int64_t block) {
   if (out->q.size() < static_cast<size_t>(m * k)) out->q.resize(static_cast<size_t>(m * k));
   const size_t blocks = static_cast<size_t>(m * (k / kQ8Block));
   if (out->d.size() < blocks) out->d.resize(blocks);
-  if (out->sums.size() < 8 * blocks) out->sums.resize(8 * blocks);
   if (out->block_sums.size() < blocks) out->block_sums.resize(blocks);
   if (out->sums16.size() < 2 * blocks) out->sums16.resize(2 * blocks);
 }
@@ -1381,11 +1374,27 @@ void Prepare(QuantizedRows* out, int64_t m, int64_t k, int64_t block) {
 // The header's lane layout of x's rows, from its quants, sums and scales.
 void FillLanes(QuantizedRows* x) {
   const int64_t m = x->rows, k = x->cols, nsb = k / x->block, tiles = (m + 15) / 16;
-  x->lanes.assign(static_cast<size_t>(tiles * k * 16), 0);
-  x->lane_sums.assign(static_cast<size_t>(tiles * (k / 16) * 16), 0);
-  x->lane_d.assign(static_cast<size_t>(tiles * nsb * 16), 0.0f);
-  for (int64_t i = 0; i < m; ++i) {
+  if (x->lanes.size() < static_cast<size_t>(tiles * k * 16)) {
+    x->lanes.resize(static_cast<size_t>(tiles * k * 16));
+    x->lane_sums.resize(static_cast<size_t>(tiles * (k / 16) * 16));
+  }
+  if (x->lane_d.size() < static_cast<size_t>(tiles * nsb * 16)) {
+    x->lane_d.resize(static_cast<size_t>(tiles * nsb * 16));
+  }
+  // Every row of the last tile, those past m as zero rows (quants, sums and d all 0).
+  for (int64_t i = 0; i < tiles * 16; ++i) {
     const int64_t tile = i / 16, t = i % 16;
+    if (i >= m) {
+      for (int64_t g = 0; g < k / 4; ++g) {
+        std::memset(x->lanes.data() + ((tile * (k / 4) + g) * 16 + t) * 4, 0, 4);
+      }
+      for (int64_t h = 0; h < k / 16; ++h) {
+        x->lane_sums[static_cast<size_t>((tile * (k / 16) + h) * 16 + t)] = 0;
+      }
+      for (int64_t sb = 0; sb < nsb; ++sb)
+        x->lane_d[static_cast<size_t>((tile * nsb + sb) * 16 + t)] = 0;
+      continue;
+    }
     const int8_t* q = x->q.data() + i * k;
     const int16_t* sums16 = x->sums16.data() + i * (k / 16);
     for (int64_t g = 0; g < k / 4; ++g) {
@@ -1435,8 +1444,8 @@ void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows
       QuantizeBlock(x + i * k + b * block, block, out->q.data() + i * k + b * block,
                     out->d.data() + i * nd + b);
     }
-    FillSums(out->q.data() + i * k, k, out->sums.data() + i * nb * 8,
-             out->block_sums.data() + i * nb, out->sums16.data() + i * nb * 2);
+    FillSums(out->q.data() + i * k, k, out->block_sums.data() + i * nb,
+             out->sums16.data() + i * nb * 2);
   }
   if (m >= kQ8LaneRows) FillLanes(out);
 }

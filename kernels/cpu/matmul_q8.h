@@ -83,7 +83,6 @@ struct QuantizedRows {
   int64_t block = kQ8Block;       // values per scale: kQ8Block or kQ8SuperBlock
   std::vector<int8_t> q;          // [rows][cols]
   std::vector<float> d;           // [rows][cols / block]
-  std::vector<float> sums;        // [rows][cols / 32][8]: each four quants' sum (exact)
   std::vector<float> block_sums;  // [rows][cols / 32]: each 32 quants' sum (exact)
   std::vector<int16_t> sums16;    // [rows][cols / 16]: each 16 quants' sum
   // The batch layout (rows ≥ kQ8LaneRows): tiles of 16 rows, the last padded with zero

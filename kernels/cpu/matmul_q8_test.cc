@@ -100,7 +100,7 @@ TEST(MatMulQ8, QuantizationEqualsTheScalarStatement) {
           EXPECT_TRUE(std::equal(want.d.begin(), want.d.begin() + m * k / block, got.d.begin()))
               << path;
           EXPECT_TRUE(
-              std::equal(want.sums.begin(), want.sums.begin() + m * k / 4, got.sums.begin()))
+              std::equal(want.sums16.begin(), want.sums16.begin() + m * k / 16, got.sums16.begin()))
               << path;
           EXPECT_TRUE(std::equal(want.block_sums.begin(), want.block_sums.begin() + m * k / 32,
                                  got.block_sums.begin()))
