@@ -205,10 +205,12 @@ int RunBench(const BenchOptions& o) {
   if (o.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("tandem bench engine: %s, %s, %d threads, %s kernels, %s math, %s KV\n",
-                model_name.c_str(), std::string(e.device()).c_str(), threads, kernels::MatMulIsa(),
-                std::string(kernels::CpuMathName(o.cpu_math)).c_str(),
-                std::string(kv::KvDtypeName(o.kv_dtype)).c_str());
+    std::printf(
+        "tandem bench engine: %s, %s, %d threads, %s kernels, %s math (integer path %s), "
+        "%s KV\n",
+        model_name.c_str(), std::string(e.device()).c_str(), threads, kernels::MatMulIsa(),
+        std::string(kernels::CpuMathName(o.cpu_math)).c_str(), kernels::MatMulQ8Isa(),
+        std::string(kv::KvDtypeName(o.kv_dtype)).c_str());
     if (config->moe.experts > 0) {
       const model::ModelConfig::ParameterCount n = config->Parameters();
       std::printf(

@@ -1,6 +1,8 @@
 #include "kernels/cpu/matmul.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -723,7 +725,8 @@ void MatMulRange(const float* x, int64_t m, const WeightMatrix& w, float* out, i
 
 namespace {
 
-// 0: no cap, 1: AVX2 at most, 2: portable only; -1: as TANDEM_CPU_ISA says.
+// 0: no cap, 1: AVX2 at most, 2: portable only, 3: AVX-512 without AMX; -1: as
+// TANDEM_CPU_ISA says.
 std::atomic<int> g_isa_cap{-1};
 
 int IsaCap() {
@@ -732,7 +735,7 @@ int IsaCap() {
   static const int from_env = [] {
     const char* e = std::getenv("TANDEM_CPU_ISA");
     const std::string_view v = e == nullptr ? "" : e;
-    return v == "portable" ? 2 : v == "avx2" ? 1 : 0;
+    return v == "portable" ? 2 : v == "avx2" ? 1 : v == "avx512" ? 3 : 0;
   }();
   return from_env;
 }
@@ -741,6 +744,7 @@ int IsaCap() {
 
 void ForcePortableKernels(bool force) { g_isa_cap = force ? 2 : -1; }
 void ForceAvx2Kernels(bool force) { g_isa_cap = force ? 1 : -1; }
+void ForceAvx512Kernels(bool force) { g_isa_cap = force ? 3 : -1; }
 
 namespace {
 // F16C by CPUID (clang 14's __builtin_cpu_supports does not know the name).
@@ -751,7 +755,7 @@ bool HaveF16c() {
 }  // namespace
 
 bool HaveAvx512() {
-  if (IsaCap() >= 1) return false;
+  if (IsaCap() == 1 || IsaCap() == 2) return false;
   static const bool have =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -768,8 +772,32 @@ bool HaveAvx512Vnni() {
   return have;
 }
 
+bool HaveAmxInt8() {
+  if (IsaCap() != 0 || !HaveAvx512Vnni()) return false;
+  static const bool have = [] {
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    // CPUID.(7,0):EDX bits 24 and 25: AMX-TILE and AMX-INT8.
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (edx & (3u << 24)) != (3u << 24)) {
+      return false;
+    }
+    // XCR0 bits 17 and 18: the OS saves the tile configuration and data.
+    uint32_t xcr0_low = 0, xcr0_high = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    if ((xcr0_low & (3u << 17)) != (3u << 17)) return false;
+    // Linux hands the tile data state to a process that asks for it (5.16 on); a kernel
+    // or hypervisor that refuses leaves the AVX-512 path.
+    constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return have;
+}
+
 bool HaveAvx2Fma() {
-  if (IsaCap() >= 2) return false;
+  if (IsaCap() == 2) return false;
   static const bool have =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HaveF16c();
   return have;

@@ -578,6 +578,7 @@ TANDEM_AVX2_INLINE __m256 Halves8(const uint8_t* p, int64_t stride) {
 
 #define TANDEM_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#define TANDEM_VNNI_INLINE TANDEM_VNNI __attribute__((always_inline)) inline
 
 // ---------------------------------------------------------------------------------
 // AVX2, decode (m = 1): one weight row at a time, decoded on the fly, eight blocks (or
@@ -912,10 +913,10 @@ int32_t Int16Pair(int32_t low, int32_t high) {
                               (static_cast<uint32_t>(high) << 16));
 }
 
-template <GgmlType T, bool kVnni>
+// kShift: what the quants take on (LaneShift's power of two; −1: nothing).
+template <GgmlType T, int kShift>
 TANDEM_AVX2 void DecodeLaneRow(const uint8_t* row, int64_t nblocks, LaneBlock<T>* out) {
   constexpr int64_t bb = model::TypeBytes(T);
-  constexpr int kShift = LaneShift<kVnni>(T);
   const __m256i offset = _mm256_set1_epi8(kShift < 0 ? 0 : static_cast<char>(1 << kShift));
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const uint8_t* block = row + blk * bb;
@@ -990,6 +991,65 @@ inline const int32_t* GroupSums(const int32_t* ls, int64_t blk, int g) {
   return ls + sixteen * 16;
 }
 
+// What a block's min term reads of x's sums in the 16 lanes (ls: the tile's lane_sums),
+// and the block's float step for one weight row: acc + float(P) · (D · d_x), then
+// + float(N) · (M · d_x) for the types with a min (N by madd of x's sums in int16 pairs
+// with the row's mins for the super-blocks; the block's quant sum for Q4_1 and Q5_1).
+template <GgmlType T>
+struct LaneMins {
+  using S = LaneShape<T>;
+  __m512i pairs[S::kMinPairs > 0 ? S::kMinPairs : 1];
+  __m512 block_sums;
+
+  TANDEM_VNNI_INLINE LaneMins(const int32_t* ls, int64_t blk) {
+    for (int q = 0; q < S::kMinPairs; ++q) {
+      const int32_t* s = ls + blk * 16 * 16;
+      __m512i lo, hi;
+      if constexpr (T == GgmlType::kQ2_K) {
+        lo = _mm512_loadu_si512(s + (2 * q) * 16);
+        hi = _mm512_loadu_si512(s + (2 * q + 1) * 16);
+      } else {
+        lo = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * q) * 16),
+                              _mm512_loadu_si512(s + (4 * q + 1) * 16));
+        hi = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * q + 2) * 16),
+                              _mm512_loadu_si512(s + (4 * q + 3) * 16));
+      }
+      pairs[q] = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)),
+                                 _mm512_slli_epi32(hi, 16));
+    }
+    if constexpr (!S::kSuper && HasMin(T)) {
+      block_sums = _mm512_cvtepi32_ps(_mm512_add_epi32(
+          _mm512_loadu_si512(ls + 2 * blk * 16), _mm512_loadu_si512(ls + (2 * blk + 1) * 16)));
+    } else {
+      block_sums = _mm512_setzero_ps();
+    }
+  }
+
+  TANDEM_VNNI_INLINE __m512 Step(__m512i p, const LaneBlock<T>& f, __m512 dx, __m512 acc) const {
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(_mm512_set1_ps(f.d), dx), acc);
+    if constexpr (HasMin(T)) {
+      __m512 n = block_sums;
+      if constexpr (S::kSuper) {
+        __m512i ni = _mm512_setzero_si512();
+        for (int q = 0; q < S::kMinPairs; ++q) {
+          ni = _mm512_dpwssd_epi32(ni, pairs[q], _mm512_set1_epi32(f.min_pairs[q]));
+        }
+        n = _mm512_cvtepi32_ps(ni);
+      }
+      acc = _mm512_fmadd_ps(n, _mm512_mul_ps(_mm512_set1_ps(f.dmin), dx), acc);
+    }
+    return acc;
+  }
+};
+
+// The eight accumulators of 16 outputs summed in the header's tree.
+TANDEM_VNNI_INLINE __m512 SumAccumulators16(const __m512 (&acc)[8]) {
+  __m512 v[4];
+  for (int l = 0; l < 4; ++l) v[l] = _mm512_add_ps(acc[l], acc[l + 4]);
+  for (int l = 0; l < 2; ++l) v[l] = _mm512_add_ps(v[l], v[l + 2]);
+  return _mm512_add_ps(v[0], v[1]);
+}
+
 // VNNI: R weight rows against tile `tile` of x, the header's arithmetic with each row
 // of x in a lane; out[r][t] the output of weight row r and the tile's row t.
 template <GgmlType T, int R>
@@ -1038,54 +1098,12 @@ TANDEM_VNNI void LaneTileVnni(const QuantizedRows& x, int64_t tile, const LaneBl
         }
       }
     }
+    const LaneMins<T> mins(ls, blk);
     const __m512 dx = _mm512_loadu_ps(xd + blk * 16);
-    __m512i pairs[S::kMinPairs > 0 ? S::kMinPairs : 1];
-    for (int q = 0; q < S::kMinPairs; ++q) {
-      const int32_t* s = ls + blk * 16 * 16;
-      __m512i lo, hi;
-      if constexpr (T == GgmlType::kQ2_K) {
-        lo = _mm512_loadu_si512(s + (2 * q) * 16);
-        hi = _mm512_loadu_si512(s + (2 * q + 1) * 16);
-      } else {
-        lo = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * q) * 16),
-                              _mm512_loadu_si512(s + (4 * q + 1) * 16));
-        hi = _mm512_add_epi32(_mm512_loadu_si512(s + (4 * q + 2) * 16),
-                              _mm512_loadu_si512(s + (4 * q + 3) * 16));
-      }
-      pairs[q] = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)),
-                                 _mm512_slli_epi32(hi, 16));
-    }
-    __m512 block_sums;  // Q4_1/Q5_1: N = the block's quant sum
-    if constexpr (!S::kSuper && HasMin(T)) {
-      block_sums = _mm512_cvtepi32_ps(_mm512_add_epi32(
-          _mm512_loadu_si512(ls + 2 * blk * 16), _mm512_loadu_si512(ls + (2 * blk + 1) * 16)));
-    }
     const int a = static_cast<int>(blk % 8);
-    for (int r = 0; r < R; ++r) {
-      const LaneBlock<T>& f = rows[r][blk];
-      acc[r][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[r]), _mm512_mul_ps(_mm512_set1_ps(f.d), dx),
-                                  acc[r][a]);
-      if constexpr (HasMin(T)) {
-        __m512 n;
-        if constexpr (S::kSuper) {
-          __m512i ni = _mm512_setzero_si512();
-          for (int q = 0; q < S::kMinPairs; ++q) {
-            ni = _mm512_dpwssd_epi32(ni, pairs[q], _mm512_set1_epi32(f.min_pairs[q]));
-          }
-          n = _mm512_cvtepi32_ps(ni);
-        } else {
-          n = block_sums;
-        }
-        acc[r][a] = _mm512_fmadd_ps(n, _mm512_mul_ps(_mm512_set1_ps(f.dmin), dx), acc[r][a]);
-      }
-    }
+    for (int r = 0; r < R; ++r) acc[r][a] = mins.Step(p[r], rows[r][blk], dx, acc[r][a]);
   }
-  for (int r = 0; r < R; ++r) {
-    __m512 v[4];
-    for (int l = 0; l < 4; ++l) v[l] = _mm512_add_ps(acc[r][l], acc[r][l + 4]);
-    for (int l = 0; l < 2; ++l) v[l] = _mm512_add_ps(v[l], v[l + 2]);
-    _mm512_storeu_ps(out + 16 * r, _mm512_add_ps(v[0], v[1]));
-  }
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + 16 * r, SumAccumulators16(acc[r]));
 }
 
 // AVX2: the same with the tile's 16 rows of x in two 8-lane halves, maddubs + madd for
@@ -1227,34 +1245,249 @@ TANDEM_AVX2 void LaneTileAvx2(const QuantizedRows& x, int64_t tile, const LaneBl
   }
 }
 
+// AMX: 16 weight rows (rows, each nblocks LaneBlocks, one after the other) against tile
+// `tile` of x. A scale group's products for all 256 outputs are one tile product —
+// tdpbssd on the signed quants, tdpbusd on the min types' unsigned ones, nothing added
+// to either — stored and read back a weight row at a time for its scale and the block's
+// float step, as the VNNI tile takes them. The blocks go accumulator by accumulator
+// (blocks a, a + 8, …, each in order) so that one accumulator of the 16 rows sits in
+// registers.
+
+#define TANDEM_AMX                                                              \
+  __attribute__((                                                               \
+      target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile," \
+             "amx-int8")))
+
+// Q4_K and Q5_K on AMX: a chunk's 6-bit scale split as c = c_hi · 2^s + c_lo (s =
+// PlaneShift) so that both w · c_lo and w · c_hi fit a byte (Q4_K: 15 · 15 and 15 · 3;
+// Q5_K: 31 · 7 and 31 · 7). Two planes of scaled quants then take a whole super-block
+// in two running tile sums, P = 2^s · hi + lo (exact), instead of a tile product, a
+// store and a vpmulld per chunk.
+constexpr bool AmxPlanes(GgmlType t) { return HasChunkMins(t); }
+constexpr int PlaneShift(GgmlType t) { return t == GgmlType::kQ4_K ? 4 : 3; }
+
+// A block as the AMX tile reads it: the lane tiles' (quants as they are), or for the
+// plane types the lo plane in u and the hi plane beside it.
+struct alignas(64) PlaneBlock : LaneBlock256 {
+  uint8_t hi[256];
+};
+template <GgmlType T>
+using AmxBlock = std::conditional_t<AmxPlanes(T), PlaneBlock, LaneBlock<T>>;
+
+// A plane type's decoded block into its two planes.
+TANDEM_VNNI void SplitPlanes(const LaneBlock256& b, int shift, PlaneBlock* out) {
+  static_cast<LaneBlock256&>(*out) = b;
+  const __m512i low_mask = _mm512_set1_epi16(static_cast<int16_t>((1 << shift) - 1));
+  for (int c = 0; c < 8; ++c) {
+    const __m512i w =
+        _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(b.u + 32 * c)));
+    const __m512i scale = _mm512_set1_epi16(static_cast<int16_t>(b.scale[2 * c]));
+    const __m512i lo = _mm512_mullo_epi16(w, _mm512_and_si512(scale, low_mask));
+    const __m512i hi =
+        _mm512_mullo_epi16(w, _mm512_srli_epi16(scale, static_cast<unsigned>(shift)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out->u + 32 * c), _mm512_cvtepi16_epi8(lo));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(out->hi + 32 * c), _mm512_cvtepi16_epi8(hi));
+  }
+}
+
+// The tile registers: 0–3 a group's sums (16 weight rows × 16 rows of x, int32), 4 and 5
+// the weights (16 rows × a group's quants), 6 and 7 x (a group's four-quant steps × the
+// 16 rows × 4), as LaneShape<T> sizes a group.
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+template <GgmlType T>
+constexpr AmxTileConfig MakeAmxTileConfig() {
+  // The plane types' tiles all 16 × 64 bytes: 64 quants a step.
+  constexpr int kSteps = AmxPlanes(T) ? 16 : LaneShape<T>::kSteps;
+  AmxTileConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = static_cast<uint8_t>(t < 6 ? 16 : kSteps);
+    config.colsb[t] = static_cast<uint16_t>(t == 4 || t == 5 ? 4 * kSteps : 64);
+  }
+  return config;
+}
+
+// (A static configuration: GCC's ldtilecfg reads its operand through an asm that names
+// only its first bytes, so the stores of a local one could be dropped.)
+template <GgmlType T>
+TANDEM_AMX void ConfigureAmx() {
+  static constexpr AmxTileConfig kConfig = MakeAmxTileConfig<T>();
+  _tile_loadconfig(&kConfig);
+}
+TANDEM_AMX void ReleaseAmx() { _tile_release(); }
+
+#define TANDEM_AMX_INLINE TANDEM_AMX __attribute__((always_inline)) inline
+
+// Group g's sums into tile register C from weights in A and x in B, then to sums[g].
+#define TANDEM_AMX_GROUP(C, A, B, g)                \
+  do {                                              \
+    _tile_zero(C);                                  \
+    _tile_loadd(A, wb + (g)*4 * S::kSteps, stride); \
+    _tile_loadd(B, xb + (g)*64 * S::kSteps, 64);    \
+    if constexpr (HasMin(T)) {                      \
+      _tile_dpbusd(C, A, B);                        \
+    } else {                                        \
+      _tile_dpbssd(C, A, B);                        \
+    }                                               \
+    _tile_stored(C, sums[g], 64);                   \
+  } while (false)
+
+// Block blk's group sums into sums[g] (tile registers as the configuration says).
+template <GgmlType T>
+TANDEM_AMX_INLINE void AmxBlockSums(const AmxBlock<T>& block, int64_t stride, const int8_t* xb,
+                                    int32_t (*sums)[16][16]) {
+  using S = LaneShape<T>;
+  const uint8_t* wb = block.u;
+  if constexpr (AmxPlanes(T)) {
+    // sums[0] the lo plane's, sums[1] the hi plane's, over the super-block.
+    const uint8_t* hi = block.hi;
+    _tile_zero(0);
+    _tile_zero(1);
+    for (int st = 0; st < 4; st += 2) {
+      _tile_loadd(6, xb + st * 1024, 64);
+      _tile_loadd(4, wb + st * 64, stride);
+      _tile_loadd(5, hi + st * 64, stride);
+      _tile_dpbusd(0, 4, 6);
+      _tile_dpbusd(1, 5, 6);
+      _tile_loadd(7, xb + (st + 1) * 1024, 64);
+      _tile_loadd(2, wb + (st + 1) * 64, stride);
+      _tile_loadd(3, hi + (st + 1) * 64, stride);
+      _tile_dpbusd(0, 2, 7);
+      _tile_dpbusd(1, 3, 7);
+    }
+    _tile_stored(0, sums[0], 64);
+    _tile_stored(1, sums[1], 64);
+  } else if constexpr (S::kGroups == 1) {
+    TANDEM_AMX_GROUP(0, 4, 6, 0);
+  } else {
+    for (int g = 0; g < S::kGroups; g += 4) {
+      TANDEM_AMX_GROUP(0, 4, 6, g);
+      TANDEM_AMX_GROUP(1, 5, 7, g + 1);
+      TANDEM_AMX_GROUP(2, 4, 6, g + 2);
+      TANDEM_AMX_GROUP(3, 5, 7, g + 3);
+    }
+  }
+}
+
+template <GgmlType T>
+TANDEM_AMX void LaneTileAmx(const QuantizedRows& x, int64_t tile, const AmxBlock<T>* rows,
+                            int64_t nblocks, float* out) {
+  using S = LaneShape<T>;
+  const int64_t k = x.cols, stride = nblocks * static_cast<int64_t>(sizeof(AmxBlock<T>));
+  const int8_t* xq = x.lanes.data() + tile * (k / 4) * 64;
+  const int32_t* ls = x.lane_sums.data() + tile * (k / 16) * 16;
+  const float* xd = x.lane_d.data() + tile * nblocks * 16;
+  // Two blocks' sums: the tiles fill one while the rows read the other, so that no read
+  // waits on (or runs ahead of) the tile stores it needs.
+  alignas(64) int32_t sums[2][S::kGroups][16][16];
+  alignas(64) float partial[8][16][16];  // each accumulator of the 16 rows
+  int buf = 0;
+  for (int a = 0; a < 8; ++a) {
+    __m512 acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t blk = a; blk < nblocks; blk += 8) {
+      if (blk == 0) AmxBlockSums<T>(rows[0], stride, xq, sums[buf]);
+      // The block after this one in accumulator order, into the other buffer.
+      const int64_t after = blk + 8 < nblocks                       ? blk + 8
+                            : a + 1 < std::min<int64_t>(8, nblocks) ? a + 1
+                                                                    : -1;
+      if (after >= 0) {
+        AmxBlockSums<T>(rows[after], stride, xq + after * (S::kSuper ? 256 : 32) / 4 * 64,
+                        sums[buf ^ 1]);
+      }
+      const LaneMins<T> mins(ls, blk);
+      const __m512 dx = _mm512_loadu_ps(xd + blk * 16);
+      for (int r = 0; r < 16; ++r) {
+        const AmxBlock<T>& f = rows[r * nblocks + blk];
+        __m512i p = _mm512_load_si512(sums[buf][0][r]);
+        if constexpr (AmxPlanes(T)) {
+          p = _mm512_add_epi32(
+              p, _mm512_slli_epi32(_mm512_load_si512(sums[buf][1][r]), PlaneShift(T)));
+        } else if constexpr (S::kSuper) {
+          p = _mm512_mullo_epi32(p, _mm512_set1_epi32(f.scale[0]));
+          for (int g = 1; g < S::kGroups; ++g) {
+            p = _mm512_add_epi32(p, _mm512_mullo_epi32(_mm512_load_si512(sums[buf][g][r]),
+                                                       _mm512_set1_epi32(f.scale[2 * g])));
+          }
+        }
+        acc[r] = mins.Step(p, f, dx, acc[r]);
+      }
+      buf ^= 1;
+    }
+    for (int r = 0; r < 16; ++r) _mm512_store_ps(partial[a][r], acc[r]);
+  }
+  for (int r = 0; r < 16; ++r) {
+    __m512 acc[8];
+    for (int a = 0; a < 8; ++a) acc[a] = _mm512_load_ps(partial[a][r]);
+    _mm512_storeu_ps(out + 16 * r, SumAccumulators16(acc));
+  }
+}
+#undef TANDEM_AMX_GROUP
+
 // Rows n0 … n1 of W against the lane tiles of x: up to kDecoded weight rows decoded at
-// a time, then each tile against them in runs of kRows (then 4, 2, 1) weight rows, so
-// that a tile's outputs go out as whole lines of each row of x.
-template <GgmlType T, bool kVnni>
+// a time, then each tile against them — AMX: 16 rows at a time (a last run of fewer
+// computes rows past it that nobody reads); VNNI and AVX2: runs of kRows (then 4, 2, 1) —
+// so that a tile's outputs go out as whole lines of each row of x.
+enum class LanePath { kAvx2, kVnni, kAmx };
+
+template <GgmlType T, LanePath P>
 TANDEM_AVX2 void LaneRange(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                            int64_t n1) {
-  constexpr int kRows = kVnni ? 8 : 4, kDecoded = 32;
+  constexpr int kRows = P == LanePath::kAvx2 ? 4 : 8, kDecoded = 32;
+  // AMX multiplies the quants as they are (signed by signed, or the min types' unsigned
+  // by signed), so nothing is added to them.
+  constexpr int kShift = P == LanePath::kAmx ? -1 : LaneShift<P == LanePath::kVnni>(T);
   const int64_t m = x.rows, n = w.rows, nblocks = w.cols / (ChunksPerBlock(T) * kQ8Block);
   const size_t rb = w.RowBytes();
   thread_local std::vector<LaneBlock<T>> buffer;  // grows to the widest matrix, then reused
   if (buffer.size() < static_cast<size_t>(kDecoded * nblocks)) {
     buffer.resize(static_cast<size_t>(kDecoded * nblocks));
   }
+  // The plane types' blocks as AMX reads them (LaneTileAmx).
+  thread_local std::vector<PlaneBlock> planes;
+  if constexpr (P == LanePath::kAmx && AmxPlanes(T)) {
+    if (planes.size() < static_cast<size_t>(kDecoded * nblocks)) {
+      planes.resize(static_cast<size_t>(kDecoded * nblocks));
+    }
+  }
+  if constexpr (P == LanePath::kAmx) ConfigureAmx<T>();
   alignas(64) float tile_out[kDecoded * 16];
   for (int64_t j = n0; j < n1; j += kDecoded) {
     const int nt = static_cast<int>(std::min<int64_t>(kDecoded, n1 - j));
     const LaneBlock<T>* rows[kDecoded];
     for (int t = 0; t < nt; ++t) {
-      DecodeLaneRow<T, kVnni>(w.data + (j + t) * rb, nblocks, buffer.data() + t * nblocks);
+      DecodeLaneRow<T, kShift>(w.data + (j + t) * rb, nblocks, buffer.data() + t * nblocks);
       rows[t] = buffer.data() + t * nblocks;
     }
+    if constexpr (P == LanePath::kAmx && AmxPlanes(T)) {
+      for (int64_t b = 0; b < nt * nblocks; ++b) {
+        SplitPlanes(buffer[static_cast<size_t>(b)], PlaneShift(T), &planes[static_cast<size_t>(b)]);
+      }
+    }
     for (int64_t tile = 0; tile < x.lane_tiles; ++tile) {
-      for (int r0 = 0; r0 < nt;) {
+      if constexpr (P == LanePath::kAmx) {
+        const AmxBlock<T>* blocks;
+        if constexpr (AmxPlanes(T)) {
+          blocks = planes.data();
+        } else {
+          blocks = buffer.data();
+        }
+        for (int r0 = 0; r0 < nt; r0 += 16) {
+          LaneTileAmx<T>(x, tile, blocks + r0 * nblocks, nblocks, tile_out + 16 * r0);
+        }
+      }
+      for (int r0 = 0; P != LanePath::kAmx && r0 < nt;) {
         const int left = nt - r0;
         const int run = left >= kRows ? kRows : left >= 4 ? 4 : left >= 2 ? 2 : 1;
         const LaneBlock<T>* const* rr = rows + r0;
         float* o = tile_out + 16 * r0;
-        if constexpr (kVnni) {
+        if constexpr (P == LanePath::kVnni) {
           if (run == 8) LaneTileVnni<T, 8>(x, tile, rr, nblocks, o);
           if (run == 4) LaneTileVnni<T, 4>(x, tile, rr, nblocks, o);
           if (run == 2) LaneTileVnni<T, 2>(x, tile, rr, nblocks, o);
@@ -1279,17 +1512,30 @@ TANDEM_AVX2 void LaneRange(const QuantizedRows& x, const WeightMatrix& w, float*
       }
     }
   }
+  if constexpr (P == LanePath::kAmx) ReleaseAmx();
 }
 
 // ---------------------------------------------------------------------------------
 // Ranges of weight rows.
 
+// Where AMX beats the VNNI tiles (matmul_bench, one core, a 4096 × 2048 matrix): the
+// blocks of 32 and IQ4_XS from kQ8LaneRows rows; Q4_K and Q5_K from two tiles of x (their
+// planes are made once per 16 weight rows); never the types with a scale per 16 weights
+// (Q6_K, Q3_K, Q2_K: their 16 groups a block cost as much as the VNNI tile).
+constexpr bool UseAmx(GgmlType t, int64_t m) {
+  return !HasLaneScales(t) && m >= (AmxPlanes(t) ? 32 : kQ8LaneRows);
+}
+
 template <GgmlType T>
 TANDEM_AVX2 void RangeAvx2(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0,
                            int64_t n1) {
   if (x.lane_tiles > 0) {
-    if (HaveAvx512Vnni()) return LaneRange<T, true>(x, w, out, n0, n1);
-    return LaneRange<T, false>(x, w, out, n0, n1);
+    if constexpr (UseAmx(T, kQ8SuperBlock)) {
+      if (UseAmx(T, x.rows) && HaveAmxInt8())
+        return LaneRange<T, LanePath::kAmx>(x, w, out, n0, n1);
+    }
+    if (HaveAvx512Vnni()) return LaneRange<T, LanePath::kVnni>(x, w, out, n0, n1);
+    return LaneRange<T, LanePath::kAvx2>(x, w, out, n0, n1);
   }
   // Decode, and batches below kQ8LaneRows: each weight row decoded on the fly against
   // every row of x in turn.
@@ -1432,7 +1678,10 @@ int64_t Q8ActivationBlock(GgmlType type) {
 }
 
 const char* MatMulQ8Isa() {
-  return HaveAvx512Vnni() ? "avx512vnni" : HaveAvx2Fma() ? "avx2" : "generic";
+  return HaveAmxInt8()      ? "amx"
+         : HaveAvx512Vnni() ? "avx512vnni"
+         : HaveAvx2Fma()    ? "avx2"
+                            : "generic";
 }
 
 void QuantizeRowsQ8Reference(const float* x, int64_t m, int64_t k, QuantizedRows* out,

@@ -53,6 +53,16 @@
 // 4 for 5-bit, 2 for Q6_K) then madd; Q8_0, IQ4_NL and IQ4_XS on |w| with the signs
 // moved to the activations; tiles of 16 × 4.
 //
+// AMX (Sapphire Rapids on; where the OS grants the tile state, HaveAmxInt8): the same
+// lane layout of x is the tile product's second operand; 16 weight rows, decoded with
+// their quants as they are, the first (tdpbssd, or tdpbusd for the min types' unsigned
+// quants); one tile product gives a block's (or a scale group's) sums for 16 × 16
+// outputs, read back a weight row at a time for the scale and the float step. Q4_K and
+// Q5_K split each chunk scale as c = c_hi · 2^s + c_lo and multiply it into two planes
+// of bytes, so that a super-block takes two running tile sums (P = 2^s · hi + lo).
+// Used where it beats the VNNI tiles (kernels/cpu/matmul_q8.cc, UseAmx): the blocks of
+// 32 and IQ4_XS from kQ8LaneRows rows, Q4_K and Q5_K from 32; not Q6_K, Q3_K, Q2_K.
+//
 // Thread-safe for distinct outputs; MatMulQ8Group quantizes x into per-thread buffers
 // that grow once and are reused.
 #ifndef TANDEM_KERNELS_CPU_MATMUL_Q8_H_
@@ -140,8 +150,8 @@ struct MatMulJob {
 // it once.
 void MatMulJobs(std::span<const MatMulJob> jobs, bool q8, ThreadPool* pool);
 
-// The instruction set MatMulQ8 uses here: "avx512vnni" (its batches; decode is AVX2's),
-// "avx2" or "generic".
+// The instruction set MatMulQ8 uses here: "amx" (the batches of the types above, the
+// others on VNNI; decode is AVX2's), "avx512vnni" (its batches), "avx2" or "generic".
 const char* MatMulQ8Isa();
 
 }  // namespace tandem::kernels

@@ -66,7 +66,8 @@ RandomMatrix MakeRandomMatrix(GgmlType type, int64_t n, int64_t k, std::mt19937&
 }
 
 // Every path the machine has: the portable one always, AVX2 where there is AVX2 (capped
-// to it where there is more), AVX-512 VNNI's batches where there is that.
+// to it where there is more), AVX-512 VNNI's batches where there is that (capped to it
+// where there is AMX), AMX's where there is that.
 template <class F>
 void OnEveryPath(F&& f) {
   ForcePortableKernels(true);
@@ -76,6 +77,11 @@ void OnEveryPath(F&& f) {
     ForceAvx2Kernels(true);
     f(MatMulQ8Isa());
     ForceAvx2Kernels(false);
+  }
+  if (HaveAmxInt8()) {
+    ForceAvx512Kernels(true);
+    f(MatMulQ8Isa());
+    ForceAvx512Kernels(false);
   }
   if (HaveAvx2Fma()) f(MatMulQ8Isa());
 }
@@ -156,7 +162,8 @@ TEST(MatMulQ8, EveryPathGivesTheBitsOfTheScalarStatement) {
       for (int64_t n : {1, 5, 17, 64}) {
         const RandomMatrix r = MakeRandomMatrix(type, n, k, rng);
         const WeightMatrix& w = r.w;
-        for (int64_t m : {1, 2, 3, 7, 17}) {
+        // m 33: three tiles of x, the last of one row (AMX takes Q4_K and Q5_K from 32).
+        for (int64_t m : {1, 2, 3, 7, 17, 33}) {
           SCOPED_TRACE(::testing::Message()
                        << model::Traits(type).name << " m " << m << " n " << n << " k " << k);
           const auto x = Activations(m, k, rng);

@@ -28,11 +28,16 @@ bool HaveAvx512();
 bool HaveAvx2Fma();
 // True when HaveAvx512() and the CPU has AVX-512 VNNI (vpdpbusd / vpdpwssd).
 bool HaveAvx512Vnni();
-// Caps the kernels to the portable ones, or to AVX2 + FMA, so that tests and benchmarks
-// run a slower path on a faster CPU; false: back to the default, which the environment
-// sets at start (TANDEM_CPU_ISA=avx2 or portable; unset or anything else: no cap).
+// True when HaveAvx512Vnni(), the CPU has AMX-TILE and AMX-INT8, and the OS granted this
+// process the tile data state (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM), asked once).
+bool HaveAmxInt8();
+// Caps the kernels to the portable ones, to AVX2 + FMA, or to AVX-512 without AMX, so
+// that tests and benchmarks run a slower path on a faster CPU; false: back to the
+// default, which the environment sets at start (TANDEM_CPU_ISA=avx512, avx2 or
+// portable; unset or anything else: no cap).
 void ForcePortableKernels(bool force);
 void ForceAvx2Kernels(bool force);
+void ForceAvx512Kernels(bool force);
 
 TANDEM_AVX512 inline __m512 Exp512(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)),
