@@ -557,7 +557,7 @@ TANDEM_AVX2 void QuantizeRowAvx2(const float* x, int64_t k, int64_t block, int8_
 
 // How far ahead of the block being read decode prefetches its weight row (bytes): one
 // stream per core, kept ahead of the hardware prefetcher.
-constexpr int64_t kPrefetchAhead = 1024;
+constexpr int64_t kPrefetchAhead = 2048;
 
 // Every cache line of the kBytes at p, kPrefetchAhead further on (the hardware
 // prefetcher alone left decode short of the memory's bandwidth).
