@@ -49,7 +49,7 @@ bool TypeByName(std::string name, GgmlType* type) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string types = "f32,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_xs";
+  std::string types = "f32,q8_0,q4_0,q4_1,q5_0,q5_1,iq4_nl,mxfp4,q2_k,q3_k,q4_k,q5_k,q6_k,iq4_xs";
   std::string ms = "1,16,512";
   int64_t n = 2048, k = 2048;
   int threads = 1, reps = 5;

@@ -680,7 +680,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(model::GgmlType::kQ8_0, model::GgmlType::kQ4_0, model::GgmlType::kQ4_1,
                       model::GgmlType::kQ5_0, model::GgmlType::kQ5_1, model::GgmlType::kIQ4_NL,
                       model::GgmlType::kQ2_K, model::GgmlType::kQ3_K, model::GgmlType::kQ4_K,
-                      model::GgmlType::kQ5_K, model::GgmlType::kQ6_K, model::GgmlType::kIQ4_XS),
+                      model::GgmlType::kQ5_K, model::GgmlType::kQ6_K, model::GgmlType::kIQ4_XS,
+                      model::GgmlType::kMXFP4),
     [](const auto& info) { return std::string(model::GgmlTypeName(info.param)); });
 
 }  // namespace

@@ -32,7 +32,7 @@ void AddDeviceFlags(CLI::App& app, std::string* device, int* gpu, bool* batch_in
          },
          "CPU arithmetic for quantized weights: exact (float32, within 1e-4 of transformers) "
          "or fast (8-bit activations, integer dot products for every block-quantized type: "
-         "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K … Q6_K, IQ4_XS)")
+         "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K … Q6_K, IQ4_XS)")
       ->default_str(std::string(kernels::CpuMathName(*cpu_math)));
 }
 

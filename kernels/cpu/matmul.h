@@ -3,7 +3,7 @@
 //   x    [m][k]   float32, row-major
 //   W    [n][k]   one row per output feature, in its GGUF type: F32, F16, BF16 or any
 //                 type model::Dequantize decodes block by block (Q8_0, Q4_0, Q4_1,
-//                 Q5_0, Q5_1, IQ4_NL, Q2_K … Q6_K, IQ4_XS)
+//                 Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K … Q6_K, IQ4_XS)
 //   out  [m][n]   float32
 //
 // Weights stay quantized in memory and are decoded on the fly (small m) or into a

@@ -27,6 +27,12 @@ float HalfAt(const uint8_t* p) {
   return HalfToFloat(h);
 }
 
+// A block of 32's D: the f16 at its start, or MXFP4's E8M0 exponent byte as
+// model::E8m0Half reads it (a power of two, exact).
+float BlockD(GgmlType type, const uint8_t* block) {
+  return type == GgmlType::kMXFP4 ? model::E8m0Half(block[0]) : HalfAt(block);
+}
+
 // Whether the type's values carry a min term (q unsigned) rather than being d · q alone.
 constexpr bool HasMin(GgmlType t) {
   return t == GgmlType::kQ4_1 || t == GgmlType::kQ5_1 || t == GgmlType::kQ4_K ||
@@ -64,6 +70,8 @@ constexpr int QsOffset(GgmlType t) {
       return 6;
     case GgmlType::kQ5_1:
       return 8;
+    case GgmlType::kMXFP4:
+      return 1;
     default:
       return 2;  // Q8_0, Q4_0, IQ4_NL
   }
@@ -71,7 +79,7 @@ constexpr int QsOffset(GgmlType t) {
 constexpr int QhOffset(GgmlType t) { return t == GgmlType::kQ5_0 ? 2 : 4; }
 
 // Quant e (0…31) of a block as the integer the products use: Q8_0's byte, Q4_0's nibble
-// − 8, Q5_0's five bits − 16, IQ4_NL's level; Q4_1's nibble and Q5_1's five bits as
+// − 8, Q5_0's five bits − 16, IQ4_NL's or MXFP4's level; Q4_1's nibble and Q5_1's five bits as
 // they are (their min is added apart).
 int32_t QuantAt(GgmlType type, const uint8_t* block, int e) {
   const uint8_t* qs = block + QsOffset(type);
@@ -92,6 +100,8 @@ int32_t QuantAt(GgmlType type, const uint8_t* block, int e) {
       return nibble | fifth;
     case GgmlType::kIQ4_NL:
       return model::kIq4Levels[nibble];
+    case GgmlType::kMXFP4:
+      return model::kMxfp4Levels[nibble];
     default:  // Q4_1
       return nibble;
   }
@@ -186,7 +196,7 @@ IntChunk ChunkAt(GgmlType type, const uint8_t* b, int c) {
       return u;
     }
     default:  // the blocks of 32
-      u.d = HalfAt(b);
+      u.d = BlockD(type, b);
       if (HasMin(type)) u.dmin = HalfAt(b + 2);
       for (int e = 0; e < 32; ++e) u.w[e] = QuantAt(type, b, e);
       return u;
@@ -341,6 +351,8 @@ TANDEM_AVX2 inline __m256i ChunkBytes(const uint8_t* block, int c) {
     return _mm256_or_si256(Nibbles(block + QsOffset(T)), FifthBits(block + QhOffset(T)));
   } else if constexpr (T == GgmlType::kIQ4_NL) {
     return Iq4Levels(Nibbles(block + QsOffset(T)));
+  } else if constexpr (T == GgmlType::kMXFP4) {
+    return Mxfp4Levels(Nibbles(block + QsOffset(T)));
   } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
     const __m256i low =
         BitsAt(block + (T == GgmlType::kQ5_K ? 48 : 16) + 32 * (c / 2), 4 * (c % 2), 15);
@@ -576,6 +588,18 @@ TANDEM_AVX2_INLINE __m256 Halves8(const uint8_t* p, int64_t stride) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
 }
 
+// The E8M0 bytes at p, p + stride, … p + 7·stride as model::E8m0Half reads each: the
+// float with exponent bits e − 1, or for e < 2 the subnormal 2^(e − 128) (exact).
+TANDEM_AVX2_INLINE __m256 E8m0Halves8(const uint8_t* p, int64_t stride) {
+  alignas(32) int32_t e[8];
+  for (int c = 0; c < 8; ++c) e[c] = p[c * stride];
+  const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(e));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+  const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
+  const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
+}
+
 #define TANDEM_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #define TANDEM_VNNI_INLINE TANDEM_VNNI __attribute__((always_inline)) inline
@@ -618,12 +642,17 @@ TANDEM_AVX2_INLINE __m256 LoadUpTo8(const float* p, int n) {
 }
 
 // The f16 at byte `at` of blocks first, first + stride, … (n ≤ 8 of them) times their
-// d_x, each product rounded once; zeros past n.
+// d_x, each product rounded once; zeros past n. MXFP4 (at 0, its D): BlockD's E8M0.
+template <GgmlType T>
 TANDEM_AVX2_INLINE __m256 Factors8(const uint8_t* first, int64_t stride, int at, const float* dx,
                                    int n) {
-  if (n == 8) return _mm256_mul_ps(Halves8(first + at, stride), _mm256_loadu_ps(dx));
+  constexpr bool kE8m0 = T == GgmlType::kMXFP4;
+  if (n == 8) {
+    return _mm256_mul_ps(kE8m0 ? E8m0Halves8(first, stride) : Halves8(first + at, stride),
+                         _mm256_loadu_ps(dx));
+  }
   alignas(32) float f[8] = {};
-  for (int c = 0; c < n; ++c) f[c] = Half(first + c * stride + at) * dx[c];
+  for (int c = 0; c < n; ++c) f[c] = BlockD(T, first + c * stride + at) * dx[c];
   return _mm256_load_ps(f);
 }
 
@@ -640,9 +669,9 @@ TANDEM_AVX2_INLINE void Blocks32Step(const int8_t* q, const uint8_t* first, cons
                                    _mm256_set1_epi16(1))
                  : _mm256_setzero_si256();
   }
-  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SumEach8(v)), Factors8(first, bb, 0, dx, n), acc);
+  acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(SumEach8(v)), Factors8<T>(first, bb, 0, dx, n), acc);
   if constexpr (HasMin(T)) {
-    acc = _mm256_fmadd_ps(LoadUpTo8(block_sums, n), Factors8(first, bb, 2, dx, n), acc);
+    acc = _mm256_fmadd_ps(LoadUpTo8(block_sums, n), Factors8<T>(first, bb, 2, dx, n), acc);
   }
 }
 
@@ -687,15 +716,17 @@ TANDEM_AVX2 void PairRow(const QuantizedRows& x, int64_t i, int64_t nb, PairedRo
 
 constexpr bool Pairs(GgmlType t) {
   return t == GgmlType::kQ4_0 || t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 ||
-         t == GgmlType::kQ5_1 || t == GgmlType::kIQ4_NL;
+         t == GgmlType::kQ5_1 || t == GgmlType::kIQ4_NL || t == GgmlType::kMXFP4;
 }
+// The nibble types whose quants are signed levels of a table (IQ4_NL, MXFP4).
+constexpr bool Levels(GgmlType t) { return t == GgmlType::kIQ4_NL || t == GgmlType::kMXFP4; }
 // What Q4_0 and Q5_0 take off their unsigned quants.
 constexpr int Offset(GgmlType t) {
   return t == GgmlType::kQ4_0 ? 8 : t == GgmlType::kQ5_0 ? 16 : 0;
 }
 
 // Blocks b (at w0) and b + 1 (at w1) as low and high: unsigned quants (Q4_0's and Q5_0's
-// before their offset), or IQ4_NL's signed levels.
+// before their offset), or IQ4_NL's or MXFP4's signed levels.
 template <GgmlType T>
 TANDEM_AVX2_INLINE void PairBytes(const uint8_t* w0, const uint8_t* w1, __m256i& low,
                                   __m256i& high) {
@@ -726,6 +757,9 @@ TANDEM_AVX2_INLINE void PairBytes(const uint8_t* w0, const uint8_t* w1, __m256i&
   } else if constexpr (T == GgmlType::kIQ4_NL) {
     low = Iq4Levels(low);
     high = Iq4Levels(high);
+  } else if constexpr (T == GgmlType::kMXFP4) {
+    low = Mxfp4Levels(low);
+    high = Mxfp4Levels(high);
   }
 }
 
@@ -738,7 +772,7 @@ TANDEM_AVX2_INLINE __m256i PairProducts(const int8_t* q, const uint8_t* w0, cons
   const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
   const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32));
   const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (T == GgmlType::kIQ4_NL) {
+  if constexpr (Levels(T)) {
     const __m256i pl = _mm256_maddubs_epi16(_mm256_sign_epi8(wl, wl), _mm256_sign_epi8(ql, wl));
     const __m256i ph = _mm256_maddubs_epi16(_mm256_sign_epi8(wh, wh), _mm256_sign_epi8(qh, wh));
     return _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
@@ -776,8 +810,8 @@ TANDEM_AVX2 float RowDotPairsAvx2(const QuantizedRows& x, const PairedRow& paire
     if constexpr (Offset(T) != 0) {
       p = _mm256_fnmadd_ps(sums, _mm256_set1_ps(static_cast<float>(Offset(T))), p);
     }
-    acc = _mm256_fmadd_ps(p, Factors8(group, bb, 0, dx + b, 8), acc);
-    if constexpr (HasMin(T)) acc = _mm256_fmadd_ps(sums, Factors8(group, bb, 2, dx + b, 8), acc);
+    acc = _mm256_fmadd_ps(p, Factors8<T>(group, bb, 0, dx + b, 8), acc);
+    if constexpr (HasMin(T)) acc = _mm256_fmadd_ps(sums, Factors8<T>(group, bb, 2, dx + b, 8), acc);
   }
   if (b < nb) {
     Blocks32Step<T>(x.q.data() + i * x.cols + b * kQ8Block, wrow + b * bb, dx + b, bs + b,
@@ -881,6 +915,7 @@ constexpr int LaneShift(GgmlType t) {
     case GgmlType::kIQ4_XS:
     case GgmlType::kQ8_0:
     case GgmlType::kIQ4_NL:
+    case GgmlType::kMXFP4:
       return kVnni ? 7 : -1;
     default:
       return -1;
@@ -888,7 +923,7 @@ constexpr int LaneShift(GgmlType t) {
 }
 // Whether the AVX2 tile moves the weights' signs to the activations (maddubs on |w|).
 constexpr bool SignedLanes(GgmlType t) {
-  return t == GgmlType::kIQ4_XS || t == GgmlType::kQ8_0 || t == GgmlType::kIQ4_NL;
+  return t == GgmlType::kIQ4_XS || t == GgmlType::kQ8_0 || Levels(t);
 }
 
 // One block of a weight row decoded for the lane tiles: its quants in k order, made
@@ -927,7 +962,7 @@ TANDEM_AVX2 void DecodeLaneRow(const uint8_t* row, int64_t nblocks, LaneBlock<T>
     }
     int32_t mins[16] = {};
     if constexpr (ChunksPerBlock(T) == 1) {
-      o.d = Half(block);
+      o.d = BlockD(T, block);
       if constexpr (HasMin(T)) o.dmin = Half(block + 2);
     } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
       o.d = Half(block);
@@ -1577,6 +1612,7 @@ void Range(const QuantizedRows& x, const WeightMatrix& w, float* out, int64_t n0
     TANDEM_Q8_CASE(Q5_0)
     TANDEM_Q8_CASE(Q5_1)
     TANDEM_Q8_CASE(IQ4_NL)
+    TANDEM_Q8_CASE(MXFP4)
     TANDEM_Q8_CASE(Q2_K)
     TANDEM_Q8_CASE(Q3_K)
     TANDEM_Q8_CASE(Q4_K)
@@ -1667,6 +1703,7 @@ bool Q8Supports(GgmlType type) {
     case GgmlType::kQ5_0:
     case GgmlType::kQ5_1:
     case GgmlType::kIQ4_NL:
+    case GgmlType::kMXFP4:
       return true;
     default:
       return ChunksPerBlock(type) == 8;  // Q2_K … Q6_K, IQ4_XS

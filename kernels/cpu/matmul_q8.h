@@ -12,7 +12,8 @@
 //         one eighth of a super-block), as model::Dequantize decodes them:
 //         D · c_h · w_e + M · n_h (the second term only for the types with a min), w_e
 //         an integer quant, c_h and n_h integer scales of its halves h = e / 16, D and M
-//         floats. Blocks of 32: c = n = 1, D = d, M = Q4_1/Q5_1's m. Super-blocks: D = d,
+//         floats. Blocks of 32: c = n = 1, D = d (MXFP4: its E8M0 byte e as 2^(e − 128),
+//         w_e its doubled E2M1 level), M = Q4_1/Q5_1's m. Super-blocks: D = d,
 //         M = −dmin; c_h the 6-bit scale (Q4_K, Q5_K), ls − 32 (IQ4_XS) or the 16-weight
 //         scale (Q6_K, Q3_K, Q2_K); n_h the 6-bit min (Q4_K, Q5_K, one per chunk) or
 //         Q2_K's 4-bit one.
@@ -45,13 +46,13 @@
 // that four weights broadcast from a weight row meet four quants of every row in one
 // step and each output's block sums gather in one int32 lane; the float step of a block
 // then takes 16 outputs at once. Quants are made unsigned where the product allows
-// (Q6_K + 32, Q3_K + 4, Q4_0 + 8, Q5_0 + 16, and on VNNI Q8_0, IQ4_NL and IQ4_XS + 128),
-// the offset taken off through the rows' quant sums as the start value; a half's (or
-// block's) sum times its scale by vpmulld, the mins by madd on the rows' sums in int16
-// pairs. AVX-512 VNNI: vpdpbusd, tiles of 16 rows × 8 weight rows. AVX2: maddubs into
-// int16 pairs (summed over the steps that cannot overflow them: 8 for 4-bit quants,
-// 4 for 5-bit, 2 for Q6_K) then madd; Q8_0, IQ4_NL and IQ4_XS on |w| with the signs
-// moved to the activations; tiles of 16 × 4.
+// (Q6_K + 32, Q3_K + 4, Q4_0 + 8, Q5_0 + 16, and on VNNI Q8_0, IQ4_NL, MXFP4 and
+// IQ4_XS + 128), the offset taken off through the rows' quant sums as the start value;
+// a half's (or block's) sum times its scale by vpmulld, the mins by madd on the rows'
+// sums in int16 pairs. AVX-512 VNNI: vpdpbusd, tiles of 16 rows × 8 weight rows. AVX2:
+// maddubs into int16 pairs (summed over the steps that cannot overflow them: 8 for 4-bit
+// quants, 4 for 5-bit, 2 for Q6_K) then madd; Q8_0, IQ4_NL, MXFP4 and IQ4_XS on |w| with
+// the signs moved to the activations; tiles of 16 × 4.
 //
 // AMX (Sapphire Rapids on; where the OS grants the tile state, HaveAmxInt8): the same
 // lane layout of x is the tile product's second operand; 16 weight rows, decoded with
@@ -80,8 +81,9 @@ namespace tandem::kernels {
 
 // The version of the arithmetic above, bumped whenever its bits change: workers name it
 // in their KV fingerprint, so that prefill and decode workers of builds that would give
-// different bits do not pair (2: one integer per block, eight accumulators).
-constexpr const char* kQ8ArithmeticVersion = "2";
+// different bits do not pair (2: one integer per block, eight accumulators; 3: MXFP4
+// joins the integer path).
+constexpr const char* kQ8ArithmeticVersion = "3";
 
 constexpr int64_t kQ8Block = 32;        // the activation block of the types with blocks of 32
 constexpr int64_t kQ8SuperBlock = 256;  // that of the super-block types
@@ -107,7 +109,8 @@ struct QuantizedRows {
 constexpr int64_t kQ8LaneRows = 8;
 
 // Whether MatMulQ8 has an integer path for weights of `type`: Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (k a multiple of the type's block).
+// Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (k a multiple of the type's
+// block).
 bool Q8Supports(model::GgmlType type);
 
 // The activation block weights of `type` take: kQ8SuperBlock for the super-block types,

@@ -27,10 +27,10 @@ namespace {
 using model::GgmlType;
 using ::tandem::kernels::testing::Noise;
 
-constexpr GgmlType kTypes[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
-                               GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kIQ4_NL,
-                               GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K,
-                               GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS};
+constexpr GgmlType kTypes[] = {
+    GgmlType::kQ8_0,   GgmlType::kQ4_0,  GgmlType::kQ4_1,  GgmlType::kQ5_0, GgmlType::kQ5_1,
+    GgmlType::kIQ4_NL, GgmlType::kMXFP4, GgmlType::kQ2_K,  GgmlType::kQ3_K, GgmlType::kQ4_K,
+    GgmlType::kQ5_K,   GgmlType::kQ6_K,  GgmlType::kIQ4_XS};
 
 bool Fits(GgmlType type, int64_t k) { return k % model::Traits(type).block_size == 0; }
 
@@ -185,6 +185,37 @@ TEST(MatMulQ8, EveryPathGivesTheBitsOfTheScalarStatement) {
         }
       }
     }
+  }
+}
+
+// MXFP4's scale is an exponent byte: the SIMD paths read eight at a time, and e < 2
+// (model::E8m0Half's subnormals) takes its own branch. Every path, exponents from 0 to
+// 156, against the scalar statement bit for bit.
+TEST(MatMulQ8, MxfpExponentsFromSubnormalUpGiveTheScalarBits) {
+  std::mt19937 rng(7);
+  const int64_t n = 23, k = 1024;  // 32 blocks a row: a decode step of eight and pairs
+  RandomMatrix r = MakeRandomMatrix(GgmlType::kMXFP4, n, k, rng);
+  const int64_t bb = model::Traits(GgmlType::kMXFP4).type_size;
+  // Row j's blocks at exponents 7j, 7j + 1, 7j + 2 (0 … 156): within a row the blocks
+  // weigh alike, so a wrong subnormal is not lost beside a larger block.
+  const int64_t nb = k / 32;
+  for (int64_t b = 0; b < n * nb; ++b) {
+    r.bytes[static_cast<size_t>(b * bb)] = static_cast<uint8_t>(7 * (b / nb) + b % 3);
+  }
+  for (int64_t m : {1, 3, 9, 17}) {
+    const std::vector<float> x = Noise(m * k, rng, 2.0f);
+    QuantizedRows q;
+    QuantizeRowsQ8Reference(x.data(), m, k, &q, kQ8Block);
+    std::vector<float> want(static_cast<size_t>(m * n));
+    MatMulQ8Reference(q, r.w, want.data());
+    OnEveryPath([&](const char* path) {
+      std::vector<float> got(want.size(), NAN);
+      MatMulQ8(q, r.w, got.data(), nullptr);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << path << " m " << m << " output " << i;
+      }
+    });
   }
 }
 
