@@ -227,4 +227,52 @@ void AddInPlace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+namespace {
+
+constexpr int64_t kStreamAhead = 2048 / sizeof(float);  // as the decode kernels prefetch
+
+TANDEM_AVX512 float StreamSumAvx512(const float* x, int64_t n) {
+  __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                 _mm512_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int l = 0; l < 4; ++l) {
+      _mm_prefetch(reinterpret_cast<const char*>(x + i + kStreamAhead + 16 * l), _MM_HINT_T0);
+      a[l] = _mm512_add_ps(a[l], _mm512_loadu_ps(x + i + 16 * l));
+    }
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += x[i];
+  return ReduceAdd512(_mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]))) + tail;
+}
+
+TANDEM_AVX2 float StreamSumAvx2(const float* x, int64_t n) {
+  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                 _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int l = 0; l < 4; l += 2) {
+      _mm_prefetch(reinterpret_cast<const char*>(x + i + kStreamAhead + 8 * l), _MM_HINT_T0);
+    }
+    for (int l = 0; l < 4; ++l) a[l] = _mm256_add_ps(a[l], _mm256_loadu_ps(x + i + 8 * l));
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += x[i];
+  return ReduceAdd256x2(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])) + tail;
+}
+
+}  // namespace
+
+float StreamSum(const float* x, int64_t n) {
+  if (HaveAvx512()) return StreamSumAvx512(x, n);
+  if (HaveAvx2Fma()) return StreamSumAvx2(x, n);
+  float a[4] = {};
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int l = 0; l < 4; ++l) a[l] += x[i + l];
+  }
+  for (; i < n; ++i) a[0] += x[i];
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
 }  // namespace tandem::kernels

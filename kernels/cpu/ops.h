@@ -77,6 +77,12 @@ void SoftCap(float* x, int64_t n, float cap);
 // x += y                                                            [n]
 void AddInPlace(float* x, const float* y, int64_t n);
 
+// Σ x[i] read as one stream, as fast as this core reads memory: the widest vector loads
+// (AVX-512, else AVX2), four independent sums, the lines 2 KiB ahead prefetched — what
+// cli/machine_limits.cc times as the machine's read bandwidth, the roof decode is held
+// to. The order of the additions is unspecified (within float rounding of the sum).
+float StreamSum(const float* x, int64_t n);
+
 }  // namespace tandem::kernels
 
 #endif  // TANDEM_KERNELS_CPU_OPS_H_

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/testing/numeric.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_paths.h"
@@ -14,6 +15,26 @@ namespace tandem::kernels {
 namespace {
 
 using ::tandem::kernels::testing::Noise;
+
+// The bandwidth probe's sum is a sum: small integers (every partial sum exact in float,
+// whatever the order) at lengths that end mid-vector, on every path the CPU has.
+TEST(Ops, StreamSumIsTheSumOnEveryPath) {
+  for (int64_t n : {0, 1, 15, 31, 64, 65, 1000, 4099, 100003}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    int64_t want = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      x[static_cast<size_t>(i)] = static_cast<float>(i % 7 - 2);
+      want += i % 7 - 2;
+    }
+    ForcePortableKernels(true);
+    EXPECT_EQ(StreamSum(x.data(), n), static_cast<float>(want)) << "portable n " << n;
+    ForcePortableKernels(false);
+    ForceAvx2Kernels(true);
+    EXPECT_EQ(StreamSum(x.data(), n), static_cast<float>(want)) << "avx2 n " << n;
+    ForceAvx2Kernels(false);
+    EXPECT_EQ(StreamSum(x.data(), n), static_cast<float>(want)) << "n " << n;
+  }
+}
 
 TEST(Ops, RmsNormMatchesReference) {
   std::mt19937 rng(1);
