@@ -16,7 +16,11 @@
 # output tokens): the first big wave after a start is measurably slower (allocator and
 # buffer growth), and without it whichever target ran first on a server paid for it.
 #   MODEL        GGUF (default: the default model)
-#   THREADS      llama-server's threads and each tandem worker's (default: nproc)
+#   THREADS      llama-server's threads (default: nproc)
+#   TANDEM_SERVE_ARGS  extra `tandem serve` flags (default: none — its defaults, which
+#                give every worker a thread per core and start the prefill workers at a
+#                lower OS priority; "--threads-per-worker N" sets N threads each at one
+#                priority, as this script ran before 2026-12-07)
 #   CONCURRENCY  default "1 4 16";  NUM_PROMPTS  default "4 8 16" (one per concurrency)
 #   INPUT, OUTPUT  default 512, 128
 #   OUT          results directory (default build/bench/compare-<date>)
@@ -33,6 +37,7 @@ INPUT=${INPUT:-512}
 OUTPUT=${OUTPUT:-128}
 OUT=${OUT:-build/bench/compare-$(date +%Y%m%d-%H%M%S)}
 read -r -a SERVER_ARGS <<< "${LLAMA_SERVER_ARGS:-}"
+read -r -a TANDEM_ARGS <<< "${TANDEM_SERVE_ARGS:-}"
 mkdir -p "$OUT"
 scripts/build.sh tandem tandem-router tandem-prefill-worker tandem-decode-worker >/dev/null
 TANDEM=build/bin/tandem
@@ -62,7 +67,7 @@ bench() {  # LABEL BACKEND ENDPOINT CONCURRENCY PROMPTS SEED
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "tandem commit: $(git rev-parse --short HEAD)"
-  echo "model: $MODEL  threads: $THREADS  input: $INPUT  output: $OUTPUT"
+  echo "model: $MODEL  threads: $THREADS  tandem serve args: ${TANDEM_SERVE_ARGS:-(defaults)}  input: $INPUT  output: $OUTPUT"
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)  cores: $(nproc)"
 } > "$OUT/setup.txt"
 seed=100
@@ -81,7 +86,7 @@ for i in "${!CONC[@]}"; do
   bench llama-server openai "http://127.0.0.1:$port" "$c" "$n" $((seed += 1))
   kill "$lpid"; wait "$lpid" 2>/dev/null || true
 
-  "$TANDEM" serve --model "$MODEL" --grpc-port 0 --http-port 0 --threads-per-worker "$THREADS" \
+  "$TANDEM" serve --model "$MODEL" --grpc-port 0 --http-port 0 "${TANDEM_ARGS[@]}" \
     --endpoints-file "$OUT/tandem.c$c.endpoints" > "$OUT/tandem.c$c.log" 2>&1 &
   tpid=$!
   for _ in $(seq 600); do [ -f "$OUT/tandem.c$c.endpoints" ] && break; sleep 0.2; done
