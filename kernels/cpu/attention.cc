@@ -297,6 +297,65 @@ TANDEM_AVX2 void AttendGroupAvx2(const float* q, int32_t group, int32_t pos,
 
 // --- AVX-512 path ----------------------------------------------------------------
 
+// NG heads' scores against two chunks of 16 keys (k0, k1; m0, m1 their live keys), each
+// a sequential FMA chain over d, stored scaled at sc (head g's row padded apart; the
+// second chunk `chunk` on). NG a constant, so the chains stay in registers.
+template <class T, int NG>
+TANDEM_AVX512 inline void ScoreChunks(const float* q, int32_t hd, const T* k0, const T* k1,
+                                      int32_t bs, __mmask16 m0, __mmask16 m1, bool two,
+                                      __m512 scale, int32_t chunk, float* sc, int64_t padded) {
+  __m512 s0[NG], s1[NG];
+  for (int g = 0; g < NG; ++g) s0[g] = s1[g] = _mm512_setzero_ps();
+  for (int32_t d = 0; d < hd; ++d) {
+    const __m512 ka = Load16(m0, k0 + static_cast<int64_t>(d) * bs);
+    const __m512 kb = Load16(m1, k1 + static_cast<int64_t>(d) * bs);
+    for (int g = 0; g < NG; ++g) {
+      const __m512 qd = _mm512_set1_ps(q[static_cast<int64_t>(g) * hd + d]);
+      s0[g] = _mm512_fmadd_ps(qd, ka, s0[g]);
+      s1[g] = _mm512_fmadd_ps(qd, kb, s1[g]);
+    }
+  }
+  for (int g = 0; g < NG; ++g) {
+    _mm512_mask_storeu_ps(sc + g * padded, m0, _mm512_mul_ps(s0[g], scale));
+    if (two) _mm512_mask_storeu_ps(sc + g * padded + chunk, m1, _mm512_mul_ps(s1[g], scale));
+  }
+}
+
+// Σ p · V over keys base … n − 1 for NG heads (their weights at p, padded apart) with
+// head_dim 16 · NV, times each head's 1 / Σ, into out (heads hd apart). The keys go in
+// order for every accumulator, as one head alone would take them; NV and NG constants,
+// so the accumulators stay in registers.
+template <class T, int NV, int NG>
+TANDEM_AVX512 inline void WeighValues(const float* p, int64_t padded, const float* invs,
+                                      int32_t base, int32_t n, std::span<const int32_t> table,
+                                      int32_t layer, int32_t kvh, const KvView& cache, float* out) {
+  const int32_t bs = cache.layout.block_size;
+  const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * 16 * NV;
+  __m512 acc[NG][NV];
+  for (int g = 0; g < NG; ++g) {
+    for (int c = 0; c < NV; ++c) acc[g][c] = _mm512_setzero_ps();
+  }
+  for (int32_t j0 = base; j0 < n;) {  // block by block (no division per key)
+    const T* vr = VRow<T>(cache, table, j0, layer, kvh);
+    const int32_t len = std::min(bs - j0 % bs, n - j0);
+    for (int32_t i = 0; i < len; ++i, vr += vstride) {
+      __m512 v[NV];
+      for (int c = 0; c < NV; ++c) v[c] = Load16(0xFFFF, vr + 16 * c);
+      for (int g = 0; g < NG; ++g) {
+        const __m512 w = _mm512_set1_ps(p[g * padded + j0 - base + i]);
+        for (int c = 0; c < NV; ++c) acc[g][c] = _mm512_fmadd_ps(w, v[c], acc[g][c]);
+      }
+    }
+    j0 += len;
+  }
+  for (int g = 0; g < NG; ++g) {
+    const __m512 vinv = _mm512_set1_ps(invs[g]);
+    for (int c = 0; c < NV; ++c) {
+      _mm512_storeu_ps(out + g * 16 * NV + 16 * c, _mm512_mul_ps(acc[g][c], vinv));
+    }
+  }
+}
+
 // All query heads of one KV head (`group` of them, q rows `group` × head_dim apart)
 // for one query row. head_dim must be a multiple of 16 and at most 256.
 template <class T>
@@ -326,22 +385,20 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
     const T* k0 = KColumn<T>(cache, table, j0, layer, kvh);
     const T* k1 = two ? KColumn<T>(cache, table, j0 + chunk, layer, kvh) : k0;
     for (int32_t g0 = 0; g0 < group; g0 += 4) {
-      const int32_t ng = std::min(4, group - g0);
-      __m512 s0[4], s1[4];
-      for (int32_t g = 0; g < 4; ++g) s0[g] = s1[g] = _mm512_setzero_ps();
-      for (int32_t d = 0; d < hd; ++d) {
-        const __m512 ka = Load16(m0, k0 + static_cast<int64_t>(d) * bs);
-        const __m512 kb = Load16(m1, k1 + static_cast<int64_t>(d) * bs);
-        for (int32_t g = 0; g < ng; ++g) {
-          const __m512 qd = _mm512_set1_ps(q[static_cast<int64_t>(g0 + g) * hd + d]);
-          s0[g] = _mm512_fmadd_ps(qd, ka, s0[g]);
-          s1[g] = _mm512_fmadd_ps(qd, kb, s1[g]);
-        }
-      }
-      for (int32_t g = 0; g < ng; ++g) {
-        float* sc = scores.data() + static_cast<int64_t>(g0 + g) * padded + (j0 - base);
-        _mm512_mask_storeu_ps(sc, m0, _mm512_mul_ps(s0[g], scale));
-        if (two) _mm512_mask_storeu_ps(sc + chunk, m1, _mm512_mul_ps(s1[g], scale));
+      const float* qg = q + static_cast<int64_t>(g0) * hd;
+      float* sc = scores.data() + static_cast<int64_t>(g0) * padded + (j0 - base);
+      switch (std::min(4, group - g0)) {
+        case 4:
+          ScoreChunks<T, 4>(qg, hd, k0, k1, bs, m0, m1, two, scale, chunk, sc, padded);
+          break;
+        case 3:
+          ScoreChunks<T, 3>(qg, hd, k0, k1, bs, m0, m1, two, scale, chunk, sc, padded);
+          break;
+        case 2:
+          ScoreChunks<T, 2>(qg, hd, k0, k1, bs, m0, m1, two, scale, chunk, sc, padded);
+          break;
+        default:
+          ScoreChunks<T, 1>(qg, hd, k0, k1, bs, m0, m1, two, scale, chunk, sc, padded);
       }
     }
   }
@@ -383,6 +440,17 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
   const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * hd;
   for (int32_t g0 = 0; g0 < group; g0 += heads) {
     const int32_t ng = std::min(heads, group - g0);
+    const float* p = scores.data() + static_cast<int64_t>(g0) * padded;
+    float* o = out + static_cast<int64_t>(g0) * hd;
+    // The common head sizes (64, 128) with their accumulators in registers.
+    if (nv == 4 && ng == 4) {
+      WeighValues<T, 4, 4>(p, padded, invs + g0, base, n, table, layer, kvh, cache, o);
+      continue;
+    }
+    if (nv == 8 && ng == 2) {
+      WeighValues<T, 8, 2>(p, padded, invs + g0, base, n, table, layer, kvh, cache, o);
+      continue;
+    }
     __m512 acc[16];
     for (int32_t a = 0; a < ng * nv; ++a) acc[a] = _mm512_setzero_ps();
     // Walk the blocks (no division per key); keys stay in order.
