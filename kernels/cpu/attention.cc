@@ -198,29 +198,77 @@ TANDEM_AVX2 inline __m256 Load8(const Fp16* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Scores of `runs` × 8 keys (1 or 2 runs, adjacent K columns at k) for heads g0 … g0 + ng
-// − 1 (ng ≤ 4), times the scale, into sc[g · n + j0 …].
-template <class T, int kRuns>
-TANDEM_AVX2 inline void ScoreRuns(const float* q, int32_t g0, int32_t ng, const T* k, int32_t bs,
-                                  int32_t hd, float scale, int32_t j0, int32_t n, float* sc) {
-  __m256 s[4][kRuns];
-  for (int g = 0; g < 4; ++g) {
+// Scores of `runs` × 8 keys (1 or 2 runs, adjacent K columns at k) for heads g0 … g0 + NG
+// − 1, times the scale, into sc[g · n + j0 …]. NG a constant, so the chains stay in
+// registers.
+template <class T, int kRuns, int NG>
+TANDEM_AVX2 inline void ScoreRunsOf(const float* q, int32_t g0, const T* k, int32_t bs, int32_t hd,
+                                    float scale, int32_t j0, int32_t n, float* sc) {
+  __m256 s[NG][kRuns];
+  for (int g = 0; g < NG; ++g) {
     for (int r = 0; r < kRuns; ++r) s[g][r] = _mm256_setzero_ps();
   }
   for (int32_t d = 0; d < hd; ++d) {
     __m256 kv[kRuns];
     for (int r = 0; r < kRuns; ++r) kv[r] = Load8(k + static_cast<int64_t>(d) * bs + 8 * r);
-    for (int32_t g = 0; g < ng; ++g) {
+    for (int g = 0; g < NG; ++g) {
       const __m256 qd = _mm256_set1_ps(q[static_cast<int64_t>(g0 + g) * hd + d]);
       for (int r = 0; r < kRuns; ++r) s[g][r] = _mm256_fmadd_ps(qd, kv[r], s[g][r]);
     }
   }
   const __m256 vs = _mm256_set1_ps(scale);
-  for (int32_t g = 0; g < ng; ++g) {
+  for (int g = 0; g < NG; ++g) {
     for (int r = 0; r < kRuns; ++r) {
       _mm256_storeu_ps(sc + static_cast<int64_t>(g0 + g) * n + j0 + 8 * r,
                        _mm256_mul_ps(s[g][r], vs));
     }
+  }
+}
+// ng ≤ 4 heads.
+template <class T, int kRuns>
+TANDEM_AVX2 inline void ScoreRuns(const float* q, int32_t g0, int32_t ng, const T* k, int32_t bs,
+                                  int32_t hd, float scale, int32_t j0, int32_t n, float* sc) {
+  switch (ng) {
+    case 4:
+      return ScoreRunsOf<T, kRuns, 4>(q, g0, k, bs, hd, scale, j0, n, sc);
+    case 3:
+      return ScoreRunsOf<T, kRuns, 3>(q, g0, k, bs, hd, scale, j0, n, sc);
+    case 2:
+      return ScoreRunsOf<T, kRuns, 2>(q, g0, k, bs, hd, scale, j0, n, sc);
+    default:
+      return ScoreRunsOf<T, kRuns, 1>(q, g0, k, bs, hd, scale, j0, n, sc);
+  }
+}
+
+// 16 elements (from d0) of Σ_j e_j · v_j over keys lo … n − 1 for heads g0 … g0 + NG − 1
+// (weights sc[g · n + j]), times each head's 1 / Z, into out; keys in order.
+template <class T, int NG>
+TANDEM_AVX2 inline void WeighValues16(const float* sc, const float* invs, int32_t g0, int32_t d0,
+                                      int32_t hd, int32_t lo, int32_t n,
+                                      std::span<const int32_t> table, int32_t layer, int32_t kvh,
+                                      const KvView& cache, float* out) {
+  const int32_t bs = cache.layout.block_size;
+  const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * hd;
+  __m256 a[NG][2];
+  for (int g = 0; g < NG; ++g) a[g][0] = a[g][1] = _mm256_setzero_ps();
+  for (int32_t j0 = lo; j0 < n;) {
+    const T* vr = VRow<T>(cache, table, j0, layer, kvh) + d0;
+    const int32_t len = std::min(bs - j0 % bs, n - j0);
+    for (int32_t i = 0; i < len; ++i, vr += vstride) {
+      const __m256 v0 = Load8(vr), v1 = Load8(vr + 8);
+      for (int g = 0; g < NG; ++g) {
+        const __m256 p = _mm256_set1_ps(sc[static_cast<int64_t>(g0 + g) * n + j0 + i]);
+        a[g][0] = _mm256_fmadd_ps(p, v0, a[g][0]);
+        a[g][1] = _mm256_fmadd_ps(p, v1, a[g][1]);
+      }
+    }
+    j0 += len;
+  }
+  for (int g = 0; g < NG; ++g) {
+    float* o = out + static_cast<int64_t>(g0 + g) * hd + d0;
+    const __m256 vi = _mm256_set1_ps(invs[g0 + g]);
+    _mm256_storeu_ps(o, _mm256_mul_ps(a[g][0], vi));
+    _mm256_storeu_ps(o + 8, _mm256_mul_ps(a[g][1], vi));
   }
 }
 
@@ -266,30 +314,20 @@ TANDEM_AVX2 void AttendGroupAvx2(const float* q, int32_t group, int32_t pos,
                              sinks != nullptr ? sinks + g : nullptr);
   }
   // out = Σ_j e_j · v_j key by key, 16 elements of four heads at a time.
-  const int64_t vstride = static_cast<int64_t>(cache.layout.n_kv_heads) * hd;
   for (int32_t g0 = 0; g0 < group; g0 += 4) {
-    const int32_t ng = std::min(4, group - g0);
     for (int32_t d0 = 0; d0 < hd; d0 += 16) {
-      __m256 a[4][2];
-      for (int g = 0; g < 4; ++g) a[g][0] = a[g][1] = _mm256_setzero_ps();
-      for (int32_t j0 = lo; j0 < n;) {
-        const T* vr = VRow<T>(cache, table, j0, layer, kvh) + d0;
-        const int32_t len = std::min(bs - j0 % bs, n - j0);
-        for (int32_t i = 0; i < len; ++i, vr += vstride) {
-          const __m256 v0 = Load8(vr), v1 = Load8(vr + 8);
-          for (int32_t g = 0; g < ng; ++g) {
-            const __m256 p = _mm256_set1_ps(sc[static_cast<int64_t>(g0 + g) * n + j0 + i]);
-            a[g][0] = _mm256_fmadd_ps(p, v0, a[g][0]);
-            a[g][1] = _mm256_fmadd_ps(p, v1, a[g][1]);
-          }
-        }
-        j0 += len;
-      }
-      for (int32_t g = 0; g < ng; ++g) {
-        float* o = out + static_cast<int64_t>(g0 + g) * hd + d0;
-        const __m256 vi = _mm256_set1_ps(invs[g0 + g]);
-        _mm256_storeu_ps(o, _mm256_mul_ps(a[g][0], vi));
-        _mm256_storeu_ps(o + 8, _mm256_mul_ps(a[g][1], vi));
+      switch (std::min(4, group - g0)) {
+        case 4:
+          WeighValues16<T, 4>(sc, invs, g0, d0, hd, lo, n, table, layer, kvh, cache, out);
+          break;
+        case 3:
+          WeighValues16<T, 3>(sc, invs, g0, d0, hd, lo, n, table, layer, kvh, cache, out);
+          break;
+        case 2:
+          WeighValues16<T, 2>(sc, invs, g0, d0, hd, lo, n, table, layer, kvh, cache, out);
+          break;
+        default:
+          WeighValues16<T, 1>(sc, invs, g0, d0, hd, lo, n, table, layer, kvh, cache, out);
       }
     }
   }
