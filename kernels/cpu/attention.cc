@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "common/util/half.h"
@@ -97,6 +98,23 @@ inline const T* VRow(const KvView& c, std::span<const int32_t> table, int32_t j,
 // every build of this file).
 inline float SoftCap(float x, float softcap) {
   return softcap > 0 ? softcap * std::tanh(x / softcap) : x;
+}
+
+// f(std::integral_constant<int, ng>{}) for ng = 1 … 4: the kernels below take the heads
+// of a group four at a time with their count a constant, so that their accumulators
+// stay in registers.
+template <class F>
+__attribute__((always_inline)) inline void WithHeads(int32_t ng, F&& f) {
+  switch (ng) {
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    default:
+      return f(std::integral_constant<int, 1>{});
+  }
 }
 
 // One head's scaled scores s[lo, n) → soft-capped, then exp(s − m) in place, m the
@@ -228,16 +246,9 @@ TANDEM_AVX2 inline void ScoreRunsOf(const float* q, int32_t g0, const T* k, int3
 template <class T, int kRuns>
 TANDEM_AVX2 inline void ScoreRuns(const float* q, int32_t g0, int32_t ng, const T* k, int32_t bs,
                                   int32_t hd, float scale, int32_t j0, int32_t n, float* sc) {
-  switch (ng) {
-    case 4:
-      return ScoreRunsOf<T, kRuns, 4>(q, g0, k, bs, hd, scale, j0, n, sc);
-    case 3:
-      return ScoreRunsOf<T, kRuns, 3>(q, g0, k, bs, hd, scale, j0, n, sc);
-    case 2:
-      return ScoreRunsOf<T, kRuns, 2>(q, g0, k, bs, hd, scale, j0, n, sc);
-    default:
-      return ScoreRunsOf<T, kRuns, 1>(q, g0, k, bs, hd, scale, j0, n, sc);
-  }
+  WithHeads(ng, [&](auto heads) TANDEM_AVX2 {
+    ScoreRunsOf<T, kRuns, heads()>(q, g0, k, bs, hd, scale, j0, n, sc);
+  });
 }
 
 // 16 elements (from d0) of Σ_j e_j · v_j over keys lo … n − 1 for heads g0 … g0 + NG − 1
@@ -316,19 +327,9 @@ TANDEM_AVX2 void AttendGroupAvx2(const float* q, int32_t group, int32_t pos,
   // out = Σ_j e_j · v_j key by key, 16 elements of four heads at a time.
   for (int32_t g0 = 0; g0 < group; g0 += 4) {
     for (int32_t d0 = 0; d0 < hd; d0 += 16) {
-      switch (std::min(4, group - g0)) {
-        case 4:
-          WeighValues16<T, 4>(sc, invs, g0, d0, hd, lo, n, table, layer, kvh, cache, out);
-          break;
-        case 3:
-          WeighValues16<T, 3>(sc, invs, g0, d0, hd, lo, n, table, layer, kvh, cache, out);
-          break;
-        case 2:
-          WeighValues16<T, 2>(sc, invs, g0, d0, hd, lo, n, table, layer, kvh, cache, out);
-          break;
-        default:
-          WeighValues16<T, 1>(sc, invs, g0, d0, hd, lo, n, table, layer, kvh, cache, out);
-      }
+      WithHeads(std::min(4, group - g0), [&](auto heads) TANDEM_AVX2 {
+        WeighValues16<T, heads()>(sc, invs, g0, d0, hd, lo, n, table, layer, kvh, cache, out);
+      });
     }
   }
 }
@@ -425,19 +426,9 @@ TANDEM_AVX512 void AttendAvx512(const float* q, int32_t group, int32_t pos,
     for (int32_t g0 = 0; g0 < group; g0 += 4) {
       const float* qg = q + static_cast<int64_t>(g0) * hd;
       float* sc = scores.data() + static_cast<int64_t>(g0) * padded + (j0 - base);
-      switch (std::min(4, group - g0)) {
-        case 4:
-          ScoreChunks<T, 4>(qg, hd, k0, k1, bs, m0, m1, two, scale, chunk, sc, padded);
-          break;
-        case 3:
-          ScoreChunks<T, 3>(qg, hd, k0, k1, bs, m0, m1, two, scale, chunk, sc, padded);
-          break;
-        case 2:
-          ScoreChunks<T, 2>(qg, hd, k0, k1, bs, m0, m1, two, scale, chunk, sc, padded);
-          break;
-        default:
-          ScoreChunks<T, 1>(qg, hd, k0, k1, bs, m0, m1, two, scale, chunk, sc, padded);
-      }
+      WithHeads(std::min(4, group - g0), [&](auto heads) TANDEM_AVX512 {
+        ScoreChunks<T, heads()>(qg, hd, k0, k1, bs, m0, m1, two, scale, chunk, sc, padded);
+      });
     }
   }
   // Softmax of each head's scores in place (1 / Σ kept per head).
