@@ -64,11 +64,14 @@ class FakeReactor {
     }
     Complete(msg);
   }
+  // The status is stored before `finished_` is set, under the lock AwaitFinish waits
+  // with: set first, a waiter could wake on `finished_` and read the status not yet
+  // stored (OK), which failed this test now and then under load.
   void Finish(const grpc::Status& status) {
-    if (finished_.exchange(true)) violations_++;
     if (writing_.load()) violations_++;
     std::lock_guard<std::mutex> lock(mu_);
     status_ = status;
+    if (finished_.exchange(true)) violations_++;
     done_cv_.notify_all();
   }
 
