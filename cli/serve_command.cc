@@ -177,6 +177,12 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
   cmd->add_option("--routing-policy", o->routing_policy,
                   "Prefill worker choice: round_robin, least_loaded, cache_aware")
       ->capture_default_str();
+  cmd->add_option("--disagg-min-tokens", o->disagg_min_tokens,
+                  "Prompts with fewer uncached tokens than this on their decode worker are "
+                  "prefilled there, without a prefill worker or a KV transfer (0: every prompt "
+                  "goes to a prefill worker)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
+      ->default_str("tandem-router's");
   cmd->add_option("--speculative", o->speculative,
                   "Speculative decoding on the decode workers: ngram (prompt lookup), draft "
                   "(--draft-model) or off")
@@ -423,6 +429,10 @@ int RunServe(const ServeOptions& o) {
                  std::to_string(pools->max_model_len)};
   if (!o.served_model_name.empty()) {
     router.args.insert(router.args.end(), {"--served-model-name", o.served_model_name});
+  }
+  if (o.disagg_min_tokens >= 0) {
+    router.args.insert(router.args.end(),
+                       {"--disagg-min-tokens", std::to_string(o.disagg_min_tokens)});
   }
   if (o.tls.enabled()) router.args.insert(router.args.end(), {"--tls-cert", o.tls.cert});
   if (!o.tls.key.empty()) router.args.insert(router.args.end(), {"--tls-key", o.tls.key});

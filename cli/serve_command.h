@@ -50,6 +50,7 @@ struct ServeOptions {
   int64_t priority_max_wait_ms = 10000;        // router
   bool prefix_caching = true;                  // on every worker
   std::string routing_policy = "cache_aware";  // router
+  int64_t disagg_min_tokens = -1;              // router (-1: tandem-router's default)
   std::string tool_call_parser = "auto";       // router
   std::string speculative;  // decode workers (unset: draft with a draft_model, else off)
   std::string draft_model;  // decode workers (--speculative draft)

@@ -58,8 +58,9 @@ class DecodeStream : public grpc::ServerWriteReactor<v1::DecodeResponse> {
     }
     // Not StartDecode: a callback thread must not wait for the engine's step (gRPC's
     // health service shares these threads). A refusal ends the stream through the sink.
-    worker_->BeginDecode(lease_, std::move(prompt), req->first_token_id(), *params,
-                         std::move(sink));
+    std::optional<int32_t> first;
+    if (!req->prefill_here()) first = req->first_token_id();
+    worker_->BeginDecode(lease_, std::move(prompt), first, *params, std::move(sink));
   }
 
   void OnWriteDone(bool ok) override { outbox_->WriteDone(ok); }

@@ -1,5 +1,6 @@
 #include "decode_worker/decode_worker.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "common/util/check.h"
@@ -320,7 +321,8 @@ absl::Status DecodeWorker::EndKv(uint64_t lease_id) {
 }
 
 absl::Status DecodeWorker::Admit(uint64_t lease_id, std::vector<int32_t> prompt,
-                                 int32_t first_token, const engine::SamplingParams& params,
+                                 std::optional<int32_t> first_token,
+                                 const engine::SamplingParams& params,
                                  std::shared_ptr<TokenSink> sink) {
   kv::SeqId seq = 0;
   {
@@ -330,17 +332,28 @@ absl::Status DecodeWorker::Admit(uint64_t lease_id, std::vector<int32_t> prompt,
       return absl::NotFoundError(
           StrCat("lease ", lease_id, ": unknown, expired or already decoding"));
     }
-    if (!it->second.complete) {
+    const Lease& l = it->second;
+    if (first_token.has_value() && !l.complete) {
       return absl::FailedPreconditionError(
           StrCat("lease ", lease_id, ": its KV has not fully arrived"));
     }
+    // Prefilled here: no push may be writing into it (engine-thread writes already
+    // handed over would land in blocks the engine computes).
+    if (!first_token.has_value() && (l.expected_blocks >= 0 || l.peer_in_flight > 0 ||
+                                     std::any_of(l.layer_received.begin(), l.layer_received.end(),
+                                                 [](int32_t n) { return n > 0; }))) {
+      return absl::FailedPreconditionError(
+          StrCat("lease ", lease_id, ": a KV push has begun into it; it cannot be prefilled here"));
+    }
     // Every write handed over before EndKv has run by now (commands run in order).
-    if (!it->second.write_error.ok()) return it->second.write_error;
-    seq = it->second.seq;
+    if (!l.write_error.ok()) return l.write_error;
+    seq = l.seq;
     leases_.erase(it);
   }
   const absl::Status admitted =
-      engine_->AdmitPrefilled(seq, std::move(prompt), first_token, params);
+      first_token.has_value()
+          ? engine_->AdmitPrefilled(seq, std::move(prompt), *first_token, params)
+          : engine_->PrefillReserved(seq, std::move(prompt), params);
   if (!admitted.ok()) {
     engine_->Release(seq);
     return admitted;
@@ -351,14 +364,16 @@ absl::Status DecodeWorker::Admit(uint64_t lease_id, std::vector<int32_t> prompt,
 }
 
 absl::Status DecodeWorker::StartDecode(uint64_t lease_id, std::vector<int32_t> prompt,
-                                       int32_t first_token, const engine::SamplingParams& params,
+                                       std::optional<int32_t> first_token,
+                                       const engine::SamplingParams& params,
                                        std::shared_ptr<TokenSink> sink) {
   absl::Status result;
   RunOnEngine([&] { result = Admit(lease_id, std::move(prompt), first_token, params, sink); });
   return result;
 }
 
-void DecodeWorker::BeginDecode(uint64_t lease_id, std::vector<int32_t> prompt, int32_t first_token,
+void DecodeWorker::BeginDecode(uint64_t lease_id, std::vector<int32_t> prompt,
+                               std::optional<int32_t> first_token,
                                const engine::SamplingParams& params,
                                std::shared_ptr<TokenSink> sink) {
   thread_->Post([this, lease_id, prompt = std::move(prompt), first_token, params,

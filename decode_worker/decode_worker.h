@@ -42,6 +42,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -138,12 +139,18 @@ class DecodeWorker {
 
   // Admits a reservation whose KV has fully arrived; returns once the engine thread
   // has taken it (next step boundary). The sink then gets every token after `first_token`.
-  absl::Status StartDecode(uint64_t lease_id, std::vector<int32_t> prompt, int32_t first_token,
-                           const engine::SamplingParams& params, std::shared_ptr<TokenSink> sink);
+  // Without a first token the prompt is prefilled here instead (selective
+  // disaggregation: no KV push may have begun into the lease): the engine computes it
+  // past the blocks the reservation shares from the prefix cache, in chunks between
+  // decode steps, and the sink gets every token, the first included.
+  absl::Status StartDecode(uint64_t lease_id, std::vector<int32_t> prompt,
+                           std::optional<int32_t> first_token, const engine::SamplingParams& params,
+                           std::shared_ptr<TokenSink> sink);
   // The same without waiting (for gRPC callback threads, which must not block): a
   // refusal reaches the sink's OnError.
-  void BeginDecode(uint64_t lease_id, std::vector<int32_t> prompt, int32_t first_token,
-                   const engine::SamplingParams& params, std::shared_ptr<TokenSink> sink);
+  void BeginDecode(uint64_t lease_id, std::vector<int32_t> prompt,
+                   std::optional<int32_t> first_token, const engine::SamplingParams& params,
+                   std::shared_ptr<TokenSink> sink);
   // Ends a decoding sequence at the next step boundary (its sink gets kCancelled).
   void CancelDecode(uint64_t lease_id);
 
@@ -154,8 +161,9 @@ class DecodeWorker {
 
  private:
   // StartDecode's work, on the engine thread.
-  absl::Status Admit(uint64_t lease_id, std::vector<int32_t> prompt, int32_t first_token,
-                     const engine::SamplingParams& params, std::shared_ptr<TokenSink> sink);
+  absl::Status Admit(uint64_t lease_id, std::vector<int32_t> prompt,
+                     std::optional<int32_t> first_token, const engine::SamplingParams& params,
+                     std::shared_ptr<TokenSink> sink);
   struct Lease {
     std::vector<int32_t> blocks;  // the engine's table, copied: RPC threads may not read the engine
     std::chrono::steady_clock::time_point expires;

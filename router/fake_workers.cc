@@ -92,7 +92,7 @@ struct FakeDecodeClient::Stream {
   std::function<void(absl::Status)> done;
   FakeDecodeBehaviour b;
   int32_t max_tokens = 0;
-  int32_t sent = 1;  // the first token came from prefill
+  int32_t sent = 1;  // the first token came from prefill (0: prefill_here, sent first)
   int chunks = 0;
   std::shared_ptr<Counts> counts;
   FakeScheduler* scheduler = nullptr;
@@ -116,7 +116,8 @@ struct FakeDecodeClient::Stream {
     }
     DecodeChunk c;
     const int32_t i = st->sent - 1;
-    c.tokens.push_back(st->b.tokens.empty()
+    c.tokens.push_back(i < 0 ? st->b.first_token
+                       : st->b.tokens.empty()
                            ? 1000 + i
                            : st->b.tokens[static_cast<size_t>(i) % st->b.tokens.size()]);
     ++st->sent;
@@ -309,6 +310,10 @@ std::shared_ptr<WorkerCall> FakeDecodeClient::Decode(const DecodeArgs& args,
   st->done = std::move(done);
   st->b = b;
   st->max_tokens = args.params->max_tokens;
+  if (args.prefill_here) {
+    st->sent = 0;
+    ++counts_->local;
+  }
   st->counts = counts_;
   st->scheduler = scheduler_;
   std::weak_ptr<Stream> weak = st;

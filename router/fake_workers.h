@@ -97,6 +97,8 @@ struct FakeDecodeBehaviour {
   // worker does reserve (as a busy worker answering too late does): only a Release by
   // the key frees it.
   enum Reserve { kReserve, kExhausted, kUnavailable, kStall, kReserveLate } reserve = kReserve;
+  // A stream with prefill_here sends this first (as a prefill worker's first token).
+  int32_t first_token = 0;
   // Tokens after the first, one per chunk: tokens[i % size] (empty: 1000 + i).
   std::vector<int32_t> tokens{};
   std::chrono::microseconds interval{100};  // between chunks
@@ -120,6 +122,7 @@ class FakeDecodeClient : public DecodeClient {
   int streams() const { return counts_->streams; }
   int cancels() const { return counts_->cancels; }
   int live_streams() const { return counts_->live; }
+  int local_prefills() const { return counts_->local; }  // streams with prefill_here
   int releases() const { return counts_->releases; }
   int abandons() const { return counts_->abandons; }
   // Leases reserved and not yet consumed by a Decode or released.
@@ -137,7 +140,8 @@ class FakeDecodeClient : public DecodeClient {
 
  private:
   struct Counts {
-    std::atomic<int> reserves{0}, streams{0}, cancels{0}, live{0}, releases{0}, abandons{0};
+    std::atomic<int> reserves{0}, streams{0}, cancels{0}, live{0}, releases{0}, abandons{0},
+        local{0};
   };
   struct Stream;
   FakeScheduler* scheduler_;

@@ -405,6 +405,7 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
     req.set_lease_id(args.lease_id);
     req.mutable_prompt_token_ids()->Assign(args.prompt->begin(), args.prompt->end());
     req.set_first_token_id(args.first_token);
+    req.set_prefill_here(args.prefill_here);
     ToProto(*args.params, req.mutable_params());
     if (args.deadline.has_value()) stream->ctx.set_deadline(*args.deadline);
     std::shared_ptr<WorkerCall> call = stream->call;

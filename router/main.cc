@@ -50,6 +50,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-prefill-tokens-in-flight", options.max_prefill_tokens_in_flight,
                  "Prompt tokens sent to one prefill worker before the rest wait in the queue")
       ->capture_default_str();
+  options.disagg_min_tokens = router::kDefaultDisaggMinTokens;
+  app.add_option("--disagg-min-tokens", options.disagg_min_tokens,
+                 "Prompts with fewer uncached tokens than this on their decode worker are "
+                 "prefilled there, without a prefill worker or a KV transfer (0: every prompt "
+                 "goes to a prefill worker)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
+      ->capture_default_str();
   std::string routing = "cache_aware";
   app.add_option("--routing-policy", routing,
                  "How to pick a prefill worker: round_robin, least_loaded, cache_aware")

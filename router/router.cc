@@ -161,20 +161,34 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
   auto avoided = [&](Worker* w) { return std::find(avoid.begin(), avoid.end(), w) != avoid.end(); };
   std::stable_partition(candidates.begin(), candidates.end(),
                         [&](Worker* w) { return !avoided(w); });
-  const std::span<const uint64_t> hashes = r->Hashes(pool_->PrefillBlockSize());
+  const int32_t block_size = pool_->PrefillBlockSize();
+  const std::span<const uint64_t> hashes = r->Hashes(block_size);
   const RequestSpec& spec = r->spec();
   const int64_t n_prompt = static_cast<int64_t>(spec.prompt.size());
-  PrefillChoice choice = pool_->ChoosePrefill(
-      hashes, n_prompt, options_.max_prefill_tokens_in_flight, options_.routing);
-  if (choice.worker != nullptr && avoided(choice.worker)) {
-    if (Worker* other = pool_->PickPrefill(avoid); other != nullptr) choice = {other, false};
+  // Selective disaggregation: a prompt that is short where it would be decoded (what
+  // that worker does not cache of it) is prefilled there; decided on the best decode
+  // worker, and only workers where it holds take it.
+  auto prefill_here = [&](Worker* d) {
+    return n_prompt - int64_t{block_size} * pool_->CachedBlocks(d, hashes) <
+           options_.disagg_min_tokens;
+  };
+  const bool local = prefill_here(candidates.front());
+  PrefillChoice choice;
+  if (!local) {
+    choice = pool_->ChoosePrefill(hashes, n_prompt, options_.max_prefill_tokens_in_flight,
+                                  options_.routing);
+    if (choice.worker != nullptr && avoided(choice.worker)) {
+      if (Worker* other = pool_->PickPrefill(avoid); other != nullptr) choice = {other, false};
+    }
+    // Prefill is busy enough, or the best worker is computing this very prefix: wait
+    // here (in order, deadlines kept) rather than there.
+    if (choice.worker == nullptr || choice.wait) return false;
+    // Only decode workers whose KV layout the chosen prefill worker shares.
+    std::erase_if(candidates, [&](Worker* d) { return !pool_->Pairs(choice.worker, d); });
+    if (candidates.empty()) return none("no decode worker pairs with the prefill worker");
+  } else {
+    std::erase_if(candidates, [&](Worker* d) { return !prefill_here(d); });
   }
-  // Prefill is busy enough, or the best worker is computing this very prefix: wait
-  // here (in order, deadlines kept) rather than there.
-  if (choice.worker == nullptr || choice.wait) return false;
-  // Only decode workers whose KV layout the chosen prefill worker shares.
-  std::erase_if(candidates, [&](Worker* d) { return !pool_->Pairs(choice.worker, d); });
-  if (candidates.empty()) return none("no decode worker pairs with the prefill worker");
   ReserveArgs args;
   args.request_id = r->id();
   args.prompt = &spec.prompt;
@@ -205,8 +219,9 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
         std::lock_guard<std::mutex> lock(mu_);
         ++running_;
       }
-      pool_->Begin(d, 0);
-      pool_->Begin(choice.worker, n_prompt, hashes);
+      pool_->Begin(d, 0, hashes);
+      if (!local) pool_->Begin(choice.worker, n_prompt, hashes);
+      if (options_.metrics != nullptr) options_.metrics->PrefillPlaced(local);
       r->Start(d, *std::move(res), choice.worker);
       return true;
     }

@@ -205,6 +205,10 @@ class AdmissionQueue {
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// tandem-router's and tandem serve's --disagg-min-tokens (RouterOptions::disagg_min_tokens):
+// docs/performance.md, "Selective disaggregation", has the measurement behind it.
+inline constexpr int64_t kDefaultDisaggMinTokens = 0;
+
 struct RouterOptions {
   QueueLimits queue;
   // How long a reservation waits for KV (renewed by every KV write). Generous: a
@@ -221,6 +225,12 @@ struct RouterOptions {
   // reservations while they queue inside a prefill worker.
   int64_t max_prefill_tokens_in_flight = 8192;
   RoutingPolicy routing = RoutingPolicy::kCacheAware;
+  // Selective disaggregation: a prompt whose part the chosen decode worker does not
+  // cache (its PrefixIndex) is shorter than this many tokens is prefilled by that decode
+  // worker itself — no prefill worker, no KV transfer, its chunks in the decode
+  // worker's steps; longer ones go to a prefill worker. 0: every prompt goes to a
+  // prefill worker.
+  int64_t disagg_min_tokens = 0;
   // Request metrics (may be null); must outlive the router.
   metrics::Metrics* metrics = nullptr;
 };

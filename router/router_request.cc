@@ -1,5 +1,7 @@
 #include "router/router_request.h"
 
+#include <algorithm>
+
 #include "common/kv/block_hash.h"
 #include "common/rpc/status_convert.h"
 #include "common/util/random_id.h"
@@ -176,6 +178,16 @@ void RouterRequest::Start(Worker* decode, Reservation reservation, Worker* prefi
   reserved_at_ = Clock::now();
   done_.timings.queue_ms = Ms(arrival_, reserved_at_);
   ++attempts_;
+  prefill_here_ = prefill == nullptr;
+  if (prefill_here_) {
+    if (cancelled()) {
+      Release();
+      Fail(absl::CancelledError("cancelled"));
+      return;
+    }
+    StartDecode();
+    return;
+  }
   StartPrefill(prefill);
 }
 
@@ -236,6 +248,7 @@ void RouterRequest::OnPrefilled(Worker* prefill, uint64_t call,
   first_token_ = result->first_token;
   std::vector<TokenLogprobs> logprobs;
   if (result->logprobs.has_value()) logprobs.push_back(*result->logprobs);
+  first_seen_ = true;
   const bool go_on = assembler_.Add({&first_token_, 1}, logprobs, result->finish);
   last_token_at_ = Clock::now();
   done_.timings.ttft_ms = Ms(arrival_, last_token_at_);
@@ -249,8 +262,9 @@ void RouterRequest::OnPrefilled(Worker* prefill, uint64_t call,
 
 void RouterRequest::Redispatch(Worker* prefill) {
   Release();
-  env_->pool->End(decode_, 0);
-  avoid_ = {decode_, prefill};
+  EndDecodeCount(false);
+  avoid_ = {decode_};
+  if (prefill != nullptr) avoid_.push_back(prefill);
   decode_ = nullptr;
   reservation_ = {};
   const auto base = env_->retry_pause * (1 << std::max(0, attempts_ - 1));
@@ -262,12 +276,13 @@ void RouterRequest::Redispatch(Worker* prefill) {
 }
 
 void RouterRequest::StartDecode() {
-  SetState(RequestState::kDecoding);
+  if (!prefill_here_) SetState(RequestState::kDecoding);
   DecodeArgs args;
   args.request_id = id_;
   args.lease_id = reservation_.lease_id;
   args.prompt = &spec_.prompt;
   args.first_token = first_token_;
+  args.prefill_here = prefill_here_;
   args.params = &spec_.params;
   args.deadline = deadline_;
   const uint64_t call = BeginCall();
@@ -280,7 +295,11 @@ void RouterRequest::StartDecode() {
 void RouterRequest::OnDecodeChunk(DecodeChunk chunk) {
   if (stopped_) return;  // the stream is being cancelled; later tokens are dropped
   last_finish_ = chunk.finish;
-  if (env_->metrics != nullptr && !chunk.tokens.empty()) {
+  if (!first_seen_ && !chunk.tokens.empty()) {
+    // Prefilled on the decode worker: its first token is this request's TTFT, not a gap
+    // between tokens (tokens that came with it are not timed either).
+    OnPrefilledHere(Clock::now());
+  } else if (env_->metrics != nullptr && !chunk.tokens.empty()) {
     // The gap since the previous token, spread over the tokens that arrived together.
     const auto now = Clock::now();
     env_->metrics->TokensArrived(std::chrono::duration<double>(now - last_token_at_).count(),
@@ -298,8 +317,29 @@ void RouterRequest::OnDecodeChunk(DecodeChunk chunk) {
   if (active != nullptr) active->Cancel();
 }
 
+void RouterRequest::OnPrefilledHere(Clock::time_point now) {
+  first_seen_ = true;
+  SetState(RequestState::kDecoding);
+  prefilled_at_ = now;
+  last_token_at_ = now;
+  done_.timings.prefill_ms = Ms(reserved_at_, now);
+  done_.timings.ttft_ms = Ms(arrival_, now);
+  done_.cached_tokens = std::min(reservation_.cached_blocks * hashes_block_size_,
+                                 std::max(0, static_cast<int32_t>(spec_.prompt.size()) - 1));
+}
+
 void RouterRequest::OnDecodeDone(uint64_t call, const absl::Status& status) {
   CallOver(call);
+  if (!first_seen_ && !stopped_ && !cancelled() && !status.ok()) {
+    // Prefilled on the decode worker and failed before any token reached the client:
+    // the cluster's failure, retried as a prefill's is.
+    if (ClientStatus(status).code() == absl::StatusCode::kUnavailable &&
+        attempts_ < env_->max_prefill_attempts) {
+      if (status.code() == absl::StatusCode::kUnavailable) env_->pool->MarkUnhealthy(decode_);
+      Redispatch(nullptr);
+      return;
+    }
+  }
   if (stopped_) {
     Finish(engine::FinishReason::kStop);
   } else if (status.ok() && last_finish_ != engine::FinishReason::kNone) {
@@ -325,15 +365,17 @@ void RouterRequest::Finish(engine::FinishReason reason) {
   done_.timings.decode_ms = Ms(prefilled_at_, now);
   SetState(RequestState::kFinished);
   EndWith(done_);
-  env_->pool->End(decode_, 0);
+  EndDecodeCount(true);
   env_->ended(this);
 }
+
+void RouterRequest::EndDecodeCount(bool ok) { env_->pool->End(decode_, 0, hashes_, ok); }
 
 void RouterRequest::Fail(const absl::Status& status) {
   SetState(status.code() == absl::StatusCode::kCancelled ? RequestState::kCancelled
                                                          : RequestState::kFailed);
   EndWith(status);
-  env_->pool->End(decode_, 0);
+  EndDecodeCount(false);
   env_->ended(this);
 }
 

@@ -11,15 +11,19 @@
 //                           string)
 //
 // kPrefilling covers the KV transfer: a prefill worker answers once the decode worker
-// holds every block. When it fails for a reason of the cluster's, not the request's (a
-// worker gone, a transfer broken or stalled, a reservation vanished: what ClientStatus
-// answers UNAVAILABLE), nothing has reached the client yet, so the request releases its
-// reservation and goes back to the front of the queue, to start again after a random
-// pause (RequestEnv::retry_pause, doubling per attempt) on a fresh reservation, preferring other
-// workers than the failed attempt's: at most max_prefill_attempts attempts in all, then
-// UNAVAILABLE. Queued, a request ends by FailQueued (cancelled, deadline passed,
-// no worker). Started, it ends exactly once, in one of Finish / Fail, and then calls
-// RequestEnv::ended; every reservation it made is consumed or released on the way.
+// holds every block. A request placed on its decode worker alone (selective
+// disaggregation: Start without a prefill worker) is kPrefilling from its Decode call
+// until the stream's first token, which the decode worker computed itself. When
+// either fails before the first token for a reason of the cluster's, not the
+// request's (a worker gone, a transfer broken or stalled, a reservation vanished: what
+// ClientStatus answers UNAVAILABLE), nothing has reached the client yet, so the
+// request releases its reservation and goes back to the front of the queue, to start
+// again after a random pause (RequestEnv::retry_pause, doubling per attempt) on a
+// fresh reservation, preferring other workers than the failed attempt's: at most
+// max_prefill_attempts attempts in all, then UNAVAILABLE. Queued, a request ends by
+// FailQueued (cancelled, deadline passed, no worker). Started, it ends exactly once,
+// in one of Finish / Fail, and then calls RequestEnv::ended; every reservation it made
+// is consumed or released on the way.
 //
 // The request records its own metrics as it goes (RequestEnv::metrics).
 //
@@ -105,8 +109,9 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   // kQueued → kReserving: the dispatcher is reserving decode memory; back with Requeue.
   void MarkReserving();
   void Requeue();
-  // kReserving → kPrefilling: `decode` holds `reservation`; prefill on `prefill`. The
-  // caller has counted the request on both (WorkerPool::Begin); it ends both counts.
+  // kReserving → kPrefilling: `decode` holds `reservation`; prefill on `prefill`, or
+  // (null) on `decode` itself. The caller has counted the request on both
+  // (WorkerPool::Begin, the decode worker with the prompt's hashes); it ends the counts.
   void Start(Worker* decode, Reservation reservation, Worker* prefill);
   // Queued again after a failure (Redispatch): preferably not on the workers in avoid().
   const std::vector<Worker*>& avoid() const { return avoid_; }
@@ -119,8 +124,14 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
 
  private:
   void StartPrefill(Worker* prefill);
-  // kPrefilling → kQueued: the attempt on `prefill` failed for the cluster's reason.
+  // kPrefilling → kQueued: the attempt (on `prefill`, or null: on the decode worker
+  // alone) failed for the cluster's reason.
   void Redispatch(Worker* prefill);
+  // The first token of a stream that prefilled on its decode worker has arrived.
+  void OnPrefilledHere(Clock::time_point now);
+  // Ends the decode worker's count of this request (its prefix cache now holds the
+  // prompt when `ok`).
+  void EndDecodeCount(bool ok);
   void OnPrefilled(Worker* prefill, uint64_t call, absl::StatusOr<PrefillResult> result);
   void StartDecode();
   void OnDecodeChunk(DecodeChunk chunk);
@@ -165,6 +176,8 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   int attempts_ = 0;            // prefill attempts made
   std::vector<Worker*> avoid_;  // the failed attempt's workers
   int32_t first_token_ = 0;
+  bool prefill_here_ = false;  // placed on the decode worker alone
+  bool first_seen_ = false;    // a token has reached the client
   engine::FinishReason last_finish_ = engine::FinishReason::kNone;
   bool stopped_ = false;  // a stop string matched; the stream is being cancelled
   Clock::time_point reserved_at_{}, prefilled_at_{}, last_token_at_{};

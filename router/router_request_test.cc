@@ -537,6 +537,130 @@ TEST_F(RouterRequestTest, EachRequestRecordsItsMetrics) {
   EXPECT_EQ(value("tandem:e2e_request_latency_seconds_count{" + l + "}"), 1);
 }
 
+// Reads a router's metrics into series → value.
+std::map<std::string, double> Series(metrics::Metrics& m) {
+  std::map<std::string, double> got;
+  std::istringstream in(m.Scrape());
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    got[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return got;
+}
+
+// Selective disaggregation: a prompt shorter than disagg_min_tokens is prefilled by its
+// decode worker (no prefill call; the stream carries the first token, which is the
+// request's TTFT and no inter-token gap); one at the threshold goes to a prefill worker.
+TEST_F(RouterRequestTest, ShortPromptsArePrefilledOnTheirDecodeWorker) {
+  metrics::Metrics m({.model_name = "fake", .role = metrics::Role::kRouter});
+  RouterOptions o;
+  o.metrics = &m;
+  o.disagg_min_tokens = 5;
+  Make(1, 1, o, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.first_token = 42});
+    f.decode("10.0.0.2:100")->Set({.first_token = 77});
+  });
+  auto local = std::make_shared<Collect>();
+  Submit(Spec(5), local);  // 4 prompt tokens
+  ASSERT_TRUE(local->Wait());
+  ASSERT_TRUE(local->done().has_value()) << local->error();
+  EXPECT_EQ(local->tokens(), (std::vector<int32_t>{77, 1000, 1001, 1002, 1003}));
+  EXPECT_EQ(P(0)->calls(), 0);
+  EXPECT_EQ(D(0)->local_prefills(), 1);
+  EXPECT_EQ(local->done()->completion_tokens, 5);
+  EXPECT_GT(local->done()->timings.ttft_ms, 0);
+  EXPECT_EQ(local->done()->timings.kv_transfer_ms, 0);
+  RequestSpec five = Spec(5);
+  five.prompt = {1, 5, 9, 14, 20};
+  auto remote = std::make_shared<Collect>();
+  Submit(five, remote);
+  ASSERT_TRUE(remote->Wait());
+  ASSERT_TRUE(remote->done().has_value()) << remote->error();
+  EXPECT_EQ(remote->tokens(), (std::vector<int32_t>{42, 1000, 1001, 1002, 1003}));
+  EXPECT_EQ(P(0)->calls(), 1);
+  EXPECT_EQ(D(0)->local_prefills(), 1);
+  ExpectAtRest();
+  const auto got = Series(m);
+  const std::string l = R"(model_name="fake",role="router")";
+  auto value = [&](const std::string& key) {
+    auto it = got.find(key);
+    EXPECT_NE(it, got.end()) << "no series " << key;
+    return it == got.end() ? std::nan("") : it->second;
+  };
+  EXPECT_EQ(value("tandem:prefill_placement_total{" + l + R"(,where="local"})"), 1);
+  EXPECT_EQ(value("tandem:prefill_placement_total{" + l + R"(,where="remote"})"), 1);
+  EXPECT_EQ(value("tandem:time_to_first_token_seconds_count{" + l + "}"), 2);
+  EXPECT_EQ(value("tandem:inter_token_latency_seconds_count{" + l + "}"), 8);
+}
+
+// What counts is the part the decode worker does not hold: a 40-token prompt goes to a
+// prefill worker, and once its decode worker has finished it (two full blocks of 16
+// cached there), the same prompt again — 8 uncached tokens — is prefilled there.
+TEST_F(RouterRequestTest, TheDecodeWorkersCachedPrefixCountsAgainstTheThreshold) {
+  RouterOptions o;
+  o.disagg_min_tokens = 10;
+  Make(1, 1, o);
+  RequestSpec spec = Spec(3);
+  spec.prompt.clear();
+  for (int i = 0; i < 40; ++i) spec.prompt.push_back(100 + i);
+  for (int round = 0; round < 2; ++round) {
+    auto sink = std::make_shared<Collect>();
+    Submit(spec, sink);
+    ASSERT_TRUE(sink->Wait());
+    ASSERT_TRUE(sink->done().has_value()) << sink->error();
+    EXPECT_EQ(P(0)->calls(), 1) << round;
+    EXPECT_EQ(D(0)->local_prefills(), round) << round;
+  }
+  spec.cache_salt = 9;  // another namespace: nothing cached
+  auto salted = std::make_shared<Collect>();
+  Submit(spec, salted);
+  ASSERT_TRUE(salted->Wait());
+  EXPECT_EQ(P(0)->calls(), 2);
+  ExpectAtRest();
+}
+
+// A decode worker that fails a local prefill before its first token (its stream
+// broke: the worker is gone) costs the client nothing: the request starts again on
+// another decode worker, and the first is marked unhealthy.
+TEST_F(RouterRequestTest, ALocalPrefillThatBreaksBeforeItsFirstTokenStartsAgainElsewhere) {
+  RouterOptions o;
+  o.disagg_min_tokens = 1000;
+  Make(1, 2, o, [](FakeWorkers& f) {
+    // Worker 0 is tried first (more free blocks), and breaks at once.
+    f.decode("10.0.0.2:100")->Set({.first_token = 5, .break_after = 0, .num_blocks = 2048});
+    f.decode("10.0.0.2:101")->Set({.first_token = 6});
+  });
+  auto sink = std::make_shared<Collect>();
+  Submit(Spec(3), sink);
+  ASSERT_TRUE(sink->Wait());
+  ASSERT_TRUE(sink->done().has_value()) << sink->error();
+  EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{6, 1000, 1001}));
+  EXPECT_EQ(D(0)->local_prefills(), 1);
+  EXPECT_EQ(D(1)->local_prefills(), 1);
+  EXPECT_EQ(P(0)->calls(), 0);
+  const auto decode = pool_->Snapshot(WorkerRole::kDecode);
+  ASSERT_EQ(decode.size(), 2u);
+  EXPECT_FALSE(decode[0].healthy);
+  ExpectAtRest();
+}
+
+// Cancelled while its decode worker prefills it: the stream is cancelled, the request
+// ends CANCELLED, nothing is held.
+TEST_F(RouterRequestTest, CancelWhilePrefillingOnTheDecodeWorker) {
+  RouterOptions o;
+  o.disagg_min_tokens = 1000;
+  Make(1, 1, o, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->Set({.stall = true}); });
+  auto sink = std::make_shared<Collect>();
+  auto r = Submit(Spec(3), sink);
+  ASSERT_TRUE(Eventually([&] { return D(0)->live_streams() == 1; }));
+  EXPECT_EQ(r->state(), RequestState::kPrefilling);
+  router_->Cancel(r);
+  ASSERT_TRUE(sink->Wait());
+  EXPECT_EQ(sink->error().code(), absl::StatusCode::kCancelled) << sink->error();
+  EXPECT_EQ(D(0)->cancels(), 1);
+  ExpectAtRest();
+}
+
 TEST_F(RouterRequestTest, AStreamBrokenMidwayFailsMarksTheWorkerAndReleases) {
   Make(1, 1, {}, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->Set({.break_after = 2}); });
   auto sink = std::make_shared<Collect>();

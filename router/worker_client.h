@@ -105,6 +105,9 @@ struct DecodeArgs {
   uint64_t lease_id = 0;
   const std::vector<int32_t>* prompt = nullptr;  // outlives the call
   int32_t first_token = 0;
+  // No prefill worker filled the reservation: the decode worker computes the prompt
+  // and its stream carries every token, the first included (first_token unused).
+  bool prefill_here = false;
   const engine::SamplingParams* params = nullptr;
   std::optional<Deadline> deadline;
 };
@@ -150,9 +153,10 @@ class DecodeClient : public WorkerClient {
   // nothing to free; UNAVAILABLE / DEADLINE_EXCEEDED when the worker was not told
   // (WorkerPool::Release sends it again).
   virtual void Release(const ReleaseArgs& args, std::function<void(absl::Status)> done) = 0;
-  // Streams the reservation's tokens: `chunk` for each message, then `done` once
-  // (OK after the chunk that carried a finish reason). Cancelling frees the sequence
-  // on the worker within one step.
+  // Streams the reservation's tokens (every one after args.first_token, or with
+  // args.prefill_here every one): `chunk` for each message, then `done` once (OK after
+  // the chunk that carried a finish reason). Cancelling frees the sequence on the
+  // worker within one step.
   virtual std::shared_ptr<WorkerCall> Decode(const DecodeArgs& args,
                                              std::function<void(DecodeChunk)> chunk,
                                              std::function<void(absl::Status)> done) = 0;

@@ -328,6 +328,11 @@ PrefillChoice WorkerPool::ChoosePrefill(std::span<const uint64_t> hashes, int64_
   return c;
 }
 
+int32_t WorkerPool::CachedBlocks(Worker* w, std::span<const uint64_t> hashes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return w->prefixes.CachedPrefix(hashes);
+}
+
 int32_t WorkerPool::PrefillBlockSize() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& w : workers_) {

@@ -44,8 +44,9 @@
 
 namespace tandem::router {
 
-// PrefixIndex: the router's approximate view of one prefill worker's prefix cache —
-// the chained block hashes (common/kv/block_hash.h) of prompts it has prefilled,
+// PrefixIndex: the router's approximate view of one worker's prefix cache — the
+// chained block hashes (common/kv/block_hash.h) of prompts it has prefilled (a prefill
+// worker) or decoded (a decode worker),
 // bounded LRU like the worker's own cache, plus the hashes of prompts it is computing
 // right now (in flight). Built from the router's own routing history; the worker may
 // have evicted what the index still lists, which costs a miss, never a wrong answer.
@@ -107,7 +108,7 @@ struct Worker {
   WorkerLoad stats;
   int32_t in_flight = 0;    // requests the router has there now
   int64_t sent_tokens = 0;  // prompt tokens in flight there (prefill)
-  PrefixIndex prefixes;     // prefill: what its prefix cache probably holds
+  PrefixIndex prefixes;     // what its prefix cache probably holds
 };
 
 // A routing decision for one prompt.
@@ -166,6 +167,9 @@ class WorkerPool {
                               RoutingPolicy policy);
   // Block size the prefill workers report (0 before any did).
   int32_t PrefillBlockSize();
+  // How many leading `hashes` worker `w`'s prefix cache probably holds (its PrefixIndex:
+  // what the router routed there and saw end well).
+  int32_t CachedBlocks(Worker* w, std::span<const uint64_t> hashes);
 
   // Book-keeping of the router's own traffic: a request with `tokens` prompt tokens
   // whose full blocks hash to `hashes` is in flight on `w` / has ended there (`ok`: its

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -92,6 +93,12 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterConfig& config, std::string
                                    Join(decode_addrs, ","),
                                    "--health-poll-ms",
                                    "200"};
+  // Every prompt disaggregated unless a test asks otherwise: these tests are about the
+  // prefill → decode path, whatever tandem-router's default.
+  if (std::find(config.router_flags.begin(), config.router_flags.end(), "--disagg-min-tokens") ==
+      config.router_flags.end()) {
+    args.insert(args.end(), {"--disagg-min-tokens", "0"});
+  }
   args.insert(args.end(), config.router_flags.begin(), config.router_flags.end());
   c->router_->process.Start(args, c->dir_ + "/router.log");
   c->router_->port = WaitForPortFile(c->dir_ + "/router.port", &c->router_->process, kStartTimeout);

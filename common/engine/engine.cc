@@ -189,33 +189,59 @@ absl::StatusOr<kv::SeqId> Engine::Reserve(int64_t num_tokens, std::span<const in
 
 absl::Status Engine::AdmitPrefilled(kv::SeqId id, std::vector<int32_t> prompt, int32_t first_token,
                                     const SamplingParams& p) {
+  return AdmitReserved(id, std::move(prompt), first_token, p);
+}
+
+absl::Status Engine::PrefillReserved(kv::SeqId id, std::vector<int32_t> prompt,
+                                     const SamplingParams& p) {
+  return AdmitReserved(id, std::move(prompt), std::nullopt, p);
+}
+
+absl::Status Engine::AdmitReserved(kv::SeqId id, std::vector<int32_t> prompt,
+                                   std::optional<int32_t> first_token, const SamplingParams& p) {
   auto it = sequences_.find(id);
   if (it == sequences_.end() || it->second->state != SequenceState::kReserved) {
     return absl::NotFoundError(StrCat("reservation ", id, ": unknown or already used"));
   }
   RETURN_IF_ERROR(ValidateRequest(prompt, p));
   const auto& c = weights_->config();
-  RETURN_IF_ERROR(model::CheckTokenId("first_token_id", first_token, c.vocab_size));
+  if (first_token.has_value()) {
+    RETURN_IF_ERROR(model::CheckTokenId("first_token_id", *first_token, c.vocab_size));
+  }
   const int32_t have = static_cast<int32_t>(blocks_->BlockTable(id).size());
   if (blocks_->BlocksFor(static_cast<int64_t>(prompt.size())) > have) {
     return absl::InvalidArgumentError(StrCat("prompt_token_ids: ", prompt.size(),
                                              " tokens do not fit the ", have, " reserved blocks"));
   }
-  const int32_t first[] = {first_token};
-  ASSIGN_OR_RETURN(std::shared_ptr<grammar::Constraint> constraint, MakeConstraint(p, first));
   Sequence* seq = it->second.get();
+  const int64_t shared = int64_t{seq->shared_blocks} * blocks_->block_size();
+  // Computed here: at least the last prompt token (its logits give the first token).
+  if (!first_token.has_value() && shared >= static_cast<int64_t>(prompt.size())) {
+    return absl::InvalidArgumentError(
+        StrCat("prompt_token_ids: ", prompt.size(), " tokens, all within the ", seq->shared_blocks,
+               " cached blocks the reservation shares; it was made for another prompt"));
+  }
+  std::vector<int32_t> output;
+  if (first_token.has_value()) output.push_back(*first_token);
+  ASSIGN_OR_RETURN(std::shared_ptr<grammar::Constraint> constraint, MakeConstraint(p, output));
   seq->constraint = std::move(constraint);
   seq->prompt = std::move(prompt);
-  seq->output = {first_token};
+  seq->output = std::move(output);
   seq->params = p;
   seq->seed = p.seed.has_value() ? *p.seed : seed_counter_++;
-  seq->num_cached = static_cast<int64_t>(seq->prompt.size());
-  blocks_->HashFullBlocks(id, seq->prompt);
-  if (const FinishReason r = CheckFinish(*seq); r != FinishReason::kNone) {
-    blocks_->Free(id);
-    seq->state = SequenceState::kFinished;
-    ended_.emplace_back(id, r);
-    return absl::OkStatus();
+  if (first_token.has_value()) {
+    seq->num_cached = static_cast<int64_t>(seq->prompt.size());
+    blocks_->HashFullBlocks(id, seq->prompt);
+    if (const FinishReason r = CheckFinish(*seq); r != FinishReason::kNone) {
+      blocks_->Free(id);
+      seq->state = SequenceState::kFinished;
+      ended_.emplace_back(id, r);
+      return absl::OkStatus();
+    }
+  } else {
+    // The blocks it computes are hashed as each step fills them (Step), as for any prompt.
+    seq->num_cached = shared;
+    seq->prefix_hit_tokens = shared;
   }
   scheduler_->Enqueue(seq);
   return absl::OkStatus();

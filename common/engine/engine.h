@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -187,6 +188,14 @@ class Engine {
   // Step. On error the reservation is left as it was.
   absl::Status AdmitPrefilled(kv::SeqId id, std::vector<int32_t> prompt, int32_t first_token,
                               const SamplingParams& params);
+  // Turns a kReserved sequence into a waiting one that computes `prompt` here — all of
+  // it but the leading blocks the reservation shares from the prefix cache, in chunks
+  // as any prompt — samples its first token and decodes on: a decode worker's local
+  // prefill (selective disaggregation). `prompt` must be the one reserved with (the
+  // shared blocks hold its K/V). Validates like AddRequest; on error the reservation is
+  // left as it was.
+  absl::Status PrefillReserved(kv::SeqId id, std::vector<int32_t> prompt,
+                               const SamplingParams& params);
   // Frees a kReserved or kHeld sequence; false (and nothing changes) otherwise.
   bool Release(kv::SeqId id);
   // Forgets every cached prefix block (they become free).
@@ -247,6 +256,10 @@ class Engine {
                                                           int32_t num_blocks,
                                                           int64_t payload_bytes) const;
   Engine() = default;
+  // AdmitPrefilled (first_token set: the prompt's K/V are all in the blocks) and
+  // PrefillReserved (none: the blocks past the shared ones are computed here).
+  absl::Status AdmitReserved(kv::SeqId id, std::vector<int32_t> prompt,
+                             std::optional<int32_t> first_token, const SamplingParams& params);
   // Whether `seq`, whose last output token was just appended, is done.
   FinishReason CheckFinish(const Sequence& seq) const;
   void Finish(Sequence* seq, FinishReason reason, std::vector<TokenEvent>* events);

@@ -314,6 +314,96 @@ TEST_F(EngineTest, PrefillHereDecodeThereGivesTheSameTokens) {
   }
 }
 
+// A decode worker's local prefill (selective disaggregation): a reservation whose
+// prompt is computed by the engine that holds it gives the tokens of a plain request —
+// greedy and seeded, batched with plainly added requests, in chunks of 16, and past
+// leading blocks the reservation shares from the prefix cache (which it then does not
+// recompute).
+TEST_F(EngineTest, PrefillingAReservationHereGivesTheSameTokens) {
+  const auto prompts = Prompts(6);
+  const std::vector<int32_t> system = *tok_->Encode(
+      "You are a careful assistant. Answer briefly and precisely, and say when you do not "
+      "know. Today we talk about the history of the lighthouse on the northern cape.");
+  ASSERT_GT(system.size(), 32u);
+  for (double temperature : {0.0, 0.8}) {
+    SCOPED_TRACE(temperature);
+    auto e = MakeEngine(int64_t{64} << 20, 16, /*prefix_caching=*/true, /*max_prefill_chunk=*/16);
+    std::map<kv::SeqId, size_t> which;
+    std::vector<SamplingParams> params;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      params.push_back(Params(temperature, 3 + static_cast<int>(i % 4), 70 + i));
+      if (i % 2 == 0) {  // every other one plainly, in the same steps
+        which[*e->AddRequest(prompts[i], params[i])] = i;
+        continue;
+      }
+      int32_t cached = -1;
+      auto id = e->Reserve(static_cast<int64_t>(prompts[i].size()) + 1, prompts[i], 0, &cached);
+      ASSERT_TRUE(id.ok()) << id.status();
+      EXPECT_EQ(cached, 0);
+      ASSERT_TRUE(e->PrefillReserved(*id, prompts[i], params[i]).ok());
+      which[*id] = i;
+    }
+    auto out = Drain(*e);
+    for (const auto& [id, i] : which) {
+      EXPECT_EQ(out[id], Alone(prompts[i], params[i])) << "request " << i;
+    }
+    // A prompt whose leading blocks are cached: the reservation shares them and the
+    // engine computes only the rest.
+    const SamplingParams p = Params(temperature, 5, 99);
+    ASSERT_TRUE(e->AddRequest(system, p).ok());
+    Drain(*e);
+    std::vector<int32_t> prompt = system;
+    const std::vector<int32_t> question = *tok_->Encode(" Who built it?");
+    prompt.insert(prompt.end(), question.begin(), question.end());
+    int32_t cached = 0;
+    auto id = e->Reserve(static_cast<int64_t>(prompt.size()) + 1, prompt, 0, &cached);
+    ASSERT_TRUE(id.ok()) << id.status();
+    EXPECT_EQ(cached, static_cast<int32_t>(system.size() / 16));
+    const int64_t computed = e->Stats().prompt_tokens_computed;
+    const absl::Status admitted = e->PrefillReserved(*id, prompt, p);
+    ASSERT_TRUE(admitted.ok()) << admitted;
+    auto shared_out = Drain(*e);
+    EXPECT_EQ(shared_out[*id], Alone(prompt, p));
+    EXPECT_EQ(e->Stats().prompt_tokens_computed - computed,
+              static_cast<int64_t>(prompt.size()) - 16 * cached);
+    e->ClearPrefixCache();
+    ExpectNoLeak(*e);
+  }
+}
+
+// What PrefillReserved refuses leaves the reservation as it was.
+TEST_F(EngineTest, PrefillingAReservationHereIsChecked) {
+  auto e = MakeEngine(int64_t{64} << 20, 16, /*prefix_caching=*/true);
+  const std::vector<int32_t> prompt = Prompts(8)[7];
+  ASSERT_GT(prompt.size(), 33u);
+  Drain(*e, {{*e->AddRequest(prompt, Params(0, 2, 1)), {}}});
+  // Reserved for `prompt` (its full blocks shared), then named with a shorter prompt
+  // that ends inside them: nothing would be left to compute.
+  int32_t cached = 0;
+  auto id = e->Reserve(static_cast<int64_t>(prompt.size()) + 1, prompt, 0, &cached);
+  ASSERT_TRUE(id.ok());
+  ASSERT_GE(cached, 2);
+  const std::vector<int32_t> inside(prompt.begin(), prompt.begin() + 16 * cached);
+  EXPECT_EQ(e->PrefillReserved(*id, inside, Params(0, 2, 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> too_long(prompt);
+  too_long.resize(prompt.size() + 40, 5);
+  EXPECT_EQ(e->PrefillReserved(*id, too_long, Params(0, 2, 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->PrefillReserved(*id + 100, prompt, Params(0, 2, 1)).code(),
+            absl::StatusCode::kNotFound);
+  SamplingParams bad = Params(0, 2, 1);
+  bad.top_p = 0;
+  EXPECT_EQ(e->PrefillReserved(*id, prompt, bad).code(), absl::StatusCode::kInvalidArgument);
+  // Still usable, once.
+  ASSERT_TRUE(e->PrefillReserved(*id, prompt, Params(0, 3, 1)).ok());
+  EXPECT_EQ(e->PrefillReserved(*id, prompt, Params(0, 3, 1)).code(), absl::StatusCode::kNotFound);
+  auto out = Drain(*e);
+  EXPECT_EQ(out[*id], Alone(prompt, Params(0, 3, 1)));
+  e->ClearPrefixCache();
+  ExpectNoLeak(*e);
+}
+
 // Writes into a reservation are checked against its block table before any byte moves.
 TEST_F(EngineTest, ReservedKvWritesStayInsideTheReservation) {
   auto e = MakeEngine();

@@ -146,6 +146,11 @@ Metrics::Metrics(const MetricsOptions& options)
     errors_ = std::make_unique<LabeledCounters>();
     errors_->family = &Register(prometheus::BuildCounter(), "request_errors_total",
                                 "Requests that ended with an error, by gRPC status code.");
+    auto& placement = Register(prometheus::BuildCounter(), "prefill_placement_total",
+                               "Requests started, by where their prompt is prefilled: on a "
+                               "prefill worker (remote) or on their decode worker (local).");
+    placed_remote_ = &placement.Add({{"where", "remote"}});
+    placed_local_ = &placement.Add({{"where", "local"}});
     ttft_ = histogram("time_to_first_token_seconds",
                       "From arrival at the router to the first token leaving it.", kTtftBuckets);
     itl_ = histogram("inter_token_latency_seconds", "Time between consecutive output tokens.",
@@ -229,6 +234,10 @@ void Metrics::RequestFinished(const RequestRecord& r) {
 
 void Metrics::RequestFailed(std::string_view code) {
   if (errors_ != nullptr) errors_->Increment({{"code", std::string(code)}});
+}
+
+void Metrics::PrefillPlaced(bool local) {
+  if (placed_local_ != nullptr) (local ? placed_local_ : placed_remote_)->Increment();
 }
 
 void Metrics::TokensArrived(double seconds, int32_t tokens) {

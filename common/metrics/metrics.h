@@ -5,11 +5,13 @@
 // request histograms use vLLM's buckets. Every sample carries two constant labels:
 // `model_name` and `role` (router, prefill or decode), so label cardinality stays
 // fixed — the only other labels are `finished_reason` (stop, length), `code` (a
-// gRPC status name), `transport` (host, nccl, cuda-ipc) and `cache_config_info`'s two.
+// gRPC status name), `transport` (host, nccl, cuda-ipc), `where` (local, remote) and
+// `cache_config_info`'s two.
 //
 // Each role registers only what it measures:
 //   router  — requests running (past the queue) / waiting (admission queue), prompt and
-//             generation tokens, request_success_total, request_errors_total, and the
+//             generation tokens, request_success_total, request_errors_total, where
+//             prompts were prefilled (prefill_placement_total), and the
 //             TTFT, inter-token, E2E, queue, prefill and decode histograms;
 //   workers — their engine's running / waiting sequences, KV usage, cache config,
 //             prefix-cache queries and hits (tokens), preemptions, KV-transfer bytes
@@ -111,6 +113,9 @@ class Metrics {
   // --- router ---------------------------------------------------------------
   void RequestFinished(const RequestRecord& r);
   void RequestFailed(std::string_view grpc_code_name);
+  // A request started: its prompt prefilled on its decode worker (`local`) or on a
+  // prefill worker.
+  void PrefillPlaced(bool local);
   // `tokens` tokens arrived `seconds` after the previous ones: each is observed with
   // seconds / tokens.
   void TokensArrived(double seconds, int32_t tokens);
@@ -142,6 +147,8 @@ class Metrics {
   prometheus::Counter* generation_tokens_ = nullptr;
   prometheus::Counter* success_stop_ = nullptr;
   prometheus::Counter* success_length_ = nullptr;
+  prometheus::Counter* placed_remote_ = nullptr;
+  prometheus::Counter* placed_local_ = nullptr;
   prometheus::Histogram* ttft_ = nullptr;
   prometheus::Histogram* itl_ = nullptr;
   prometheus::Histogram* e2e_ = nullptr;

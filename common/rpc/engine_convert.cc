@@ -68,6 +68,7 @@ void ToProto(const engine::EngineStats& s, v1::WorkerStats* out) {
   out->set_prefix_hit_tokens_total(s.blocks.prefix_hit_tokens);
   out->set_evicted_blocks_total(s.blocks.evicted_blocks);
   out->set_prefill_chunks_total(s.prefill_chunks);
+  out->set_prompt_tokens_computed_total(s.prompt_tokens_computed);
 }
 
 v1::KvLayoutFingerprint MakeFingerprint(const kv::KvLayout& layout, const std::string& model_hash,

@@ -1046,6 +1046,43 @@ TEST_F(ClusterTest, SharedPrefixesAreReusedWithIdenticalAnswers) {
       << "13 prompts were pushed in full";
 }
 
+// Selective disaggregation (--disagg-min-tokens 200): prompts under 200 tokens are
+// prefilled by their decode worker — chunked in with the others' decode steps, no KV
+// transfer — and the rest by the prefill worker; every answer, greedy or seeded, is
+// the single process's, and each worker computed exactly the prompts placed on it.
+TEST_F(ClusterTest, SelectiveDisaggregationAnswersLikeOneProcessWhereverPrefilled) {
+  ClusterConfig config = Topology(1, 1);
+  config.router_flags = {"--disagg-min-tokens", "200"};
+  const std::vector<int32_t> pool = TokenPool();
+  const size_t lengths[] = {1, 5, 17, 33, 60, 90, 120, 199, 200, 260, 400, 700};
+  std::vector<Case> cases;
+  int64_t local_tokens = 0, remote_tokens = 0;
+  for (size_t i = 0; i < std::size(lengths); ++i) {
+    cases.push_back(
+        {Window(pool, lengths[i], 70 + i), Params(i % 2 == 0, 1 + (i * 5) % 12, 500 + i)});
+    (lengths[i] < 200 ? local_tokens : remote_tokens) += static_cast<int64_t>(lengths[i]);
+  }
+  const auto expected = Reference(cases);
+  ASSERT_NO_FATAL_FAILURE(StartCluster(config));
+  const auto results = RunConcurrently(cases);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(StrCat("request ", i, ": ", lengths[i], " prompt tokens"));
+    const GenerateResult& r = results[i];
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.token_ids, expected[i].first);
+    EXPECT_EQ(r.complete.finish_reason(), expected[i].second == engine::FinishReason::kStop
+                                              ? v1::FINISH_REASON_STOP
+                                              : v1::FINISH_REASON_LENGTH);
+    if (lengths[i] < 200) EXPECT_EQ(r.complete.timings().kv_transfer_ms(), 0);
+  }
+  v1::WorkerStats p, d;
+  ASSERT_TRUE(cluster_->Stats(Cluster::kPrefill, 0, &p));
+  ASSERT_TRUE(cluster_->Stats(Cluster::kDecode, 0, &d));
+  EXPECT_EQ(p.prompt_tokens_computed_total(), remote_tokens);
+  EXPECT_EQ(d.prompt_tokens_computed_total(), local_tokens);
+  EXPECT_EQ(d.preemptions_total(), 0) << "recomputation would blur the counts";
+}
+
 // Cache-aware routing with 2 prefill workers: requests that share a prefix follow it to
 // the worker that caches it (all but the first hit), where round-robin routing would
 // split them and compute the prefix on both.
