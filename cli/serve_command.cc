@@ -44,6 +44,8 @@ constexpr auto kMaxRestartBackoff = std::chrono::seconds(30);
 // nice 10 a busy thread gets about a tenth of a core against a nice-0 one (CFS weights
 // 110 against 1024).
 constexpr int kPrefillNice = 10;
+// Tokens the decode workers' KV pools hold by default (--kv-cache-bytes 0).
+constexpr int64_t kDecodeKvTokens = 16384;
 
 struct Child {
   std::string name;  // "prefill-0", "decode-1", "router"
@@ -142,8 +144,8 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
                   "all at one priority)")
       ->capture_default_str();
   cmd->add_option("--kv-cache-bytes", o->decode_kv_cache_bytes,
-                  "KV cache per decode worker (0: 512 MiB, or what one --max-model-len request "
-                  "needs if more)")
+                  "KV cache per decode worker (0: room for 16,384 tokens and at least 512 MiB, "
+                  "or what one --max-model-len request needs if more)")
       ->capture_default_str();
   cmd->add_option("--prefill-kv-cache-bytes", o->prefill_kv_cache_bytes,
                   "KV cache per prefill worker (0: 256 MiB, or what one --max-model-len request "
@@ -182,7 +184,7 @@ void AddServeCommand(CLI::App& app, ServeOptions* o) {
                   "prefilled there, without a prefill worker or a KV transfer (0: every prompt "
                   "goes to a prefill worker)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24))
-      ->default_str("tandem-router's");
+      ->capture_default_str();
   cmd->add_option("--speculative", o->speculative,
                   "Speculative decoding on the decode workers: ngram (prompt lookup), draft "
                   "(--draft-model) or off")
@@ -262,7 +264,12 @@ absl::StatusOr<KvPools> SizeKvPools(const ServeOptions& o) {
   };
   auto prefill = size(o.prefill_kv_cache_bytes, int64_t{256} << 20, "--prefill-kv-cache-bytes");
   if (!prefill.ok()) return prefill.status();
-  auto decode = size(o.decode_kv_cache_bytes, int64_t{512} << 20, "--kv-cache-bytes");
+  // The decode pool holds kDecodeKvTokens tokens (16 requests of 1,024, as
+  // `llama-server -np 16 -c 16384` does), and at least 512 MiB; pages are touched only
+  // as blocks are first used.
+  auto decode = size(o.decode_kv_cache_bytes,
+                     std::max(int64_t{512} << 20, kDecodeKvTokens * layout.BytesPerToken()),
+                     "--kv-cache-bytes");
   if (!decode.ok()) return decode.status();
   p.prefill_bytes = *prefill;
   p.decode_bytes = *decode;
@@ -411,6 +418,8 @@ int RunServe(const ServeOptions& o) {
                  std::to_string(o.priority_max_wait_ms),
                  "--routing-policy",
                  o.routing_policy,
+                 "--disagg-min-tokens",
+                 std::to_string(o.disagg_min_tokens),
                  "--tool-call-parser",
                  o.tool_call_parser,
                  "--http-port",
@@ -429,10 +438,6 @@ int RunServe(const ServeOptions& o) {
                  std::to_string(pools->max_model_len)};
   if (!o.served_model_name.empty()) {
     router.args.insert(router.args.end(), {"--served-model-name", o.served_model_name});
-  }
-  if (o.disagg_min_tokens >= 0) {
-    router.args.insert(router.args.end(),
-                       {"--disagg-min-tokens", std::to_string(o.disagg_min_tokens)});
   }
   if (o.tls.enabled()) router.args.insert(router.args.end(), {"--tls-cert", o.tls.cert});
   if (!o.tls.key.empty()) router.args.insert(router.args.end(), {"--tls-key", o.tls.key});

@@ -50,7 +50,10 @@ struct ServeOptions {
   int64_t priority_max_wait_ms = 10000;        // router
   bool prefix_caching = true;                  // on every worker
   std::string routing_policy = "cache_aware";  // router
-  int64_t disagg_min_tokens = -1;              // router (-1: tandem-router's default)
+  // Router: prompts with fewer uncached tokens prefill on their decode worker. Its
+  // workers share one machine's cores, so a prefill worker saves the decode worker no
+  // compute and costs a KV transfer (docs/performance.md, "Selective disaggregation").
+  int64_t disagg_min_tokens = 1024;
   std::string tool_call_parser = "auto";       // router
   std::string speculative;  // decode workers (unset: draft with a draft_model, else off)
   std::string draft_model;  // decode workers (--speculative draft)
