@@ -54,7 +54,7 @@ struct ServeOptions {
   // workers share one machine's cores, so a prefill worker saves the decode worker no
   // compute and costs a KV transfer (docs/performance.md, "Selective disaggregation").
   int64_t disagg_min_tokens = 1024;
-  std::string tool_call_parser = "auto";       // router
+  std::string tool_call_parser = "auto";  // router
   std::string speculative;  // decode workers (unset: draft with a draft_model, else off)
   std::string draft_model;  // decode workers (--speculative draft)
   int32_t num_speculative_tokens = 4;
