@@ -63,6 +63,7 @@ DESIGN_METRICS = [
     "time_to_first_token_seconds", "inter_token_latency_seconds", "e2e_request_latency_seconds",
     "request_queue_time_seconds", "request_prefill_time_seconds", "request_decode_time_seconds",
     "kv_transfer_latency_seconds", "kv_transfer_bytes_total", "kv_transfer_failures_total",
+    "prefill_placement_total",
 ]
 TIMEOUT = 120  # seconds, for every client call
 
@@ -700,6 +701,15 @@ class OpenAiApiTest(unittest.TestCase):
         self.assertGreaterEqual(value(router, "tandem:request_errors_total", code="CANCELLED"), 1)
 
     def test_07_metrics_pass_promtool_and_cover_the_design(self):
+        # The tests before sent short prompts, which `tandem serve` prefills where they
+        # decode (--disagg-min-tokens, 1,024 by default); one past that goes through the
+        # prefill worker and a KV transfer, so every metric of the design has samples.
+        long_prompt = " ".join(f"item{i}" for i in range(600))
+        r = self.client.completions.create(model=self.model, prompt=long_prompt, max_tokens=2)
+        self.assertGreater(r.usage.prompt_tokens, 1024)
+        router = parse_metrics(get(self.cluster.metrics_url("router"))[1].decode())
+        self.assertGreaterEqual(value(router, "tandem:prefill_placement_total", where="remote"), 1)
+        self.assertGreaterEqual(value(router, "tandem:prefill_placement_total", where="local"), 1)
         names = set()
         scrapes = []
         for name in self.cluster.ports:
