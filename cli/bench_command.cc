@@ -84,7 +84,7 @@ int RunBench(const BenchOptions& o) {
     synthetic = *std::move(w);
     weights = synthetic.get();
   } else {
-    loaded = engine::LoadModel(o.model);
+    loaded = engine::LoadModel(o.model, {.residence = engine::ResidenceFor(o.device)});
     if (!loaded.ok()) return Fail(loaded.status());
     weights = loaded->weights.get();
   }
@@ -168,6 +168,10 @@ int RunBench(const BenchOptions& o) {
       {"isa", kernels::MatMulIsa()},
       {"cpu_math", std::string(kernels::CpuMathName(o.cpu_math))},
       {"cpu_math_isa", kernels::MatMulQ8Isa()},
+      // Where the weights live: a copy in huge-page memory, or the file mapped.
+      {"weights_memory", !loaded.ok() || loaded->file == nullptr ? "synthetic"
+                         : loaded->file->huge_pages()            ? "huge-pages"
+                                                                 : "mapped"},
       {"pp", o.prompt_tokens},
       {"pp_tokens_per_s", Median(pp)},
       {"pp_gflops", pp_gflops},

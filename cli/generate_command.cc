@@ -42,6 +42,7 @@ int RunGenerate(const GenerateOptions& o) {
   const auto t_start = Clock::now();
   const bool tty = isatty(fileno(stderr));
   engine::LoadOptions lo;
+  lo.residence = engine::ResidenceFor(o.device);
   lo.progress = [&](int done, int total) {
     if (tty && !o.request.json) {
       const int width = 30, filled = done * width / total;

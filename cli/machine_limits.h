@@ -10,8 +10,8 @@
 
 namespace tandem::cli {
 
-// GB/s: every thread streams its contiguous slice of a 1 GiB buffer (kernels::StreamSum),
-// best of 5.
+// GB/s: every thread streams its contiguous slice of a 1 GiB buffer in memory advised
+// for transparent huge pages (kernels::StreamSum), best of 5; 0 if it cannot be allocated.
 double ReadBandwidthGBs(int threads);
 // GFLOP/s of kernels::MatMul (float32) on a 512 × 2048 × 2048 problem, best of 3.
 double GemmGflops(int threads);

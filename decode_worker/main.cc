@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   auto transports =
       transport::MakeWorkerTransports(transport_flags, options.engine.device, options.engine.gpu);
   if (!transports.ok()) return fail(transports.status());
-  auto model = engine::LoadModel(flags.model);
+  auto model =
+      engine::LoadModel(flags.model, {.residence = engine::ResidenceFor(options.engine.device)});
   if (!model.ok()) return fail(model.status());
   options.engine.token_masker = engine::MakeTokenMasker(*model->tokenizer);
   engine::LoadedModel draft;  // --draft-model (outlives the worker)

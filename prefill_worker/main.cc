@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     return fail(st);
   auto transports = transport::MakeWorkerTransports(transport_flags, options.device, options.gpu);
   if (!transports.ok()) return fail(transports.status());
-  auto model = engine::LoadModel(flags.model);
+  auto model = engine::LoadModel(flags.model, {.residence = engine::ResidenceFor(options.device)});
   if (!model.ok()) return fail(model.status());
   options.token_masker = engine::MakeTokenMasker(*model->tokenizer);
   auto worker = prefill::PrefillWorker::Create(

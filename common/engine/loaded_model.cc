@@ -7,7 +7,7 @@ namespace tandem::engine {
 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const LoadOptions& options) {
   LoadedModel m;
-  ASSIGN_OR_RETURN(static_cast<ModelFile&>(m), OpenModelFile(path));
+  ASSIGN_OR_RETURN(static_cast<ModelFile&>(m), OpenModelFile(path, options.residence));
   if (options.check) {
     RETURN_IF_ERROR(options.check(m));
   }

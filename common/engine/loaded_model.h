@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/engine/model_file.h"
@@ -22,9 +23,18 @@ struct LoadOptions {
   std::function<void(int done, int total)> progress = {};
   // Checks the file (config, tokenizer) before its weights load; an error ends the load.
   std::function<absl::Status(const ModelFile&)> check = {};
+  // Where a GGUF file's bytes live: by default copied into huge-page memory where that
+  // pays and fits, else mapped (common/util/mapped_file.h).
+  FileResidence residence = FileResidence::kAuto;
 };
 
 absl::StatusOr<LoadedModel> LoadModel(const std::string& path, const LoadOptions& options = {});
+
+// The residence for weights a backend reads where they are: the CPU's (kAuto); a
+// device copies them, so its host bytes stay mapped (reclaimable page cache, not a copy).
+inline FileResidence ResidenceFor(std::string_view device) {
+  return device == "cuda" ? FileResidence::kMapped : FileResidence::kAuto;
+}
 
 // Whether a draft's token ids mean the target's tokens: the same number, each with the
 // same bytes (InvalidArgument naming the first that differs).

@@ -9,9 +9,9 @@
 
 namespace tandem::engine {
 
-absl::StatusOr<ModelFile> OpenModelFile(const std::string& path) {
+absl::StatusOr<ModelFile> OpenModelFile(const std::string& path, FileResidence residence) {
   ModelFile m;
-  ASSIGN_OR_RETURN(m.file, model::OpenModel(path));
+  ASSIGN_OR_RETURN(m.file, model::OpenModel(path, residence));
   ASSIGN_OR_RETURN(m.config, model::ModelConfig::FromGguf(*m.file));
   ASSIGN_OR_RETURN(m.tokenizer, tokenizer::Tokenizer::FromGguf(*m.file));
   // The whole file; for a directory, its converted header and every tensor's bytes.

@@ -23,7 +23,9 @@ struct ModelFile {
   std::string hash;  // XXH3-64 of the whole file, 16 hex digits
 };
 
-absl::StatusOr<ModelFile> OpenModelFile(const std::string& path);
+// `residence`: where a GGUF file's bytes live (common/util/mapped_file.h).
+absl::StatusOr<ModelFile> OpenModelFile(const std::string& path,
+                                        FileResidence residence = FileResidence::kMapped);
 
 // The vocabulary as grammars see it: each token's bytes (control tokens none), the
 // end-of-sequence token as the one that ends an output.

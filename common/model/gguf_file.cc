@@ -249,8 +249,9 @@ std::string_view GgufValueTypeName(GgufValueType type) {
   return "UNKNOWN";
 }
 
-absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  ASSIGN_OR_RETURN(auto mapping, MappedFile::Open(path));
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path,
+                                                         FileResidence residence) {
+  ASSIGN_OR_RETURN(auto mapping, MappedFile::Open(path, residence));
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->path_ = path;
   f->bytes_ = mapping->bytes();

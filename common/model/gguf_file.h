@@ -93,8 +93,9 @@ struct GgufTensorInfo {
 
 class GgufFile {
  public:
-  // Maps and validates the file at `path`.
-  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // Maps (or copies: mapped_file.h) and validates the file at `path`.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> Open(
+      const std::string& path, FileResidence residence = FileResidence::kMapped);
   // Views point into its own members: held by unique_ptr, never copied or moved.
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -116,6 +117,8 @@ class GgufFile {
   const std::string& path() const { return path_; }
   // Assembled in memory (Assemble): bytes() is then the header only.
   bool assembled() const { return external_data_; }
+  // The bytes are a copy in huge-page memory (FileResidence::kHugePages).
+  bool huge_pages() const { return mapping_ != nullptr && mapping_->huge_pages(); }
 
   const std::vector<GgufKeyValue>& metadata() const { return kv_; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }

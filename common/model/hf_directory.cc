@@ -1106,10 +1106,11 @@ absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfDirectory(const std::string& dir
   }
 }
 
-absl::StatusOr<std::unique_ptr<GgufFile>> OpenModel(const std::string& path) {
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenModel(const std::string& path,
+                                                    FileResidence residence) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) return OpenHfDirectory(path);
-  return GgufFile::Open(path);
+  return GgufFile::Open(path, residence);
 }
 
 }  // namespace tandem::model

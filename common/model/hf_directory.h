@@ -32,8 +32,10 @@ namespace tandem::model {
 
 absl::StatusOr<std::unique_ptr<GgufFile>> OpenHfDirectory(const std::string& dir);
 
-// A GGUF file, or a Hugging Face directory (OpenHfDirectory).
-absl::StatusOr<std::unique_ptr<GgufFile>> OpenModel(const std::string& path);
+// A GGUF file (mapped or copied as `residence` says), or a Hugging Face directory
+// (OpenHfDirectory; its safetensors are mapped).
+absl::StatusOr<std::unique_ptr<GgufFile>> OpenModel(
+    const std::string& path, FileResidence residence = FileResidence::kMapped);
 
 }  // namespace tandem::model
 
