@@ -495,6 +495,17 @@ TEST_F(RouterRequestTest, AReleaseTheWorkerDidNotHearIsSentAgainOnceItAnswers) {
 // The request records its own end and its tokens' gaps: one finished request counts
 // its prompt and completion tokens and the gaps after its first token, one failed
 // request counts its code, and a token that has not arrived is not a gap.
+// Reads a router's metrics into series → value.
+std::map<std::string, double> Series(metrics::Metrics& m) {
+  std::map<std::string, double> got;
+  std::istringstream in(m.Scrape());
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    got[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return got;
+}
+
 TEST_F(RouterRequestTest, EachRequestRecordsItsMetrics) {
   metrics::Metrics m({.model_name = "fake", .role = metrics::Role::kRouter});
   RouterOptions o;
@@ -512,12 +523,7 @@ TEST_F(RouterRequestTest, EachRequestRecordsItsMetrics) {
   ASSERT_TRUE(failed->Wait());
   ASSERT_EQ(failed->error().code(), absl::StatusCode::kInternal) << failed->error();
   ExpectAtRest();
-  std::map<std::string, double> got;
-  std::istringstream in(m.Scrape());
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    got[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
-  }
+  const std::map<std::string, double> got = Series(m);
   const std::string l = R"(model_name="fake",role="router")";
   // A series that is absent fails (it is not read as 0).
   auto value = [&](const std::string& key) {
@@ -535,17 +541,6 @@ TEST_F(RouterRequestTest, EachRequestRecordsItsMetrics) {
   EXPECT_EQ(value("tandem:time_to_first_token_seconds_count{" + l + "}"), 1);
   EXPECT_EQ(value("tandem:inter_token_latency_seconds_count{" + l + "}"), 4);
   EXPECT_EQ(value("tandem:e2e_request_latency_seconds_count{" + l + "}"), 1);
-}
-
-// Reads a router's metrics into series → value.
-std::map<std::string, double> Series(metrics::Metrics& m) {
-  std::map<std::string, double> got;
-  std::istringstream in(m.Scrape());
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    got[line.substr(0, line.rfind(' '))] = std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return got;
 }
 
 // Selective disaggregation: a prompt shorter than disagg_min_tokens is prefilled by its
