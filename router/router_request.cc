@@ -179,6 +179,7 @@ void RouterRequest::Start(Worker* decode, Reservation reservation, Worker* prefi
   done_.timings.queue_ms = Ms(arrival_, reserved_at_);
   ++attempts_;
   prefill_here_ = prefill == nullptr;
+  decoding_ = false;
   if (prefill_here_) {
     if (cancelled()) {
       Release();
@@ -277,6 +278,7 @@ void RouterRequest::Redispatch(Worker* prefill) {
 
 void RouterRequest::StartDecode() {
   if (!prefill_here_) SetState(RequestState::kDecoding);
+  decoding_ = true;
   DecodeArgs args;
   args.request_id = id_;
   args.lease_id = reservation_.lease_id;
@@ -369,7 +371,9 @@ void RouterRequest::Finish(engine::FinishReason reason) {
   env_->ended(this);
 }
 
-void RouterRequest::EndDecodeCount(bool ok) { env_->pool->End(decode_, 0, hashes_, ok); }
+void RouterRequest::EndDecodeCount(bool ok) {
+  env_->pool->End(decode_, 0, hashes_, ok && decoding_);
+}
 
 void RouterRequest::Fail(const absl::Status& status) {
   SetState(status.code() == absl::StatusCode::kCancelled ? RequestState::kCancelled

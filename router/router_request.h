@@ -130,7 +130,7 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   // The first token of a stream that prefilled on its decode worker has arrived.
   void OnPrefilledHere(Clock::time_point now);
   // Ends the decode worker's count of this request (its prefix cache now holds the
-  // prompt when `ok`).
+  // prompt when `ok` and a Decode call ran there).
   void EndDecodeCount(bool ok);
   void OnPrefilled(Worker* prefill, uint64_t call, absl::StatusOr<PrefillResult> result);
   void StartDecode();
@@ -178,6 +178,7 @@ class RouterRequest : public std::enable_shared_from_this<RouterRequest> {
   int32_t first_token_ = 0;
   bool prefill_here_ = false;  // placed on the decode worker alone
   bool first_seen_ = false;    // a token has reached the client
+  bool decoding_ = false;      // a Decode call started: the decode worker holds the prompt
   engine::FinishReason last_finish_ = engine::FinishReason::kNone;
   bool stopped_ = false;  // a stop string matched; the stream is being cancelled
   Clock::time_point reserved_at_{}, prefilled_at_{}, last_token_at_{};

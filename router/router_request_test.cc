@@ -614,6 +614,30 @@ TEST_F(RouterRequestTest, TheDecodeWorkersCachedPrefixCountsAgainstTheThreshold)
   ExpectAtRest();
 }
 
+// A request whose first token ended it never reached its decode worker, which then does
+// not hold its prompt: the same prompt again still goes to a prefill worker.
+TEST_F(RouterRequestTest, APromptNeverDecodedIsNotCountedAsCachedOnTheDecodeWorker) {
+  RouterOptions o;
+  o.disagg_min_tokens = 10;
+  Make(1, 1, o, [](FakeWorkers& f) {
+    f.prefill("10.0.0.1:100")->Set({.first_token = 2, .finish = engine::FinishReason::kStop});
+  });
+  RequestSpec spec = Spec(3);
+  spec.prompt.clear();
+  for (int i = 0; i < 40; ++i) spec.prompt.push_back(100 + i);
+  for (int round = 0; round < 2; ++round) {
+    auto sink = std::make_shared<Collect>();
+    Submit(spec, sink);
+    ASSERT_TRUE(sink->Wait());
+    ASSERT_TRUE(sink->done().has_value()) << sink->error();
+    EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{2})) << round;
+  }
+  EXPECT_EQ(P(0)->calls(), 2);
+  EXPECT_EQ(D(0)->local_prefills(), 0);
+  EXPECT_EQ(D(0)->streams(), 0);
+  ExpectAtRest();
+}
+
 // A decode worker that fails a local prefill before its first token (its stream
 // broke: the worker is gone) costs the client nothing: the request starts again on
 // another decode worker, and the first is marked unhealthy.
