@@ -3,9 +3,12 @@
 // Owns one Engine and the one thread that drives it. Requests arrive prefilled: the
 // router Reserves blocks under a lease, a prefill worker writes the prompt's K/V into
 // them (BeginKv / WriteKv / EndKv), then StartDecode admits the sequence at the next
-// step boundary and its tokens flow to a TokenSink. Leases that see no StartDecode in
-// time are reclaimed at a step boundary (every KV write renews the lease, so a long
-// prompt prefilled in chunks keeps it); KV for an unknown or expired lease is refused.
+// step boundary and its tokens flow to a TokenSink. Or, under selective
+// disaggregation, no prefill worker takes part: StartDecode without a first token has
+// this worker's engine compute the prompt into the reservation, in its own steps. Leases
+// that see no StartDecode in time are reclaimed at a step boundary (every KV write renews
+// the lease, so a long prompt prefilled in chunks keeps it); KV for an unknown or
+// expired lease is refused.
 //
 // Thread-safe: every public method may be called from any thread (RPC threads). Engine
 // calls happen on the engine thread only; RPC threads queue commands for it. Only the

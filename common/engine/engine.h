@@ -11,7 +11,8 @@
 //     token and keeps its blocks (kHeld) so their K/V can be sent; Release frees them.
 //   decode worker — Reserve blocks for a prompt, let a transport fill them, then
 //     AdmitPrefilled(prompt, first token): the sequence continues as if this engine had
-//     computed the prompt itself.
+//     computed the prompt itself; or PrefillReserved(prompt), which has it compute the
+//     prompt into the reservation (a decode worker's local prefill).
 //
 // Memory: the engine gets its Backend from the factory (options.device) and owns it;
 // the backend holds the prepared weights, the KV storage and the executor's
