@@ -138,6 +138,14 @@ class RouterRequestTest : public ::testing::Test {
   FakePrefillClient* P(int i) { return fakes_.prefill(StrCat("10.0.0.1:", 100 + i)); }
   FakeDecodeClient* D(int i) { return fakes_.decode(StrCat("10.0.0.2:", 100 + i)); }
 
+  // Spec's, with a prompt of `n` tokens (100, 101, …).
+  static RequestSpec SpecOfLength(int32_t n, int32_t max_tokens) {
+    RequestSpec s = Spec(max_tokens);
+    s.prompt.clear();
+    for (int32_t i = 0; i < n; ++i) s.prompt.push_back(100 + i);
+    return s;
+  }
+
   static RequestSpec Spec(int32_t max_tokens = 5, bool stream = true) {
     RequestSpec s;
     s.prompt = {1, 5, 9, 14};
@@ -595,9 +603,7 @@ TEST_F(RouterRequestTest, TheDecodeWorkersCachedPrefixCountsAgainstTheThreshold)
   RouterOptions o;
   o.disagg_min_tokens = 10;
   Make(1, 1, o);
-  RequestSpec spec = Spec(3);
-  spec.prompt.clear();
-  for (int i = 0; i < 40; ++i) spec.prompt.push_back(100 + i);
+  RequestSpec spec = SpecOfLength(40, 3);
   for (int round = 0; round < 2; ++round) {
     auto sink = std::make_shared<Collect>();
     Submit(spec, sink);
@@ -622,9 +628,7 @@ TEST_F(RouterRequestTest, APromptNeverDecodedIsNotCountedAsCachedOnTheDecodeWork
   Make(1, 1, o, [](FakeWorkers& f) {
     f.prefill("10.0.0.1:100")->Set({.first_token = 2, .finish = engine::FinishReason::kStop});
   });
-  RequestSpec spec = Spec(3);
-  spec.prompt.clear();
-  for (int i = 0; i < 40; ++i) spec.prompt.push_back(100 + i);
+  RequestSpec spec = SpecOfLength(40, 3);
   for (int round = 0; round < 2; ++round) {
     auto sink = std::make_shared<Collect>();
     Submit(spec, sink);
