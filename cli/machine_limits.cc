@@ -1,13 +1,12 @@
 #include "cli/machine_limits.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "common/util/huge_pages.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/thread_pool.h"
@@ -25,18 +24,13 @@ double ReadBandwidthGBs(int threads) {
   // 1 GiB, one contiguous slice per thread (each core one sequential stream, as decode
   // reads its rows), read by kernels::StreamSum; the best of five passes. In memory
   // advised for transparent huge pages, as the engine's weights are by default
-  // (common/util/mapped_file.h): the fastest this machine streams, 4 KiB pages being
+  // (common/util/huge_pages.h): the fastest this machine streams, 4 KiB pages being
   // slower (a TLB miss and a prefetcher stop per page).
   const size_t n = size_t{1} << 28;  // floats
-  const size_t huge = size_t{2} << 20;
-  void* region = mmap(nullptr, n * sizeof(float) + huge, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (region == MAP_FAILED) return 0;
-  float* buf_data =
-      reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(region) + huge - 1) / huge * huge);
-  madvise(buf_data, n * sizeof(float), MADV_HUGEPAGE);
-  std::fill(buf_data, buf_data + n, 1.0f);
-  std::span<float> buf(buf_data, n);
+  absl::StatusOr<HugePageRegion> region = HugePageRegion::Allocate(n * sizeof(float));
+  if (!region.ok()) return 0;
+  const std::span<float> buf(reinterpret_cast<float*>(region->data()), n);
+  std::fill(buf.begin(), buf.end(), 1.0f);
   kernels::ThreadPool pool(threads);
   const int64_t slice = (static_cast<int64_t>(n) + threads - 1) / threads;
   std::vector<double> sums(threads);
@@ -49,7 +43,6 @@ double ReadBandwidthGBs(int threads) {
         slice);
     best = std::max(best, n * sizeof(float) / Since(t0) / 1e9);
   }
-  munmap(region, n * sizeof(float) + huge);
   return best;
 }
 

@@ -1,6 +1,5 @@
 #include "decode_worker/decode_worker.h"
 
-#include <algorithm>
 #include <optional>
 
 #include "common/util/check.h"
@@ -337,11 +336,10 @@ absl::Status DecodeWorker::Admit(uint64_t lease_id, std::vector<int32_t> prompt,
       return absl::FailedPreconditionError(
           StrCat("lease ", lease_id, ": its KV has not fully arrived"));
     }
-    // Prefilled here: no push may be writing into it (engine-thread writes already
-    // handed over would land in blocks the engine computes).
-    if (!first_token.has_value() && (l.expected_blocks >= 0 || l.peer_in_flight > 0 ||
-                                     std::any_of(l.layer_received.begin(), l.layer_received.end(),
-                                                 [](int32_t n) { return n > 0; }))) {
+    // Prefilled here: no push may have begun (writes already handed over would land in
+    // blocks the engine computes). Every chunk is counted only after BeginKv named the
+    // blocks, so a push that began has set expected_blocks.
+    if (!first_token.has_value() && l.expected_blocks >= 0) {
       return absl::FailedPreconditionError(
           StrCat("lease ", lease_id, ": a KV push has begun into it; it cannot be prefilled here"));
     }

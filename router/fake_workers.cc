@@ -92,7 +92,7 @@ struct FakeDecodeClient::Stream {
   std::function<void(absl::Status)> done;
   FakeDecodeBehaviour b;
   int32_t max_tokens = 0;
-  int32_t sent = 1;  // the first token came from prefill (0: prefill_here, sent first)
+  int32_t sent = 1;  // the first token came from prefill (0: prefilled here, sent first)
   int chunks = 0;
   std::shared_ptr<Counts> counts;
   FakeScheduler* scheduler = nullptr;
@@ -310,7 +310,7 @@ std::shared_ptr<WorkerCall> FakeDecodeClient::Decode(const DecodeArgs& args,
   st->done = std::move(done);
   st->b = b;
   st->max_tokens = args.params->max_tokens;
-  if (args.prefill_here) {
+  if (!args.first_token.has_value()) {
     st->sent = 0;
     ++counts_->local;
   }

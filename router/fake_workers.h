@@ -97,7 +97,7 @@ struct FakeDecodeBehaviour {
   // worker does reserve (as a busy worker answering too late does): only a Release by
   // the key frees it.
   enum Reserve { kReserve, kExhausted, kUnavailable, kStall, kReserveLate } reserve = kReserve;
-  // A stream with prefill_here sends this first (as a prefill worker's first token).
+  // A stream without a first token (the decode worker prefills) sends this first.
   int32_t first_token = 0;
   // Tokens after the first, one per chunk: tokens[i % size] (empty: 1000 + i).
   std::vector<int32_t> tokens{};
@@ -122,7 +122,7 @@ class FakeDecodeClient : public DecodeClient {
   int streams() const { return counts_->streams; }
   int cancels() const { return counts_->cancels; }
   int live_streams() const { return counts_->live; }
-  int local_prefills() const { return counts_->local; }  // streams with prefill_here
+  int local_prefills() const { return counts_->local; }  // streams without a first token
   int releases() const { return counts_->releases; }
   int abandons() const { return counts_->abandons; }
   // Leases reserved and not yet consumed by a Decode or released.

@@ -404,8 +404,8 @@ class GrpcDecodeClient : public DecodeClient, private Channel<v1::DecodeWorker> 
     req.set_request_id(args.request_id);
     req.set_lease_id(args.lease_id);
     req.mutable_prompt_token_ids()->Assign(args.prompt->begin(), args.prompt->end());
-    req.set_first_token_id(args.first_token);
-    req.set_prefill_here(args.prefill_here);
+    req.set_first_token_id(args.first_token.value_or(0));
+    req.set_prefill_here(!args.first_token.has_value());
     ToProto(*args.params, req.mutable_params());
     if (args.deadline.has_value()) stream->ctx.set_deadline(*args.deadline);
     std::shared_ptr<WorkerCall> call = stream->call;

@@ -169,8 +169,9 @@ bool Router::TryStart(const std::shared_ptr<RouterRequest>& r) {
   // that worker does not cache of it) is prefilled there; decided on the best decode
   // worker, and only workers where it holds take it.
   auto prefill_here = [&](Worker* d) {
-    return n_prompt - int64_t{block_size} * pool_->CachedBlocks(d, hashes) <
-           options_.disagg_min_tokens;
+    return options_.disagg_min_tokens > 0 &&
+           n_prompt - int64_t{block_size} * pool_->CachedBlocks(d, hashes) <
+               options_.disagg_min_tokens;
   };
   const bool local = prefill_here(candidates.front());
   PrefillChoice choice;

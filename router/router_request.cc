@@ -283,8 +283,7 @@ void RouterRequest::StartDecode() {
   args.request_id = id_;
   args.lease_id = reservation_.lease_id;
   args.prompt = &spec_.prompt;
-  args.first_token = first_token_;
-  args.prefill_here = prefill_here_;
+  if (!prefill_here_) args.first_token = first_token_;
   args.params = &spec_.params;
   args.deadline = deadline_;
   const uint64_t call = BeginCall();

@@ -104,10 +104,10 @@ struct DecodeArgs {
   std::string request_id;
   uint64_t lease_id = 0;
   const std::vector<int32_t>* prompt = nullptr;  // outlives the call
-  int32_t first_token = 0;
-  // No prefill worker filled the reservation: the decode worker computes the prompt
-  // and its stream carries every token, the first included (first_token unused).
-  bool prefill_here = false;
+  // The token the prefill worker sampled; none: no prefill worker filled the
+  // reservation, the decode worker computes the prompt and its stream carries every
+  // token, the first included (DecodeWorker::StartDecode's shape).
+  std::optional<int32_t> first_token;
   const engine::SamplingParams* params = nullptr;
   std::optional<Deadline> deadline;
 };
@@ -153,8 +153,8 @@ class DecodeClient : public WorkerClient {
   // nothing to free; UNAVAILABLE / DEADLINE_EXCEEDED when the worker was not told
   // (WorkerPool::Release sends it again).
   virtual void Release(const ReleaseArgs& args, std::function<void(absl::Status)> done) = 0;
-  // Streams the reservation's tokens (every one after args.first_token, or with
-  // args.prefill_here every one): `chunk` for each message, then `done` once (OK after
+  // Streams the reservation's tokens (every one after args.first_token, or without one
+  // every one): `chunk` for each message, then `done` once (OK after
   // the chunk that carried a finish reason). Cancelling frees the sequence on the
   // worker within one step.
   virtual std::shared_ptr<WorkerCall> Decode(const DecodeArgs& args,

@@ -7,17 +7,14 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
+#include "common/util/status_macros.h"
 #include "common/util/strings.h"
 
 namespace tandem {
 
 namespace {
-
-constexpr size_t kHugePage = size_t{2} << 20;
 
 absl::Status ErrnoStatus(int err, const std::string& what) {
   std::string msg = StrCat(what, ": ", std::strerror(err));
@@ -42,25 +39,6 @@ struct Fd {
 
 }  // namespace
 
-bool TransparentHugePagesOffered() {
-  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string line;
-  if (!std::getline(in, line)) return false;
-  return line.find("[always]") != std::string::npos || line.find("[madvise]") != std::string::npos;
-}
-
-int64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  for (std::string line; std::getline(in, line);) {
-    if (!line.starts_with("MemAvailable:")) continue;
-    std::istringstream fields(line.substr(13));
-    int64_t kib = 0;
-    fields >> kib;
-    return kib * 1024;
-  }
-  return 0;
-}
-
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path,
                                                              FileResidence residence) {
   Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
@@ -72,7 +50,7 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (size == 0) {
-    return std::unique_ptr<MappedFile>(new MappedFile(path, nullptr, 0, nullptr, 0, false));
+    return std::unique_ptr<MappedFile>(new MappedFile(path, nullptr, 0, HugePageRegion()));
   }
   if (residence == FileResidence::kAuto) {
     const int64_t bytes = static_cast<int64_t>(size);
@@ -85,38 +63,23 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.fd, 0);
     if (p == MAP_FAILED) return ErrnoStatus(errno, StrCat("mmap ", path));
     return std::unique_ptr<MappedFile>(
-        new MappedFile(path, static_cast<const uint8_t*>(p), size, p, size, false));
+        new MappedFile(path, static_cast<const uint8_t*>(p), size, HugePageRegion()));
   }
-  // A region one huge page longer than the file, its start rounded up to a huge page.
-  const size_t region_bytes = (size + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
-  void* region =
-      ::mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (region == MAP_FAILED) return ErrnoStatus(errno, StrCat("allocating a copy of ", path));
-  auto release = [&] { ::munmap(region, region_bytes); };
-  uint8_t* data = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(region) + kHugePage - 1) /
-                                             kHugePage * kHugePage);
-  const size_t data_bytes = (size + kHugePage - 1) / kHugePage * kHugePage;
-  ::madvise(data, data_bytes, MADV_HUGEPAGE);  // advice: a kernel may decline it
+  ASSIGN_OR_RETURN(HugePageRegion copy, HugePageRegion::Allocate(size));
   for (size_t done = 0; done < size;) {
-    const ssize_t n = ::pread(fd.fd, data + done, size - done, static_cast<off_t>(done));
+    const ssize_t n = ::pread(fd.fd, copy.data() + done, size - done, static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      release();
-      return ErrnoStatus(err, StrCat("reading ", path, " at byte ", done));
-    }
+    if (n <= 0)
+      return ErrnoStatus(n < 0 ? errno : EIO, StrCat("reading ", path, " at byte ", done));
     done += static_cast<size_t>(n);
   }
-  if (::mprotect(data, data_bytes, PROT_READ) != 0) {
-    const int err = errno;
-    release();
-    return ErrnoStatus(err, StrCat("mprotect of the copy of ", path));
-  }
-  return std::unique_ptr<MappedFile>(new MappedFile(path, data, size, region, region_bytes, true));
+  RETURN_IF_ERROR(copy.MakeReadOnly());
+  const uint8_t* data = copy.data();
+  return std::unique_ptr<MappedFile>(new MappedFile(path, data, size, std::move(copy)));
 }
 
 MappedFile::~MappedFile() {
-  if (region_ != nullptr) ::munmap(region_, region_bytes_);
+  if (data_ != nullptr && copy_.data() == nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 }  // namespace tandem

@@ -23,6 +23,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/util/huge_pages.h"
 
 namespace tandem {
 
@@ -48,31 +49,17 @@ class MappedFile {
   const std::string& path() const { return path_; }
   // Whether the bytes are a copy in huge-page memory (kHugePages, or kAuto resolved so);
   // whether the kernel backed it with huge pages is its own choice.
-  bool huge_pages() const { return huge_pages_; }
+  bool huge_pages() const { return copy_.data() != nullptr; }
 
  private:
-  MappedFile(std::string path, const uint8_t* data, size_t size, void* region, size_t region_bytes,
-             bool huge_pages)
-      : path_(std::move(path)),
-        data_(data),
-        size_(size),
-        region_(region),
-        region_bytes_(region_bytes),
-        huge_pages_(huge_pages) {}
+  MappedFile(std::string path, const uint8_t* data, size_t size, HugePageRegion copy)
+      : path_(std::move(path)), data_(data), size_(size), copy_(std::move(copy)) {}
 
   std::string path_;
-  const uint8_t* data_;
+  const uint8_t* data_;  // the mapping (munmapped on destruction), or copy_'s bytes
   size_t size_;
-  void* region_;  // what to munmap (null: nothing)
-  size_t region_bytes_;
-  bool huge_pages_;
+  HugePageRegion copy_;
 };
-
-// Whether this kernel offers transparent huge pages to a region that asks
-// (/sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise").
-bool TransparentHugePagesOffered();
-// MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
-int64_t AvailableMemoryBytes();
 
 }  // namespace tandem
 
