@@ -949,7 +949,13 @@ void HttpServer::Drain() {
 }
 
 HttpServerStats HttpServer::Stats() const {
-  return {.open_connections = impl_->open_, .rejected_total = impl_->rejected_total_};
+  HttpServerStats stats{.open_connections = impl_->open_, .rejected_total = impl_->rejected_total_};
+  std::lock_guard<std::mutex> lock(impl_->sessions_mu_);
+  for (const auto& [raw, weak] : impl_->sessions_) {
+    std::shared_ptr<SessionBase> s = weak.lock();
+    if (s != nullptr && s->idle_since.load() != 0) ++stats.idle_connections;
+  }
+  return stats;
 }
 
 void HttpServer::Stop() {

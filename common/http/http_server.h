@@ -68,7 +68,9 @@ struct HttpServerOptions {
 
 struct HttpServerStats {
   int64_t open_connections = 0;  // served ones, not those being answered 503
-  int64_t rejected_total = 0;    // requests answered 503 for being past a connection bound
+  // Of those, kept-alive ones idle between requests (the ones a bound closes to make room).
+  int64_t idle_connections = 0;
+  int64_t rejected_total = 0;  // requests answered 503 for being past a connection bound
 };
 
 class HttpServer {

@@ -508,19 +508,25 @@ TEST_F(HttpServerTest, IdleKeepAlivesMakeRoomAtTheBound) {
            got.find("\r\n\r\n" + body) != std::string::npos;
   };
   // A connection counts as idle once the server has seen its answer's write complete,
-  // which may trail the client's read of it: a moment's pause before each new
-  // connection that needs the room (under a parallel CTest the gap reached the accept).
-  auto settle = [] { std::this_thread::sleep_for(200ms); };
+  // which may trail the client's read of it (by hundreds of milliseconds under TSan on a
+  // loaded machine): wait for the server to count it idle before the next step.
+  auto idle = [&](int64_t n) {
+    for (int i = 0; i < 2500 && server_->Stats().idle_connections != n; ++i) {
+      std::this_thread::sleep_for(2ms);
+    }
+    return server_->Stats().idle_connections == n;
+  };
   Raw first(server_->port()), second(server_->port());
   ASSERT_TRUE(served(first, "a1"));
-  ASSERT_TRUE(served(second, "b1"));  // both idle now, `first` the longer
-  settle();
+  ASSERT_TRUE(idle(1));
+  ASSERT_TRUE(served(second, "b1"));
+  ASSERT_TRUE(idle(2));  // both idle now, `first` the longer
   Raw third(server_->port());
   EXPECT_TRUE(served(third, "c1")) << "an idle keep-alive held the bound";
   EXPECT_TRUE(first.ClosedByServer(2000ms)) << "the longest idle was not closed";
   EXPECT_FALSE(second.ClosedByServer());
   EXPECT_TRUE(served(second, "b2"));  // still kept alive
-  settle();
+  ASSERT_TRUE(idle(2));               // `second` and `third`
   // Every connection busy (parked): past the bound is 503.
   Raw p1(server_->port()), p2(server_->port());
   p1.Send("POST /park HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
