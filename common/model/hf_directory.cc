@@ -631,15 +631,20 @@ absl::Status ByteLevelVocab(const json& j, const std::vector<std::string>& token
     RETURN_IF_ERROR(add_step(pre));
   }
   std::string family(tokenizer::PreTokenizer::FamilyOf(steps));
-  const json norm = j.value("normalizer", json());
-  if (!norm.is_null()) {
-    // GPT-NeoX's tokenizer (NFC, then GPT-2 splitting) is llama.cpp's "mpt".
-    if (norm.is_object() && norm.value("type", "") == "NFC" && family == "gpt2") {
-      family = "mpt";
-    } else {
-      return absl::UnimplementedError("tokenizer.json: its normalizer is not supported");
-    }
+  // NFC, alone or as a one-step Sequence (Qwen2 … Qwen3.5, GPT-NeoX); no other.
+  json norm = j.value("normalizer", json());
+  if (norm.is_object() && norm.value("type", "") == "Sequence" && norm.contains("normalizers") &&
+      norm.at("normalizers").is_array() && norm.at("normalizers").size() <= 1) {
+    norm = norm.at("normalizers").empty() ? json() : norm.at("normalizers")[0];
   }
+  const bool nfc = norm.is_object() && norm.value("type", "") == "NFC";
+  if (!norm.is_null() && !nfc) {
+    return absl::UnimplementedError(StrCat("tokenizer.json: normalizer '",
+                                           norm.is_object() ? norm.value("type", "?") : "?",
+                                           "' is not supported (NFC is)"));
+  }
+  // GPT-NeoX's tokenizer (NFC, then GPT-2 splitting) is llama.cpp's "mpt".
+  if (nfc && family == "gpt2") family = "mpt";
   if (family.empty()) {
     return absl::UnimplementedError(StrCat("tokenizer.json: the pre-tokenizer (", steps.size(),
                                            " steps) is none of the families tandem implements"));
@@ -653,6 +658,7 @@ absl::Status ByteLevelVocab(const json& j, const std::vector<std::string>& token
       .Int32Array("tokenizer.ggml.token_type", types)
       .StringArray("tokenizer.ggml.merges", joined)
       .Bool("tokenizer.ggml.ignore_merges", m.value("ignore_merges", false));
+  if (nfc) w->String("tandem.tokenizer.normalizer", "NFC");
   return absl::OkStatus();
 }
 
@@ -824,8 +830,10 @@ absl::Status TokenizerMetadata(const fs::path& dir, const json& config, GgufWrit
     return absl::UnimplementedError(StrCat("tokenizer.json: model type '", m.value("type", "?"),
                                            "' is not supported (byte-level BPE)"));
   }
+  // Empty is as good as absent (Qwen's published files, and transformers, write "").
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (m.contains(key) && !m.at(key).is_null()) {
+    if (m.contains(key) && !m.at(key).is_null() &&
+        !(m.at(key).is_string() && m.at(key).get<std::string>().empty())) {
       return absl::UnimplementedError(StrCat("tokenizer.json: BPE '", key, "' is not supported"));
     }
   }

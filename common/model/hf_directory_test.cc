@@ -155,6 +155,34 @@ TEST_F(HfDirectoryTest, PostProcessorBosIsAddedBos) {
   EXPECT_TRUE(*(*f)->GetBool("tokenizer.ggml.add_bos_token"));
   EXPECT_EQ(*(*f)->GetUint("tokenizer.ggml.bos_token_id"), 0u);
   EXPECT_EQ(*(*f)->GetString("tokenizer.ggml.pre"), "gpt2");
+  EXPECT_EQ((*f)->Find("tandem.tokenizer.normalizer"), nullptr);
+}
+
+// A byte-level tokenizer.json's normalizer: NFC, alone or as a one-step Sequence (the
+// published Qwen and GPT-NeoX files), becomes tandem's key; any other is refused by name.
+TEST_F(HfDirectoryTest, ByteLevelNormalizerIsNfcOrRefused) {
+  fs::remove(dir_ / "config.json");
+  auto tokenizer = [](json normalizer) {
+    return json{{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}},
+                {"normalizer", normalizer},
+                {"decoder", {{"type", "ByteLevel"}}},
+                {"pre_tokenizer", {{"type", "ByteLevel"}, {"use_regex", true}}}}
+        .dump();
+  };
+  for (const json& nfc :
+       {json{{"type", "NFC"}}, json{{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}}}}}) {
+    Write("tokenizer.json", tokenizer(nfc));
+    auto f = OpenModel(dir_.string());
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(*(*f)->GetString("tandem.tokenizer.normalizer"), "NFC");
+    EXPECT_EQ(*(*f)->GetString("tokenizer.ggml.pre"), "mpt");  // GPT-2 splitting after NFC
+  }
+  Write("tokenizer.json", tokenizer({{"type", "NFKC"}}));
+  EXPECT_THAT(Open().message(), HasSubstr("normalizer 'NFKC' is not supported"));
+  Write("tokenizer.json",
+        tokenizer(
+            {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}}));
+  EXPECT_THAT(Open().message(), HasSubstr("normalizer 'Sequence' is not supported"));
 }
 
 TEST_F(HfDirectoryTest, WeightErrorsNameTheTensor) {
@@ -209,6 +237,12 @@ TEST_F(HfDirectoryTest, TokenizerErrorsAreClear) {
                {"invert", false}}}}
             .dump());
   EXPECT_THAT(Open().message(), HasSubstr("none of the families"));
+  Write(
+      "tokenizer.json",
+      json{{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"continuing_subword_prefix", "##"}}},
+           {"decoder", {{"type", "ByteLevel"}}}}
+          .dump());
+  EXPECT_THAT(Open().message(), HasSubstr("BPE 'continuing_subword_prefix' is not supported"));
   Write("tokenizer.json", json{{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 0}}}}},
                                {"decoder", {{"type", "ByteLevel"}}}}
                               .dump());

@@ -46,8 +46,13 @@ Loaded Load(const std::string& path) {
 // Every golden case: ids identical to the reference, and decode(encode(s)) equal to
 // the reference's decoding (the text itself, or "decoded" where the reference says
 // otherwise: SentencePiece writes a literal "▁" back as a space).
+// Whose ids a golden case must give: Hugging Face's ("ids"), or, for a GGUF, llama.cpp's
+// where the golden records that they differ ("llama_cpp_ids": the families whose
+// tokenizer.json normalizes to NFC, which a GGUF does not carry and llama.cpp skips).
+enum class Reference { kHuggingFace, kLlamaCpp };
+
 void CheckGolden(const Tokenizer& tok, const nlohmann::json& golden, size_t min_cases,
-                 bool parse_special = true) {
+                 bool parse_special = true, Reference reference = Reference::kHuggingFace) {
   const auto& cases = golden.at("cases");
   ASSERT_GE(cases.size(), min_cases);
   EncodeOptions no_bos;
@@ -56,7 +61,8 @@ void CheckGolden(const Tokenizer& tok, const nlohmann::json& golden, size_t min_
   int mismatches = 0, roundtrip_failures = 0;
   for (const auto& c : cases) {
     const std::string text = c.at("text");
-    const std::vector<int32_t> want = c.at("ids");
+    const bool llama_cpp = reference == Reference::kLlamaCpp && c.contains("llama_cpp_ids");
+    const std::vector<int32_t> want = c.at(llama_cpp ? "llama_cpp_ids" : "ids");
     auto got = tok.Encode(text, no_bos);
     ASSERT_TRUE(got.ok()) << got.status();
     if (*got != want && mismatches++ < 5) {
@@ -65,7 +71,8 @@ void CheckGolden(const Tokenizer& tok, const nlohmann::json& golden, size_t min_
     }
     auto back = tok.Decode(*got);
     ASSERT_TRUE(back.ok());
-    const std::string expected_text = c.value("decoded", text);
+    // Unnormalized ids decode to the text itself.
+    const std::string expected_text = llama_cpp ? text : c.value("decoded", text);
     if (*back != expected_text && roundtrip_failures++ < 5) {
       ADD_FAILURE() << "round trip of " << nlohmann::json(text).dump() << " gave "
                     << nlohmann::json(*back).dump();
@@ -84,9 +91,11 @@ TEST(Tokenizer, MatchesHuggingFaceOnDefaultModel) {
 // Every byte-level pre-tokenizer family, each on a small vocabulary trained by Hugging
 // Face tokenizers with that family's published pre-tokenizer, normalizer, added tokens
 // and BPE options (tests/reference/make_pretokenizer_goldens.py): ids identical on ~530
-// cases. The llama3 and tekken vocabularies hold whole words no merge makes, which
+// cases to Hugging Face's, and for the NFC families (qwen2, qwen35, mpt) to llama.cpp's
+// where the two differ (23 texts NFC changes: a GGUF is not normalized, as llama.cpp
+// does not). The llama3 and tekken vocabularies hold whole words no merge makes, which
 // only ignore_merges finds; mpt's hold GPT-NeoX's space runs as user-defined tokens.
-TEST(Tokenizer, MatchesHuggingFaceOnEveryPreTokenizerFamily) {
+TEST(Tokenizer, MatchesItsReferencesOnEveryPreTokenizerFamily) {
   for (const char* family : {"gpt2", "llama3", "qwen2", "qwen35", "tekken", "gpt4o", "chatglm_bpe",
                              "deepseek_llm", "deepseek_coder", "falcon", "mpt"}) {
     SCOPED_TRACE(family);
@@ -95,7 +104,37 @@ TEST(Tokenizer, MatchesHuggingFaceOnEveryPreTokenizerFamily) {
     Loaded l = Load(TestDataPath(golden.at("gguf_file").get<std::string>()));
     ASSERT_NE(l.tok, nullptr);
     EXPECT_EQ(l.tok->vocab().pre, golden.at("pre").get<std::string>());
-    CheckGolden(*l.tok, golden, 500);
+    EXPECT_EQ(l.tok->vocab().normalization, Normalization::kNone);
+    CheckGolden(*l.tok, golden, 500, true, Reference::kLlamaCpp);
+  }
+}
+
+// Qwen2's published tokenizer.json (transformers' Qwen2Tokenizer writes it) composes text
+// to NFC before splitting; llama.cpp normalizes no GGUF. 1,164 texts that NFC changes
+// (decomposed Latin, Greek, Cyrillic and Vietnamese, combining marks in any order,
+// Hangul as conjoining jamo, singletons, composition exclusions, ZWJ emoji beside them),
+// on a vocabulary trained on both forms (tests/reference/make_pretokenizer_goldens.py):
+// the directory gives Hugging Face's ids, the GGUF of the same vocabulary llama.cpp's
+// (llama-tokenize), and the two references differ on every text.
+TEST(Tokenizer, NormalizesAsEachReferenceDoes) {
+  const nlohmann::json golden = LoadJson(TestDataPath("tokenizer_qwen2_nfc.json"));
+  Loaded dir = Load(TestDataPath(golden.at("hf_dir").get<std::string>()));
+  Loaded gguf = Load(TestDataPath(golden.at("gguf_file").get<std::string>()));
+  ASSERT_NE(dir.tok, nullptr);
+  ASSERT_NE(gguf.tok, nullptr);
+  EXPECT_EQ(dir.tok->vocab().pre, "qwen2");
+  EXPECT_EQ(dir.tok->vocab().normalization, Normalization::kNfc);
+  EXPECT_EQ(gguf.tok->vocab().normalization, Normalization::kNone);
+  size_t differ = 0;
+  for (const auto& c : golden.at("cases")) differ += c.contains("llama_cpp_ids");
+  EXPECT_GE(differ, 1000u);
+  {
+    SCOPED_TRACE("Hugging Face directory");
+    CheckGolden(*dir.tok, golden, 1000);
+  }
+  {
+    SCOPED_TRACE("GGUF");
+    CheckGolden(*gguf.tok, golden, 1000, true, Reference::kLlamaCpp);
   }
 }
 
@@ -110,6 +149,8 @@ TEST(Tokenizer, ReadsHuggingFaceTokenizerJson) {
     Loaded l = Load(TestDataPath(std::string("hf_tokenizer_") + family));
     ASSERT_NE(l.tok, nullptr);
     EXPECT_EQ(l.tok->vocab().pre, golden.at("pre").get<std::string>());
+    const bool nfc = std::string_view(family) == "qwen2" || std::string_view(family) == "mpt";
+    EXPECT_EQ(l.tok->vocab().normalization, nfc ? Normalization::kNfc : Normalization::kNone);
     EXPECT_EQ(l.tok->vocab().tokens[l.tok->vocab().bos_id], "<|begin_of_text|>");
     EXPECT_EQ(l.tok->vocab().tokens[l.tok->vocab().eos_id], "<|end_of_text|>");
     EXPECT_FALSE(l.tok->vocab().add_bos);

@@ -56,7 +56,17 @@ absl::StatusOr<Vocab> Vocab::FromGguf(const GgufFile& f) {
        {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "tekken", "glm4"}) {
     if (v.pre == name) v.ignore_merges = true;
   }
-  if (v.pre == "mpt") v.normalization = Normalization::kNfc;  // GPT-NeoX's tokenizer
+  // tandem's own key, written for Hugging Face directories whose tokenizer.json has the
+  // normalizer; a GGUF from llama.cpp's converter has none, and llama.cpp normalizes
+  // nothing, so neither does tandem there.
+  if (f.Find("tandem.tokenizer.normalizer") != nullptr) {
+    ASSIGN_OR_RETURN(std::string_view form, f.GetString("tandem.tokenizer.normalizer"));
+    if (form != "NFC") {
+      return absl::UnimplementedError(
+          StrCat("tokenizer: tandem.tokenizer.normalizer '", form, "' is not supported (NFC)"));
+    }
+    v.normalization = Normalization::kNfc;
+  }
   // tandem's own key, written for Hugging Face directories (their tokenizer.json says).
   if (f.Find("tokenizer.ggml.ignore_merges") != nullptr) {
     ASSIGN_OR_RETURN(v.ignore_merges, f.GetBool("tokenizer.ggml.ignore_merges"));

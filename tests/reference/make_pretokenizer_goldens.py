@@ -26,14 +26,33 @@ use_regex=False)]), a ByteLevel decoder, the two CONTROL tokens as special added
 BPE model is trained (tokenizers' BpeTrainer, vocab 1500, the 256-byte initial alphabet) on
 the case texts themselves, so merges apply across the cases.
 
+Qwen2, Qwen3.5 and MPT publish an NFC normalizer before splitting. Their Hugging Face
+tokenizers here are not assembled by this script: they are transformers' own tokenizer
+classes (Qwen2Tokenizer, Qwen3_5Tokenizer, GPTNeoXTokenizer: the published pipeline, its
+regex and normalizer as transformers writes them) over the trained vocabulary and merges.
+llama.cpp applies no normalizer to a GGUF, so for these families the golden also holds
+"llama_cpp_ids" wherever `llama-tokenize` (--llama-tokenize) gives other ids for the GGUF:
+tandem's GGUF path follows llama.cpp, its Hugging Face directory path Hugging Face.
+
+And tests/data/tokenizer_qwen2_nfc.json with tests/data/bpe_qwen2_nfc.gguf and
+tests/data/hf_tokenizer_qwen2_nfc/ (Qwen2Tokenizer.save_pretrained): a vocabulary trained on
+~1,200 texts that NFC changes (nfc_cases: decomposed Latin, Greek, Cyrillic and Vietnamese,
+combining marks in every order, Hangul syllables as conjoining jamo, singletons such as the
+Angstrom sign and CJK compatibility ideographs, composition exclusions, ZWJ emoji beside
+them), in both their composed and decomposed forms, so a tokenizer that skips NFC gives
+other ids; ids from Hugging Face and from llama.cpp for each.
+
 Cases: the default model's golden texts (tests/reference/make_tokenizer_golden.py
 build_cases, ~500: prose, code, numbers, contractions in both cases, CJK, emoji, scripts,
 whitespace runs, CR/LF mixes, special-token text) plus digit runs that separate the
 patterns (\\p{N} vs \\p{N}{1,3}).
 
 How to run (from the repository root; no torch, no network)
-    /tmp/refvenv/bin/python tests/reference/make_pretokenizer_goldens.py [--outdir tests/data]
-Requirements: tests/reference/requirements.txt (tokenizers==0.23.3, gguf==0.19.0).
+    /tmp/refvenv/bin/python tests/reference/make_pretokenizer_goldens.py \
+        --llama-tokenize LLAMA_CPP_BUILD/bin/llama-tokenize [--outdir tests/data]
+Requirements: tests/reference/requirements.txt (tokenizers==0.23.3, transformers==5.24.0,
+gguf==0.19.0), and a llama.cpp build's llama-tokenize as the GGUF comparator (the goldens
+were made with llama.cpp 0c1e570).
 """
 
 from __future__ import annotations
@@ -41,7 +60,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import subprocess
 import sys
+import tempfile
+import unicodedata
 
 import gguf
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -112,8 +135,9 @@ FAMILIES = {
     # ignore_merges, as Llama 3's tokenizer.json sets: whole words added to the trained
     # vocabulary without merges must come out as one token.
     "llama3": ("llama-bpe", _splits([LLAMA3]), {"ignore_merges": True}),
-    "qwen2": ("qwen2", _splits([QWEN2], trim_offsets=False)),
-    "qwen35": ("qwen35", _splits([QWEN35], trim_offsets=False)),
+    "qwen2": ("qwen2", _splits([QWEN2], trim_offsets=False), {"hf_class": "Qwen2Tokenizer"}),
+    "qwen35": ("qwen35", _splits([QWEN35], trim_offsets=False),
+               {"hf_class": "Qwen3_5Tokenizer"}),
     "tekken": ("tekken", _splits([TEKKEN]), {"ignore_merges": True}),
     "gpt4o": ("gpt-4o", _splits([GPT4O])),
     # GLM-4 (llama.cpp's chatglm-bpe): Llama 3's pattern, without ignore_merges.
@@ -130,7 +154,7 @@ FAMILIES = {
     # MPT (GPT-NeoX's tokenizer): GPT-2 splitting, and runs of 2..24 spaces as
     # non-special added tokens (user-defined in the GGUF), matched before splitting.
     "mpt": ("mpt", lambda: pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-            {"space_runs": True, "nfc": True}),
+            {"space_runs": True, "hf_class": "GPTNeoXTokenizer"}),
 }
 SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>"]
 # Families also written as Hugging Face tokenizer directories (tokenizer.json,
@@ -154,7 +178,7 @@ EXTRA = ["Cửa Việt", "Việt Nam quickly", "Hello quickly 世界", "x  y   z
          "\u00a0nbsp\u00a0", "line1\nline2\r\n"]
 
 
-def build(name, texts):
+def build(name, texts, train_texts=None):
     pre, make_pre, *rest = FAMILIES[name]
     options = rest[0] if rest else {}
     tok = Tokenizer(models.BPE())
@@ -162,7 +186,7 @@ def build(name, texts):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=SPECIAL, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer)
+    tok.train_from_iterator(train_texts or texts, trainer)
     user_defined = []
     if options.get("ignore_merges"):
         model = json.loads(tok.to_str())["model"]
@@ -176,8 +200,17 @@ def build(name, texts):
                 added += 1
         assert added >= 2, f"{name}: the trained vocabulary already holds the whole words"
         tok.model = models.BPE(vocab, merges, ignore_merges=True)
-    if options.get("nfc"):
-        tok.normalizer = normalizers.NFC()
+    if options.get("hf_class"):
+        # The published pipeline (normalizer, splitting, byte level) as transformers builds
+        # it, over the trained vocabulary and merges.
+        import transformers
+        model = json.loads(tok.to_str())["model"]
+        published = getattr(transformers, options["hf_class"])(
+            vocab=model["vocab"], merges=[tuple(m) for m in model["merges"]],
+            bos_token=SPECIAL[0], eos_token=SPECIAL[1], pad_token=SPECIAL[1], unk_token=None)
+        tok = published.backend_tokenizer
+        assert json.loads(tok.to_str())["normalizer"] == {"type": "NFC"}, options["hf_class"]
+        assert len(tok.get_vocab()) == len(model["vocab"]), "the class added tokens"
     if options.get("space_runs"):
         user_defined = [" " * n for n in range(24, 1, -1)]
         tok.add_tokens(user_defined)
@@ -222,13 +255,16 @@ def write_gguf(path, name, pre, tok, user_defined):
                      pre=pre)
 
 
-def golden_cases(tok, texts):
+def golden_cases(tok, texts, llama_ids=None):
     """Each text's ids (encode without special tokens), and its decoding where that
-    differs from the text; and how many do."""
+    differs from the text; and how many do. With `llama_ids` (llama.cpp's ids of each
+    text for the GGUF), "llama_cpp_ids" where those differ."""
     cases, differs = [], 0
-    for text in texts:
+    for i, text in enumerate(texts):
         ids = tok.encode(text, add_special_tokens=False).ids
         case = {"text": text, "ids": ids}
+        if llama_ids is not None and llama_ids[i] != ids:
+            case["llama_cpp_ids"] = llama_ids[i]
         back = tok.decode(ids, skip_special_tokens=False)
         if back != text:
             case["decoded"] = back
@@ -237,16 +273,154 @@ def golden_cases(tok, texts):
     return cases, differs
 
 
+def llama_cpp_ids(binary, gguf_path, texts):
+    """llama.cpp's ids of each text for the GGUF: `llama-tokenize -f` on the text's
+    bytes, special tokens parsed, no BOS."""
+    env = dict(os.environ, LD_LIBRARY_PATH=os.path.dirname(os.path.abspath(binary)))
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "text")
+        for text in texts:
+            with open(path, "wb") as f:
+                f.write(text.encode("utf-8"))
+            r = subprocess.run([binary, "-m", gguf_path, "-f", path, "--ids", "--no-escape",
+                                "--no-bos", "--log-disable"], capture_output=True, env=env)
+            if r.returncode != 0:
+                raise RuntimeError(f"llama-tokenize failed on {text!r}: {r.stderr[-500:]!r}")
+            out.append(json.loads(r.stdout.decode().strip().splitlines()[-1]))
+    return out
+
+
+# Words with accents, written composed here; the cases use their decomposed forms.
+NFC_WORDS = [
+    "café", "naïve", "résumé", "façade", "jalapeño", "Ångström", "Zürich", "São Paulo",
+    "Kraków", "Dvořák", "Øresund", "Málaga", "Crème brûlée", "Đà Nẵng", "Việt Nam",
+    "Hồ Chí Minh", "tiếng Việt", "Nguyễn", "phở bò", "Ελληνικά", "ἀρχὴ", "Ὀδυσσεύς",
+    "Йошкар-Ола", "ёлка", "Ђорђе", "Ќ Ѓ Ї", "Şişli", "Ğ ğ İ", "Łódź", "Ústí nad Labem",
+    "Ærø", "Ísland", "Ñandú", "Pokémon", "Beyoncé", "über", "Mañana", "ŝanĝo", "Ṭhākur",
+    "Ḥaḍramawt", "Ǖ ǖ Ǘ ǘ", "Ǹ ǹ", "Ȧ ȧ Ȯ ȯ", "ạ ả ấ ầ ẩ ẫ ậ", "ệ ỉ ị ọ ỏ ố ồ ổ ỗ ộ",
+]
+# Combining marks of several classes (230 above, 220 below, 202 attached, 216 ...).
+MARKS = ["\u0300", "\u0301", "\u0302", "\u0303", "\u0304", "\u0306", "\u0307", "\u0308",
+         "\u030a", "\u030b", "\u030c", "\u0323", "\u0324", "\u0325", "\u0327", "\u0328",
+         "\u0331", "\u031b", "\u0345", "\u0342", "\u0313", "\u0314"]
+BASES = "aeiouyAEIOUYcgknrswzCGKNRSWZαεηιουωΑΕΗΙΟΥΩиеИЕ"
+# Singletons NFC maps to another character, and characters NFC leaves decomposed.
+SINGLETONS = ["\u212b", "\u2126", "\u212a", "\u0340", "\u0341", "\u0343", "\u0374",
+              "\u037e", "\u0387", "\u1f71", "\u1fbb", "\u2000", "\u2001", "\u2329",
+              "\u232a"] + [chr(c) for c in range(0xF900, 0xF920)]
+EXCLUSIONS = ["\u0958", "\u0959", "\u095a", "\u095b", "\u09dc", "\u0a33", "\u0b5c",
+              "\ufb1d", "\ufb1f", "\ufb2a", "\ufb2b", "\ufb4e", "\u0f43", "\u2adc"]
+ZWJ = ["\U0001F468\u200d\U0001F469\u200d\U0001F467\u200d\U0001F466",
+       "\U0001F3F3\ufe0f\u200d\U0001F308", "\U0001F469\U0001F3FD\u200d\U0001F4BB",
+       "\u2764\ufe0f\u200d\U0001F525", "\U0001F9D1\u200d\U0001F91D\u200d\U0001F9D1",
+       "\U0001F441\ufe0f\u200d\U0001F5E8\ufe0f"]
+
+
+def _hangul(rng, n):
+    """n Hangul syllables, random."""
+    return "".join(chr(0xAC00 + rng.randrange(11172)) for _ in range(n))
+
+
+def nfc_cases():
+    """~1,200 texts, every one changed by NFC (asserted), deterministic."""
+    rng = random.Random(20261207)
+    nfd = lambda t: unicodedata.normalize("NFD", t)  # noqa: E731
+    texts = []
+    for w in NFC_WORDS:  # decomposed words, alone and in a sentence
+        texts += [nfd(w), nfd(f"The word {w} is here."), nfd(f"{w.upper()} {w.lower()}!")]
+    for _ in range(300):  # a base and one to four marks in random order
+        word = "".join(rng.choice(BASES) + "".join(rng.sample(MARKS, rng.randint(1, 4)))
+                       for _ in range(rng.randint(1, 4)))
+        texts.append(f"{word} {rng.choice(['x', 'word', '42', ''])}".strip())
+    for _ in range(250):  # Hangul as conjoining jamo (LV, LVT), beside syllables and spaces
+        jamo = nfd(_hangul(rng, rng.randint(1, 6)))
+        texts.append(rng.choice([jamo, f"{jamo} {_hangul(rng, 2)}", f"한국어 {jamo}.",
+                                 f"{jamo}\n{jamo}"]))
+    for _ in range(120):  # jamo sequences built by hand: L V, L V T
+        text = ""
+        for _ in range(rng.randint(1, 5)):
+            text += chr(0x1100 + rng.randrange(19)) + chr(0x1161 + rng.randrange(21))
+            if rng.random() < 0.5:
+                text += chr(0x11A8 + rng.randrange(27))
+        texts.append(text)
+    for _ in range(200):  # singletons and exclusions among words and marks
+        parts = [rng.choice(SINGLETONS + EXCLUSIONS) for _ in range(rng.randint(1, 3))]
+        parts.append(nfd(rng.choice(NFC_WORDS)))
+        rng.shuffle(parts)
+        texts.append(" ".join(parts))
+    for _ in range(120):  # ZWJ emoji beside decomposed text
+        texts.append(f"{rng.choice(ZWJ)} {nfd(rng.choice(NFC_WORDS))} {rng.choice(ZWJ)}")
+    everything = [chr(c) for c in range(0xA0, 0x30000)
+                  if unicodedata.normalize("NFD", chr(c)) != chr(c)]
+    for _ in range(100):  # any decomposable character, decomposed, among ASCII
+        chars = [nfd(rng.choice(everything)) for _ in range(rng.randint(1, 4))]
+        texts.append("a " + " ".join(chars) + " z")
+    texts = [t for t in texts if unicodedata.normalize("NFC", t) != t]
+    return list(dict.fromkeys(texts))
+
+
+def write_nfc_golden(args):
+    """tokenizer_qwen2_nfc.json, bpe_qwen2_nfc.gguf, hf_tokenizer_qwen2_nfc/."""
+    texts = nfc_cases()
+    assert len(texts) >= 1000, len(texts)
+    nfc = [unicodedata.normalize("NFC", t) for t in texts]
+    pre, tok, _ = build("qwen2", texts, train_texts=texts + nfc)
+    gguf_path = os.path.join(args.outdir, "bpe_qwen2_nfc.gguf")
+    write_gguf(gguf_path, "qwen2_nfc", pre, tok, [])
+    cases, _ = golden_cases(tok, texts, llama_cpp_ids(args.llama_tokenize, gguf_path, texts))
+    # A tokenizer that skips NFC must be caught: most texts tokenize otherwise unnormalised.
+    skipping = Tokenizer.from_str(tok.to_str())
+    skipping.normalizer = normalizers.Sequence([])
+    caught = sum(skipping.encode(t, add_special_tokens=False).ids != c["ids"]
+                 for t, c in zip(texts, cases))
+    assert caught >= 0.9 * len(cases), (caught, len(cases))
+    hf_dir = os.path.join(args.outdir, "hf_tokenizer_qwen2_nfc")
+    os.makedirs(hf_dir, exist_ok=True)
+    tok.save(os.path.join(hf_dir, "tokenizer.json"))
+    with open(os.path.join(hf_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": SPECIAL[0], "eos_token": SPECIAL[1], "add_bos_token": False,
+                   "tokenizer_class": "Qwen2Tokenizer"}, f, indent=1)
+    differ = sum("llama_cpp_ids" in c for c in cases)
+    doc = {
+        "gguf_file": os.path.basename(gguf_path),
+        "hf_dir": os.path.basename(hf_dir),
+        "pre": pre,
+        "reference": "ids: Hugging Face tokenizers " + __import__("tokenizers").__version__
+        + " through transformers' Qwen2Tokenizer (NFC, then Qwen2's split) on a BPE trained on "
+        "the cases composed and decomposed; llama_cpp_ids: llama.cpp's llama-tokenize on the "
+        "GGUF where they differ (llama.cpp applies no normalizer); made by "
+        "tests/reference/make_pretokenizer_goldens.py.",
+        "cases": cases,
+    }
+    out = os.path.join(args.outdir, "tokenizer_qwen2_nfc.json")
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+    print(f"qwen2_nfc: {len(cases)} cases, {len(tok.get_vocab())} tokens; without NFC "
+          f"{caught} tokenize otherwise; llama.cpp differs on {differ}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--outdir", default=os.path.join(ROOT, "tests", "data"))
+    ap.add_argument("--llama-tokenize", required=True,
+                    help="llama.cpp's llama-tokenize, the GGUF comparator of the NFC families")
     args = ap.parse_args()
     texts = build_cases() + EXTRA
     for name in FAMILIES:
         pre, tok, user_defined = build(name, texts)
         gguf_path = os.path.join(args.outdir, f"bpe_{name}.gguf")
         write_gguf(gguf_path, name, pre, tok, user_defined)
-        cases, differs = golden_cases(tok, texts)
+        options = FAMILIES[name][2] if len(FAMILIES[name]) > 2 else {}
+        llama_ids = (llama_cpp_ids(args.llama_tokenize, gguf_path, texts)
+                     if options.get("hf_class") else None)
+        cases, differs = golden_cases(tok, texts, llama_ids)
+        if llama_ids is not None:
+            # Where llama.cpp differs, it is NFC's doing.
+            for c in cases:
+                if "llama_cpp_ids" in c:
+                    assert unicodedata.normalize("NFC", c["text"]) != c["text"], c["text"]
         doc = {
             "gguf_file": os.path.basename(gguf_path),
             "pre": pre,
@@ -272,7 +446,10 @@ def main() -> int:
             json.dump(doc, f, ensure_ascii=False, indent=0)
             f.write("\n")
         print(f"{name}: {len(cases)} cases, {len(tok.get_vocab())} tokens, {differs} decode "
-              f"differently; {os.path.getsize(gguf_path)} + {os.path.getsize(out)} bytes")
+              f"differently; {os.path.getsize(gguf_path)} + {os.path.getsize(out)} bytes"
+              + (f"; llama.cpp differs on {sum('llama_cpp_ids' in c for c in cases)}"
+                 if llama_ids is not None else ""))
+    write_nfc_golden(args)
     return 0
 
 
