@@ -43,7 +43,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from make_pretokenizer_goldens import golden_cases, write_vocab_gguf  # noqa: E402
+from make_pretokenizer_goldens import golden_cases, write_golden, write_vocab_gguf  # noqa: E402
 from make_tokenizer_golden import build_cases  # noqa: E402
 
 SPECIAL = ["<bos>", "<eos>"]
@@ -88,10 +88,7 @@ def main() -> int:
            "cases; encode(add_special_tokens=False); made by "
            "tests/reference/make_gemma4_tokenizer_golden.py.",
            "cases": cases}
-    out = os.path.join(args.outdir, "tokenizer_spm_gemma4.json")
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(doc, f, ensure_ascii=False, indent=0)
-        f.write("\n")
+    write_golden(os.path.join(args.outdir, "tokenizer_spm_gemma4.json"), doc)
     print(f"gemma4: {len(cases)} cases ({fallbacks} with byte fallback), "
           f"{len(tok.get_vocab())} tokens, {differs} decode differently")
     return 0

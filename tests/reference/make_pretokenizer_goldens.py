@@ -255,6 +255,13 @@ def write_gguf(path, name, pre, tok, user_defined):
                      pre=pre)
 
 
+def write_golden(path, doc):
+    """A golden as the tests read it: UTF-8 JSON, one value per line, a final newline."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=0)
+        f.write("\n")
+
+
 def golden_cases(tok, texts, llama_ids=None):
     """Each text's ids (encode without special tokens), and its decoding where that
     differs from the text; and how many do. With `llama_ids` (llama.cpp's ids of each
@@ -393,10 +400,7 @@ def write_nfc_golden(args):
         "tests/reference/make_pretokenizer_goldens.py.",
         "cases": cases,
     }
-    out = os.path.join(args.outdir, "tokenizer_qwen2_nfc.json")
-    with open(out, "w", encoding="utf-8") as f:
-        json.dump(doc, f, ensure_ascii=False, indent=0)
-        f.write("\n")
+    write_golden(os.path.join(args.outdir, "tokenizer_qwen2_nfc.json"), doc)
     print(f"qwen2_nfc: {len(cases)} cases, {len(tok.get_vocab())} tokens; without NFC "
           f"{caught} tokenize otherwise; llama.cpp differs on {differ}")
 
@@ -442,9 +446,7 @@ def main() -> int:
                            "chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"},
                           f, indent=1)
         out = os.path.join(args.outdir, f"tokenizer_{name}.json")
-        with open(out, "w", encoding="utf-8") as f:
-            json.dump(doc, f, ensure_ascii=False, indent=0)
-            f.write("\n")
+        write_golden(out, doc)
         print(f"{name}: {len(cases)} cases, {len(tok.get_vocab())} tokens, {differs} decode "
               f"differently; {os.path.getsize(gguf_path)} + {os.path.getsize(out)} bytes"
               + (f"; llama.cpp differs on {sum('llama_cpp_ids' in c for c in cases)}"
