@@ -39,12 +39,13 @@ def skips(report):
         if status == "disabled":
             continue
         ran += 1
-        if status == "notrun":
-            skipped = case.find("skipped")
-            found.append((name, skipped.get("message", "not run") if skipped is not None
-                          else "not run"))
-            continue
         out = (case.findtext("system-out") or "").splitlines()
+        if status == "notrun":  # as a whole: why, in GTEST_SKIP's words where it says
+            skipped = case.find("skipped")
+            why = skipped.get("message", "not run") if skipped is not None else "not run"
+            found.append((name, next((out[j + 1] for j in range(len(out) - 1)
+                                      if GTEST_MESSAGE.match(out[j])), why)))
+            continue
         named = 0
         for i, line in enumerate(out):
             m = GTEST_SKIP.match(line)
