@@ -122,18 +122,23 @@ GEMMA_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
 
 def gemma2():
     """Local (window 8) and global layers, attention and final soft-capping set low
-    enough to matter on these small logits, GeGLU, embedding scale, sandwich norms."""
+    enough to matter on these small logits, GeGLU, embedding scale, sandwich norms, and
+    scores scaled by query_pre_attn_scalar 20 ≠ head_dim 32 (as Gemma 2 27B's 144 ≠ 128),
+    written as tandem's key attention.query_pre_attn_scalar: llama.cpp's converter
+    stores none (llama.cpp infers the 27B's from its layer count), nor can a tiny file's
+    layer count say it."""
     from transformers import Gemma2Config, Gemma2ForCausalLM
     cfg = Gemma2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                       query_pre_attn_scalar=32, sliding_window=8, attn_logit_softcapping=1.5,
+                       query_pre_attn_scalar=20, sliding_window=8, attn_logit_softcapping=1.5,
                        final_logit_softcapping=4.0, max_position_embeddings=512,
                        rms_norm_eps=1e-6, tie_word_embeddings=True, attn_implementation="eager")
     meta = _meta(cfg, cfg.head_dim, **{
         "rope.freq_base": float(cfg.rope_parameters["rope_theta"]),
         "attention.sliding_window": cfg.sliding_window,
         "attn_logit_softcapping": float(cfg.attn_logit_softcapping),
-        "final_logit_softcapping": float(cfg.final_logit_softcapping)})
+        "final_logit_softcapping": float(cfg.final_logit_softcapping),
+        "attention.query_pre_attn_scalar": cfg.query_pre_attn_scalar})
     names = {"model.embed_tokens.weight": "token_embd.weight",
              "model.norm.weight": "output_norm.weight"}
     return Gemma2ForCausalLM(cfg), meta, _layer_names(cfg, GEMMA_LAYER, names)
