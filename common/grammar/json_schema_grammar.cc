@@ -583,8 +583,12 @@ class SchemaCompiler {
     }
     if (s.contains("format") && s.at("format").is_string() && !lengths) {
       static const absl::flat_hash_map<std::string, std::string> kFormats = {
+          // Calendar dates only (RFC 3339 full-date, as Python's date.fromisoformat reads
+          // it): 30 days in April, June, September and November, 28 in February and the
+          // 29th only in leap years (year % 4 == 0 and, for a year ending in 00,
+          // year % 400 == 0), no year 0000.
           {"date",
-           R"gbnf([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))gbnf"},
+           R"gbnf((("000" [1-9] | "00" [1-9] [0-9] | "0" [1-9] [0-9]{2} | [1-9] [0-9]{3}) "-" (("0" [13578] | "1" [02]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]) | ("0" [469] | "11") "-" ("0" [1-9] | [12] [0-9] | "30") | "02-" ("0" [1-9] | "1" [0-9] | "2" [0-8])) | ([0-9]{2} ("0" [48] | [2468] [048] | [13579] [26]) | ("0" [48] | [2468] [048] | [13579] [26]) "00") "-02-29"))gbnf"},
           {"time",
            R"gbnf(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,9})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))gbnf"},
           {"uuid",

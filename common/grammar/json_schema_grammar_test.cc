@@ -1,5 +1,7 @@
 #include "common/grammar/json_schema_grammar.h"
 
+#include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -90,6 +92,32 @@ TEST(JsonSchemaToGbnf, Examples) {
     for (const std::string& s : c.yes) EXPECT_TRUE(Matches(g, s)) << s;
     for (const std::string& s : c.no) EXPECT_FALSE(Matches(g, s)) << s;
   }
+}
+
+// format: date accepts exactly the calendar's dates: every day of years around each rule
+// (common, leap, century, 400th, the first and last four-digit years) and every
+// month/day pair 00..13 / 00..32, against std::chrono's calendar (year 0000 refused, as
+// Python's date.fromisoformat — the serving test's format checker — refuses it).
+TEST(JsonSchemaToGbnf, DateFormatIsTheCalendar) {
+  auto g = FromSchema(R"({"type": "string", "format": "date"})");
+  ASSERT_NE(g, nullptr);
+  int accepted = 0, checked = 0;
+  for (int year : {0, 1, 4, 100, 400, 1900, 1999, 2000, 2023, 2024, 2100, 2400, 9996, 9999}) {
+    for (unsigned month = 0; month <= 13; ++month) {
+      for (unsigned day = 0; day <= 32; ++day) {
+        const std::chrono::year_month_day ymd{std::chrono::year(year), std::chrono::month(month),
+                                              std::chrono::day(day)};
+        const bool valid = year >= 1 && ymd.ok();
+        char text[32];
+        std::snprintf(text, sizeof(text), "\"%04d-%02u-%02u\"", year, month, day);
+        EXPECT_EQ(Matches(g, text), valid) << text;
+        accepted += valid;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(accepted, 13 * 365 + 6);  // 14 years, 0000 refused; 4, 400, 2000, 2024, 2400, 9996 leap
+  EXPECT_EQ(checked, 14 * 14 * 33);
 }
 
 // Properties come in the order the schema lists them, not sorted.

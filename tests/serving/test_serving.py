@@ -15,7 +15,7 @@ What it checks (issue #7's acceptance):
     UNAUTHENTICATED (gRPC), a TLS gRPC client streams, a client without a certificate is
     refused, and probes and /metrics need no key;
   * structured output (issue #20): response_format with 50 varied JSON Schemas returns
-    JSON that the `jsonschema` package validates (streaming and not), so do 24 random
+    JSON that the `jsonschema` package validates, formats checked (streaming and not), so do 24 random
     schemas and 24 random regular expressions sampled at temperature 1; vLLM's
     guided_regex / guided_choice / guided_grammar constrain the text; bad sources get 400
     naming the field;
@@ -143,6 +143,14 @@ def post(url, body, headers=None, context=None):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+# Formats checked, not only annotated (jsonschema's default): "date" by Python's
+# date.fromisoformat, "uuid" by uuid.UUID. The checker must refuse what the calendar
+# lacks, or the check would pass on anything.
+FORMATS = jsonschema.FormatChecker()
+assert not FORMATS.conforms("2024-02-30", "date") and FORMATS.conforms("2024-02-29", "date")
+assert not FORMATS.conforms("123e4567e89b12d3a456426614174000", "uuid")
 
 
 def structured_output_schemas():
@@ -434,7 +442,7 @@ class OpenAiApiTest(unittest.TestCase):
                     r = self.client.chat.completions.create(**kwargs)
                     self.assertEqual(r.choices[0].finish_reason, "stop")
                     text = r.choices[0].message.content
-                jsonschema.validate(json.loads(text), schema)
+                jsonschema.validate(json.loads(text), schema, format_checker=FORMATS)
         # Any JSON object: unbounded, so an answer may run out of tokens (finish_reason
         # "length"); every one that stops parses as an object.
         stopped = 0
@@ -495,7 +503,8 @@ class OpenAiApiTest(unittest.TestCase):
                 self.assertEqual(c.type, "function")
                 self.assertRegex(c.id, r"^call_[A-Za-z0-9]{24}$")
                 self.assertIn(c.function.name, schemas if only is None else [only])
-                jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+                jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name],
+                                    format_checker=FORMATS)
 
         for seed in range(4):  # required, whole
             r = self.client.chat.completions.create(
@@ -640,7 +649,7 @@ class OpenAiApiTest(unittest.TestCase):
                 self.assertEqual(r.choices[0].finish_reason, "stop")
                 with self.subTest(schema=json.dumps(schema), seed=seed):
                     jsonschema.validate(json.loads(r.choices[0].message.content),
-                                        gen.strict(schema))
+                                        gen.strict(schema), format_checker=FORMATS)
                 judged += 1
 
         def regex(depth=0):
