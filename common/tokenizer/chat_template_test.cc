@@ -1,6 +1,7 @@
 #include "common/tokenizer/chat_template.h"
 
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "gmock/gmock.h"
@@ -13,15 +14,23 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Renderings by Python's jinja2, configured as transformers configures it, of the real
-// templates (tests/reference/make_chat_golden.py): byte for byte, errors included.
-TEST(ChatTemplate, MatchesJinja2OnRealTemplates) {
-  std::ifstream in(::tandem::testing::TestDataPath("chat_template_golden.json"));
+struct GoldenCounts {
+  size_t families = 0, cases = 0;
+  int with_tools = 0, errors = 0, own_errors = 0;
+};
+
+// Renders every case of a golden (tests/reference/make_chat_golden.py): each rendering
+// byte for byte, each template's own raise_exception message word for word, and a
+// failure wherever jinja2 itself failed. The templates in `known` (name: why) are those
+// tandem does not render as jinja2 yet: each must still differ somewhere.
+void CheckGolden(const std::string& file, GoldenCounts* counts,
+                 const std::map<std::string, std::string>& known = {}) {
+  std::ifstream in(::tandem::testing::TestDataPath(file));
   ASSERT_TRUE(in.good());
   const auto golden = nlohmann::ordered_json::parse(in);  // key order matters to tojson
   const auto& templates = golden.at("templates");
   const auto& cases = golden.at("cases");
-  std::set<std::string> families;
+  std::set<std::string> families, differed;
   int errors = 0, own_errors = 0, with_tools = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const auto& c = cases[i];
@@ -54,27 +63,66 @@ TEST(ChatTemplate, MatchesJinja2OnRealTemplates) {
     if (c.contains("eos_token")) options.eos_token = c.at("eos_token").get<std::string>();
     auto got = ChatTemplate::Render(
         templates.at(c.at("family").get<std::string>()).get<std::string>(), messages, options);
+    // What differs from jinja2, or "".
+    std::string mismatch;
     if (c.contains("error")) {
       ++errors;
-      ASSERT_FALSE(got.ok()) << *got;
-      if (c.contains("error_type")) {
+      if (got.ok()) {
+        mismatch = "rendered where jinja2 failed (" + c.at("error").dump() + "):\n" + *got;
+      } else if (c.contains("error_type")) {
         // jinja2 or Python failed on its own (None + str, an undefined attribute): tandem
         // fails too, in its own words.
         ++own_errors;
-        continue;
+      } else if (got.status().code() != absl::StatusCode::kInvalidArgument ||
+                 got.status().message() != "chat template: " + c.at("error").get<std::string>()) {
+        mismatch = "failed otherwise than jinja2 (" + c.at("error").dump() +
+                   "): " + std::string(got.status().message());
       }
-      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_EQ(std::string(got.status().message()),
-                "chat template: " + c.at("error").get<std::string>());
-    } else {
-      ASSERT_TRUE(got.ok()) << got.status();
-      EXPECT_EQ(*got, c.at("rendered").get<std::string>());
+    } else if (!got.ok()) {
+      mismatch = std::string(got.status().message());
+    } else if (*got != c.at("rendered").get<std::string>()) {
+      mismatch =
+          "rendered\n" + *got + "\nwhere jinja2 rendered\n" + c.at("rendered").get<std::string>();
+    }
+    if (known.contains(c.at("family").get<std::string>())) {
+      if (!mismatch.empty()) differed.insert(c.at("family").get<std::string>());
+    } else if (!mismatch.empty()) {
+      ADD_FAILURE() << mismatch;
     }
   }
-  EXPECT_GE(families.size(), 13u);
-  EXPECT_GE(cases.size(), 400u);
-  EXPECT_GE(with_tools, 60);
-  EXPECT_GT(errors, own_errors);
+  for (const auto& [family, why] : known) {
+    EXPECT_TRUE(differed.contains(family))
+        << family << " now renders as jinja2 does: take it off the list (" << why << ")";
+  }
+  *counts = {families.size(), cases.size(), with_tools, errors, own_errors};
+}
+
+// Renderings by Python's jinja2, configured as transformers configures it, of the real
+// templates: byte for byte, errors included.
+TEST(ChatTemplate, MatchesJinja2OnRealTemplates) {
+  GoldenCounts n;
+  CheckGolden("chat_template_golden.json", &n);
+  EXPECT_GE(n.families, 13u);
+  EXPECT_GE(n.cases, 400u);
+  EXPECT_GE(n.with_tools, 60);
+  EXPECT_GT(n.errors, n.own_errors);
+}
+
+// Every template in llama.cpp's tree (models/templates: the published templates of the
+// models its server supports), three conversations with and without a generation
+// prompt and two tool conversations with and without tools, as jinja2 renders them with
+// transformers' settings, {% generation %} included.
+TEST(ChatTemplate, MatchesJinja2OnEveryTemplateInLlamaCppsTree) {
+  GoldenCounts n;
+  CheckGolden(
+      "chat_template_llama_cpp_golden.json", &n,
+      {{"ByteDance-Seed-OSS", "a dict literal with integer keys: tandem's keys are strings"},
+       {"meetkai-functionary-medium-v3.1",
+        "\"…\"|safe + str: markupsafe escapes the str (\" as &#34;), tandem does not"},
+       {"llama-cpp-deepseek-r1",
+        "map/select give jinja2 a generator, which tojson refuses; tandem a list"}});
+  EXPECT_GE(n.families, 70u);
+  EXPECT_GE(n.with_tools, 140);
 }
 
 TEST(ChatTemplate, ThreeArgumentRenderLeavesSpecialTokensUndefined) {

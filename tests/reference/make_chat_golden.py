@@ -44,6 +44,7 @@ How to run (from the repository root)
 Goldens were generated with jinja2 3.1.6.
 """
 
+import argparse
 import json
 import os
 
@@ -55,6 +56,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(ROOT, "models", "smollm2-135m-instruct-q4_1.gguf")
 OUT = os.path.join(ROOT, "tests", "data", "chat_template_golden.json")
+OUT_LLAMA_CPP = os.path.join(ROOT, "tests", "data", "chat_template_llama_cpp_golden.json")
 
 QWEN2 = json.loads(r'''"{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"''')
 
@@ -259,6 +261,20 @@ class Raised(jinja2.exceptions.TemplateError):
     """What the template's own raise_exception() raises: tandem must give the same message."""
 
 
+class Generation(jinja2.ext.Extension):
+    """transformers' {% generation %} … {% endgeneration %} (its AssistantTracker): marks
+    the assistant's tokens for training masks; when rendering, the body as it is."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller):
+        return caller()
+
+
 def make_env():
     """The environment transformers' _compile_jinja_template builds."""
 
@@ -270,7 +286,7 @@ def make_env():
                           sort_keys=sort_keys)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+                                        extensions=[jinja2.ext.loopcontrols, Generation])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     return env
@@ -285,7 +301,75 @@ def smollm2_family():
     return source, bos, eos
 
 
+def render_cases(env, family, source, specials, conversations, tool_conversations):
+    """The golden cases of one template: each conversation with and without a generation
+    prompt, each tool conversation with TOOLS and without tools."""
+    tpl = env.from_string(source)
+    cases = []
+
+    def render(case, messages, tools, gen):
+        try:
+            case["rendered"] = tpl.render(messages=messages, tools=tools, documents=None,
+                                          add_generation_prompt=gen, **specials)
+        except (jinja2.exceptions.TemplateError, TypeError, ValueError, AttributeError,
+                KeyError, IndexError) as e:
+            case["error"] = str(e)
+            if not isinstance(e, Raised):
+                case["error_type"] = type(e).__name__  # tandem must fail, in its words
+        cases.append(case)
+
+    for messages in conversations:
+        for gen in (True, False):
+            render({"family": family, "messages": messages, "add_generation_prompt": gen,
+                    **specials}, messages, None, gen)
+    for messages in tool_conversations:
+        for tools in (TOOLS, None):
+            case = {"family": family, "messages": messages, "add_generation_prompt": True,
+                    **specials}
+            if tools is not None:
+                case["tools"] = tools
+            render(case, messages, tools, True)
+    return cases
+
+
+def write(path, templates, cases):
+    with open(path, "w") as f:
+        json.dump({"templates": templates, "cases": cases}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    errors = sum("error" in c for c in cases)
+    print(f"wrote {len(cases)} cases ({errors} expected errors) to {path}")
+
+
+# The templates in llama.cpp's tree (models/templates/*.jinja: the published chat
+# templates of the models llama.cpp's server supports, as their repositories carry them),
+# with the special tokens each names. A subset of the conversations keeps the golden small.
+LLAMA_CPP_CONVERSATIONS = [CONVERSATIONS[1], CONVERSATIONS[2], CONVERSATIONS[5]]
+LLAMA_CPP_TOOL_CONVERSATIONS = [TOOL_CONVERSATIONS[1], TOOL_CONVERSATIONS[3]]
+SPECIALS = [("<|begin_of_text|>", "<|eot_id|>"), ("<bos>", "<eos>"), ("<s>", "</s>"),
+            ("<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"), ("<|startoftext|>", "<|endoftext|>")]
+
+
+def llama_cpp_golden(env, directory):
+    templates, cases = {}, []
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".jinja"):
+            continue
+        with open(os.path.join(directory, name), encoding="utf-8") as f:
+            source = f.read()
+        # The BOS/EOS pair whose text the template mentions (else the first).
+        bos, eos = next(((b, e) for b, e in SPECIALS if b in source or e in source), SPECIALS[0])
+        family = name[:-len(".jinja")]
+        templates[family] = source
+        cases += render_cases(env, family, source, {"bos_token": bos, "eos_token": eos},
+                              LLAMA_CPP_CONVERSATIONS, LLAMA_CPP_TOOL_CONVERSATIONS)
+    return templates, cases
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-cpp-templates", metavar="DIR",
+                    help="llama.cpp's models/templates: also write " + os.path.basename(OUT_LLAMA_CPP))
+    args = ap.parse_args()
     env = make_env()
     cases = []
     templates = {}
@@ -293,39 +377,11 @@ def main() -> None:
         if source is None:
             source, bos, eos = smollm2_family()
         templates[family] = source
-        tpl = env.from_string(source)
         specials = {k: v for k, v in (("bos_token", bos), ("eos_token", eos)) if v is not None}
-        for messages in CONVERSATIONS:
-            for gen in (True, False):
-                case = {"family": family, "messages": messages,
-                        "add_generation_prompt": gen, **specials}
-                try:
-                    case["rendered"] = tpl.render(messages=messages, tools=None, documents=None,
-                                                  add_generation_prompt=gen, **specials)
-                except (jinja2.exceptions.TemplateError, TypeError) as e:
-                    case["error"] = str(e)
-                    if not isinstance(e, Raised):
-                        case["error_type"] = type(e).__name__
-                cases.append(case)
-        for messages in TOOL_CONVERSATIONS:
-            for tools in (TOOLS, None):
-                case = {"family": family, "messages": messages, "add_generation_prompt": True,
-                        **specials}
-                if tools is not None:
-                    case["tools"] = tools
-                try:
-                    case["rendered"] = tpl.render(messages=messages, tools=tools, documents=None,
-                                                  add_generation_prompt=True, **specials)
-                except (jinja2.exceptions.TemplateError, TypeError) as e:
-                    case["error"] = str(e)
-                    if not isinstance(e, Raised):
-                        case["error_type"] = type(e).__name__  # tandem must fail, in its words
-                cases.append(case)
-    with open(OUT, "w") as f:
-        json.dump({"templates": templates, "cases": cases}, f, ensure_ascii=False, indent=1)
-        f.write("\n")
-    errors = sum("error" in c for c in cases)
-    print(f"wrote {len(cases)} cases ({errors} expected errors) to {OUT}")
+        cases += render_cases(env, family, source, specials, CONVERSATIONS, TOOL_CONVERSATIONS)
+    write(OUT, templates, cases)
+    if args.llama_cpp_templates:
+        write(OUT_LLAMA_CPP, *llama_cpp_golden(env, args.llama_cpp_templates))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 // Filters: abs, capitalize, count, d, default, first, float, int, items, join, last,
-//   length, list, lower, map, reject, rejectattr, replace, safe, select, selectattr,
-//   string, title, tojson, trim, upper.
+//   length, list, lower, map, max, min, reject, rejectattr, replace, safe, select,
+//   selectattr, string, title, tojson (ensure_ascii too), trim, upper.
 // Tests: boolean, callable, defined, divisibleby, eq/equalto/==, even, false, float,
 //   ge/>=, gt/>, in, integer, iterable, le/<=, lower, lt/<, mapping, ne/!=, none,
 //   number, odd, sameas, sequence, string, true, undefined, upper.
-// str methods: capitalize, count, endswith, find, join, lower, lstrip, replace, rstrip,
-//   split, startswith, strip, title, upper. dict methods: get, items, keys, values.
+// str methods: capitalize, count, endswith, find, format, join, lower, lstrip, replace,
+//   rstrip, split, startswith, strip, title, upper. dict methods: get, items, keys, values.
 //   list methods: count, index.
 // Globals: dict, namespace, range (raise_exception lives in the interpreter).
 #include "common/tokenizer/jinja/builtins.h"
@@ -147,6 +147,7 @@ Value GetPath(const Value& item, std::string_view path) {
 // is `keep`; with no test named, their truthiness.
 absl::StatusOr<Value> FilterItems(const Value& seq, const CallArgs& args, bool by_attribute,
                                   bool keep, Budget* budget) {
+  if (!Truthy(seq)) return Value::List({});  // jinja2 iterates only a true value: None too
   ASSIGN_OR_RETURN(ValueList items, Iterate(seq, budget));
   CallArgs test_args;
   size_t first = 0;
@@ -176,6 +177,7 @@ absl::StatusOr<Value> FilterItems(const Value& seq, const CallArgs& args, bool b
 }
 
 absl::StatusOr<Value> Map(const Value& seq, const CallArgs& args, Budget* budget) {
+  if (!Truthy(seq)) return Value::List({});  // as select: jinja2 maps only a true value
   ASSIGN_OR_RETURN(ValueList items, Iterate(seq, budget));
   ValueList out;
   if (const Value* attr = args.Get(99, "attribute"); attr != nullptr) {
@@ -210,6 +212,68 @@ absl::StatusOr<Value> Length(const Value& v) {
     default:
       return TypeError(StrCat("object of type '", TypeName(v), "' has no len()"));
   }
+}
+
+// str.format: "{}" and "{0}" take the positional arguments, "{name}" the keyword ones,
+// each as str() gives it; "{{" and "}}" are braces. Conversions (!r) and format specs
+// (:>8) are refused, not guessed.
+absl::StatusOr<Value> Format(const std::string& s, const CallArgs& args, Budget* budget) {
+  const size_t max_bytes = budget->limits().max_output_bytes;
+  std::string out;
+  size_t next_auto = 0;
+  bool manual = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if ((c == '{' || c == '}') && i + 1 < s.size() && s[i + 1] == c) {
+      out.push_back(c);
+      ++i;
+      continue;
+    }
+    if (c == '}') return absl::InvalidArgumentError("Single '}' encountered in format string");
+    if (c != '{') {
+      out.push_back(c);
+      continue;
+    }
+    const size_t close = s.find('}', i + 1);
+    if (close == std::string::npos) {
+      return absl::InvalidArgumentError("Single '{' encountered in format string");
+    }
+    const std::string field = s.substr(i + 1, close - i - 1);
+    if (field.find_first_of("!:[.{") != std::string::npos) {
+      return TypeError(StrCat("format: the field '{", field, "}' is not supported"));
+    }
+    const Value* arg = nullptr;
+    int64_t index = 0;
+    if ((field.empty() && manual) ||
+        (!field.empty() && field[0] >= '0' && field[0] <= '9' && next_auto > 0)) {
+      return absl::InvalidArgumentError(
+          "cannot switch between automatic field numbering and manual field specification");
+    }
+    if (field.empty()) {
+      arg = next_auto < args.positional.size() ? &args.positional[next_auto] : nullptr;
+      if (arg == nullptr) {
+        return absl::InvalidArgumentError(
+            StrCat("Replacement index ", next_auto, " out of range for positional args tuple"));
+      }
+      ++next_auto;
+    } else if (ParseInt(field, &index)) {
+      manual = true;
+      if (index < 0 || static_cast<size_t>(index) >= args.positional.size()) {
+        return absl::InvalidArgumentError(
+            StrCat("Replacement index ", index, " out of range for positional args tuple"));
+      }
+      arg = &args.positional[static_cast<size_t>(index)];
+    } else {
+      for (const auto& [k, v] : args.keyword) {
+        if (k == field) arg = &v;
+      }
+      if (arg == nullptr) return absl::InvalidArgumentError(StrCat("'", field, "'"));
+    }
+    RETURN_IF_ERROR(AppendStr(*arg, &out, max_bytes));
+    i = close;
+  }
+  RETURN_IF_ERROR(budget->SpendBytes(out.size()));
+  return Value::String(std::move(out));
 }
 
 // jinja2's `title` filter (not str.title()): a word starts after whitespace or one of -({[<.
@@ -340,13 +404,11 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, const C
         return TypeError(StrCat("tojson: '", k, "' is not supported"));
       }
     }
-    if (const Value* ascii = args.Get(99, "ensure_ascii"); ascii != nullptr && Truthy(*ascii)) {
-      return TypeError("tojson: ensure_ascii=True is not supported");
-    }
+    const Value* ascii = args.Get(99, "ensure_ascii");
     ASSIGN_OR_RETURN(const int64_t indent, IntArg(args, 0, "indent", -1));
     std::string out;
-    RETURN_IF_ERROR(
-        AppendJson(v, static_cast<int>(std::min<int64_t>(indent, 1 << 16)), &out, max_bytes));
+    RETURN_IF_ERROR(AppendJson(v, static_cast<int>(std::min<int64_t>(indent, 1 << 16)), &out,
+                               max_bytes, ascii != nullptr && Truthy(*ascii)));
     RETURN_IF_ERROR(budget->SpendBytes(out.size()));
     return Value::String(std::move(out));
   }
@@ -391,6 +453,26 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, const C
   if (name == "list") {
     ASSIGN_OR_RETURN(ValueList items, Iterate(v, budget));
     return Value::List(std::move(items));
+  }
+  if (name == "min" || name == "max") {
+    // jinja2's min/max(case_sensitive=False, attribute=None): the first least (greatest)
+    // item, strings compared lowercased unless case_sensitive.
+    ASSIGN_OR_RETURN(ValueList items, Iterate(v, budget));
+    if (items.empty()) return Value::Undefined("No aggregated item, sequence was empty.");
+    const Value* cs = args.Get(0, "case_sensitive");
+    const bool case_sensitive = cs != nullptr && Truthy(*cs);
+    ASSIGN_OR_RETURN(const std::string* attribute, StringArg(args, 1, "attribute", false));
+    auto key = [&](const Value& item) {
+      Value k = attribute != nullptr ? GetPath(item, *attribute) : item;
+      return !case_sensitive && k.is_string() ? Value::String(py::Lower(k.str())) : k;
+    };
+    size_t best = 0;
+    for (size_t i = 1; i < items.size(); ++i) {
+      ASSIGN_OR_RETURN(const int c, Compare(key(items[i]), key(items[best]), budget->steps_left()));
+      if (name == "min" ? c < 0 : c > 0) best = i;
+    }
+    RETURN_IF_ERROR(budget->Check());
+    return items[best];
   }
   if (name == "first" || name == "last") {
     if (v.is_list() || v.is_string()) {
@@ -605,6 +687,7 @@ absl::StatusOr<Value> CallMethod(const Value& self, std::string_view name, const
   if (name == "upper") return Value::String(py::Upper(s));
   if (name == "lower") return Value::String(py::Lower(s));
   if (name == "title") return Value::String(py::Title(s));
+  if (name == "format") return Format(s, args, budget);
   if (name == "capitalize") return Value::String(py::Capitalize(s));
   if (name == "startswith" || name == "endswith") {
     const Value* arg = args.Get(0, "prefix");

@@ -58,6 +58,18 @@ const Case kCases[] = {
      "2 ** 10 }} {{ 2 ** -1 }} {{ -7.5 // 2 }} {{ 7.5 % -2 }} {{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ "
      "-2 ** 2 }}",
      "3 -4 1 2 -2 3.5 2.0 1024 0.5 -4.0 -0.5 7 9 4"},
+    {"{{ '{}-{}'.format(1, 'x') }}|{{ '{1}{0}{{x}}'.format('a', n) }}|{{ '<{k}>'.format(k=none) "
+     "}}|{{ 'é{}'.format([1, 'b']) }}",
+     "1-x|7a{x}|<None>|é[1, 'b']"},
+    {"{{ [3, 1, 2] | min }}|{{ ['b', 'A', 'a'] | max }}|{{ ['b', 'A', 'a'] | min }}|{{ ['b', 'A', "
+     "'a'] | min(case_sensitive=true) }}|{{ (messages | min(attribute='role')).role }}|{{ [] | min "
+     "}}|{{ [1.5, 2] | max }}",
+     "1|b|A|A|assistant||2"},
+    {"{{ 'é😀\"' | tojson(ensure_ascii=true) }}|{{ {'ü': ['ß']} | tojson(ensure_ascii=true) }}",
+     "\"\\u00e9\\ud83d\\ude00\\\"\"|{\"\\u00fc\": [\"\\u00df\"]}"},
+    {"{{ none | selectattr('a') | list }}|{{ none | map('upper') | list }}|{{ '' | select | list "
+     "}}|{{ undefined_var | reject | list }}",
+     "[]|[]|[]|[]"},
     {"{{ 'ab' * 3 }}|{{ 3 * 'ab' }}|{{ [1] * 2 }}|{{ [1] + [2, 3] }}|{{ 'a' + 'b' }}|{{ 1 + true "
      "}}|{{ 'x' * 0 }}",
      "ababab|ababab|[1, 1]|[1, 2, 3]|ab|2|"},
@@ -258,6 +270,10 @@ TEST(Interpreter, RaisesWhereJinja2Raises) {
       {"{% set n.x = 1 %}", "not a namespace"},
       {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
       {"{{ 2 ** 64 }}", "integer overflow"},
+      {"{{ '{}{0}'.format(1) }}", "cannot switch between automatic field numbering"},
+      {"{{ '{:>3}'.format(1) }}", "the field '{:>3}' is not supported"},
+      {"{{ '{2}'.format(1) }}", "Replacement index 2 out of range"},
+      {"{{ '{'.format(1) }}", "Single '{' encountered in format string"},
       {"{{ none | length }}", "object of type 'NoneType' has no len()"},
       {"{{ none | first }}", "'NoneType' object is not iterable"},
       {"{% filter nope %}x{% endfilter %}", "no filter named 'nope'"},

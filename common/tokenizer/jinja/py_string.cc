@@ -186,9 +186,25 @@ std::string Repr(std::string_view s) {
   return out;
 }
 
-void AppendJsonString(std::string_view s, std::string* out) {
+void AppendJsonString(std::string_view s, std::string* out, bool ascii) {
   out->push_back('"');
-  for (const char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (ascii && static_cast<unsigned char>(c) >= 0x80) {
+      // json.dumps' ensure_ascii: \uXXXX, lowercase, past U+FFFF as a surrogate pair.
+      size_t len = 0;
+      const uint32_t cp = DecodeAt(s, i, &len);
+      char buf[16];
+      if (cp > 0xFFFF) {
+        const uint32_t v = cp - 0x10000;
+        std::snprintf(buf, sizeof(buf), "\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+      } else {
+        std::snprintf(buf, sizeof(buf), "\\u%04x", cp);
+      }
+      *out += buf;
+      i += len - 1;
+      continue;
+    }
     switch (c) {
       case '"':
         *out += "\\\"";

@@ -39,7 +39,7 @@ std::string Capitalize(std::string_view s);
 // repr(s): quoted the way Python chooses, with its escapes.
 std::string Repr(std::string_view s);
 // json.dumps(s, ensure_ascii=False).
-void AppendJsonString(std::string_view s, std::string* out);
+void AppendJsonString(std::string_view s, std::string* out, bool ascii = false);
 
 }  // namespace tandem::tokenizer::jinja::py
 

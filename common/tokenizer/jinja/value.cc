@@ -194,8 +194,8 @@ void Newline(int indent, int level, std::string* out) {
   out->append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
 }
 
-absl::Status AppendJsonAt(const Value& v, int indent, int level, std::string* out,
-                          size_t max_bytes) {
+absl::Status AppendJsonAt(const Value& v, int indent, int level, std::string* out, size_t max_bytes,
+                          bool ascii) {
   // json.dumps separators: ", " and ": " without indent, "," and ": " with it.
   const char* item_sep = indent < 0 ? ", " : ",";
   switch (v.kind()) {
@@ -216,7 +216,7 @@ absl::Status AppendJsonAt(const Value& v, int indent, int level, std::string* ou
       break;
     }
     case Value::Kind::kString:
-      py::AppendJsonString(v.str(), out);
+      py::AppendJsonString(v.str(), out, ascii);
       break;
     case Value::Kind::kList: {
       out->push_back('[');
@@ -224,7 +224,7 @@ absl::Status AppendJsonAt(const Value& v, int indent, int level, std::string* ou
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) *out += item_sep;
         if (indent >= 0) Newline(indent, level + 1, out);
-        RETURN_IF_ERROR(AppendJsonAt(items[i], indent, level + 1, out, max_bytes));
+        RETURN_IF_ERROR(AppendJsonAt(items[i], indent, level + 1, out, max_bytes, ascii));
       }
       if (indent >= 0 && !items.empty()) Newline(indent, level, out);
       out->push_back(']');
@@ -236,9 +236,9 @@ absl::Status AppendJsonAt(const Value& v, int indent, int level, std::string* ou
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) *out += item_sep;
         if (indent >= 0) Newline(indent, level + 1, out);
-        py::AppendJsonString(items[i].first, out);
+        py::AppendJsonString(items[i].first, out, ascii);
         *out += ": ";
-        RETURN_IF_ERROR(AppendJsonAt(items[i].second, indent, level + 1, out, max_bytes));
+        RETURN_IF_ERROR(AppendJsonAt(items[i].second, indent, level + 1, out, max_bytes, ascii));
       }
       if (indent >= 0 && !items.empty()) Newline(indent, level, out);
       out->push_back('}');
@@ -261,8 +261,9 @@ absl::Status AppendRepr(const Value& v, std::string* out, size_t max_bytes) {
   return AppendValue(v, true, out, max_bytes);
 }
 
-absl::Status AppendJson(const Value& v, int indent, std::string* out, size_t max_bytes) {
-  return AppendJsonAt(v, indent, 0, out, max_bytes);
+absl::Status AppendJson(const Value& v, int indent, std::string* out, size_t max_bytes,
+                        bool ascii) {
+  return AppendJsonAt(v, indent, 0, out, max_bytes, ascii);
 }
 
 bool Equals(const Value& a, const Value& b, int64_t* work) {

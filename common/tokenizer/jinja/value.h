@@ -133,9 +133,10 @@ std::string FormatFloat(double d);
 // str(v) and repr(v) appended to `out`; ResourceExhausted once `out` passes max_bytes.
 absl::Status AppendStr(const Value& v, std::string* out, size_t max_bytes);
 absl::Status AppendRepr(const Value& v, std::string* out, size_t max_bytes);
-// json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: none), as the `tojson`
+// json.dumps(v, ensure_ascii=ascii, indent=indent) (indent < 0: none), as the `tojson`
 // filter of Hugging Face transformers. Undefined, namespaces and callables are errors.
-absl::Status AppendJson(const Value& v, int indent, std::string* out, size_t max_bytes);
+absl::Status AppendJson(const Value& v, int indent, std::string* out, size_t max_bytes,
+                        bool ascii = false);
 
 // a == b (1 == 1.0 == True; dicts ignore order). Each element and each 256 bytes
 // compared spend one unit of *work; comparison stops (returning false) once it is < 0.
