@@ -8,6 +8,7 @@
 //   rstrip, split, startswith, strip, title, upper. dict methods: get, items, keys, values.
 //   list methods: count, index.
 // Globals: dict, namespace, range (raise_exception lives in the interpreter).
+// Dict keys may be numbers and None as well as strings (jinja::DictKey).
 #include "common/tokenizer/jinja/builtins.h"
 
 #include <charconv>
@@ -295,7 +296,7 @@ std::string TitleFilter(std::string_view s) {
 Value Items(const ValueDict& dict) {
   ValueList pairs;
   for (const auto& [k, v] : dict) {
-    pairs.push_back(Value::List({Value::String(k), v}, /*tuple=*/true));
+    pairs.push_back(Value::List({KeyValue(k), v}, /*tuple=*/true));
   }
   return Value::List(std::move(pairs));
 }
@@ -369,7 +370,7 @@ absl::StatusOr<ValueList> Iterate(const Value& v, Budget* budget) {
       return v.list();
     case Value::Kind::kDict: {
       ValueList keys;
-      for (const auto& [k, item] : v.dict()) keys.push_back(Value::String(k));
+      for (const auto& [k, item] : v.dict()) keys.push_back(KeyValue(k));
       return keys;
     }
     case Value::Kind::kString: {
@@ -626,7 +627,10 @@ absl::StatusOr<bool> ApplyTest(std::string_view name, const Value& v, const Call
       if (!v.is_string()) return TypeError("'in <string>' requires string as left operand");
       return arg->str().find(v.str()) != std::string::npos;
     }
-    if (arg->is_dict()) return v.is_string() && arg->Find(v.str()) != nullptr;
+    if (arg->is_dict()) {
+      absl::StatusOr<std::string> key = DictKey(v);
+      return key.ok() && arg->Find(*key) != nullptr;
+    }
     ASSIGN_OR_RETURN(const ValueList items, Iterate(*arg, budget));
     for (const Value& item : items) {
       if (Equals(v, item, budget->steps_left())) return true;
@@ -643,12 +647,14 @@ absl::StatusOr<Value> CallMethod(const Value& self, std::string_view name, const
     if (name == "items") return Items(self.dict());
     if (name == "keys" || name == "values") {
       ValueList out;
-      for (const auto& [k, v] : self.dict()) out.push_back(name == "keys" ? Value::String(k) : v);
+      for (const auto& [k, v] : self.dict()) out.push_back(name == "keys" ? KeyValue(k) : v);
       return Value::List(std::move(out));
     }
     if (name == "get") {
-      ASSIGN_OR_RETURN(const std::string* key, StringArg(args, 0, "key"));
-      const Value* v = self.Find(*key);
+      const Value* key_arg = args.Get(0, "key");
+      if (key_arg == nullptr) return TypeError("get() takes at least 1 argument");
+      ASSIGN_OR_RETURN(const std::string key, DictKey(*key_arg));
+      const Value* v = self.Find(key);
       const Value* dflt = args.Get(1, "default");
       return v != nullptr ? *v : dflt != nullptr ? *dflt : Value::None();
     }

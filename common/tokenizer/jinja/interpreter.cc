@@ -308,16 +308,17 @@ class Interpreter {
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           ASSIGN_OR_RETURN(const Value key, Eval(*e.args[i]));
           ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1]));
-          if (!key.is_string()) return Error(*e.args[i], "dict keys must be strings");
+          absl::StatusOr<std::string> k = DictKey(key);
+          if (!k.ok()) return Error(*e.args[i], std::string(k.status().message()));
           if (v.kind() == Value::Kind::kNamespace) {
             return Error(e, "a dict cannot hold a namespace");
           }
           auto it = std::find_if(items.begin(), items.end(),
-                                 [&](const auto& kv) { return kv.first == key.str(); });
+                                 [&](const auto& kv) { return kv.first == *k; });
           if (it != items.end()) {
             it->second = std::move(v);
           } else {
-            items.emplace_back(key.str(), std::move(v));
+            items.emplace_back(*std::move(k), std::move(v));
           }
         }
         Value dict = Value::Dict(std::move(items));
@@ -413,6 +414,11 @@ class Interpreter {
     ASSIGN_OR_RETURN(const Value key, Eval(*e.args[1]));
     if (obj.is_undefined()) return UndefinedError(e, obj);
     if (key.is_string()) return GetAttribute(obj, key.str());
+    if (obj.is_dict()) {  // a number or None as the key ({0: 'a'}[0])
+      if (absl::StatusOr<std::string> k = DictKey(key); k.ok()) {
+        if (const Value* v = obj.Find(*k)) return *v;
+      }
+    }
     if (key.is_integer() && (obj.is_list() || obj.is_string())) {
       if (obj.is_string()) RETURN_IF_ERROR(budget_.SpendBytes(obj.str().size()));
       const size_t n = obj.is_list() ? obj.list().size() : py::Length(obj.str());

@@ -67,6 +67,13 @@ const Case kCases[] = {
      "1|b|A|A|assistant||2"},
     {"{{ 'é😀\"' | tojson(ensure_ascii=true) }}|{{ {'ü': ['ß']} | tojson(ensure_ascii=true) }}",
      "\"\\u00e9\\ud83d\\ude00\\\"\"|{\"\\u00fc\": [\"\\u00df\"]}"},
+    {"{% set d = {0: 'z', 512: 128, none: 'n', true: 't', 'k': 1.5} %}{{ d[512] }}|{{ d[0] "
+     "}}|{{ d[none] }}|{{ d['k'] }}|{{ d }}|{{ d | tojson }}|{{ 512 in d }}|{{ '512' in d }}|{{ "
+     "d.get(0) }}|{% for k, v in {3: 'c', 1: 'a'} | dictsort %}{{ k + 1 }}{{ v }}{% endfor %}|{{ "
+     "d.keys() | list }}|{{ d[2.0] }}",
+     "128|z|n|1.5|{0: 'z', 512: 128, None: 'n', True: 't', 'k': 1.5}|{\"0\": \"z\", \"512\": "
+     "128, \"null\": \"n\", \"true\": \"t\", \"k\": 1.5}|True|False|z|2a4c|[0, 512, None, "
+     "True, 'k']|"},
     {"{{ none | selectattr('a') | list }}|{{ none | map('upper') | list }}|{{ '' | select | list "
      "}}|{{ undefined_var | reject | list }}",
      "[]|[]|[]|[]"},
@@ -271,6 +278,7 @@ TEST(Interpreter, RaisesWhereJinja2Raises) {
       {"{{ 9223372036854775807 + 1 }}", "integer overflow"},
       {"{{ 2 ** 64 }}", "integer overflow"},
       {"{{ '{}{0}'.format(1) }}", "cannot switch between automatic field numbering"},
+      {"{{ {[1]: 2} }}", "unhashable type: 'list'"},
       {"{{ '{:>3}'.format(1) }}", "the field '{:>3}' is not supported"},
       {"{{ '{2}'.format(1) }}", "Replacement index 2 out of range"},
       {"{{ '{'.format(1) }}", "Single '{' encountered in format string"},

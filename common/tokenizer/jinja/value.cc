@@ -175,7 +175,9 @@ absl::Status AppendValue(const Value& v, bool repr, std::string* out, size_t max
       *out += is_ns ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, item] : is_ns ? v.ns().attrs : v.dict()) {
-        *out += StrCat(first ? "" : ", ", py::Repr(k), ": ");
+        *out += first ? "" : ", ";
+        RETURN_IF_ERROR(AppendValue(KeyValue(k), true, out, max_bytes));
+        *out += ": ";
         first = false;
         RETURN_IF_ERROR(AppendValue(item, true, out, max_bytes));
       }
@@ -236,7 +238,13 @@ absl::Status AppendJsonAt(const Value& v, int indent, int level, std::string* ou
       for (size_t i = 0; i < items.size(); ++i) {
         if (i > 0) *out += item_sep;
         if (indent >= 0) Newline(indent, level + 1, out);
-        py::AppendJsonString(items[i].first, out, ascii);
+        if (const Value key = KeyValue(items[i].first); key.is_string()) {
+          py::AppendJsonString(items[i].first, out, ascii);
+        } else {  // json.dumps: {0: 1} → {"0": 1}, {None: 1} → {"null": 1}
+          std::string text;
+          RETURN_IF_ERROR(AppendJsonAt(key, -1, 0, &text, max_bytes, ascii));
+          py::AppendJsonString(text, out, ascii);
+        }
         *out += ": ";
         RETURN_IF_ERROR(AppendJsonAt(items[i].second, indent, level + 1, out, max_bytes, ascii));
       }
@@ -252,6 +260,53 @@ absl::Status AppendJsonAt(const Value& v, int indent, int level, std::string* ou
 }
 
 }  // namespace
+
+namespace {
+// What a non-string dict key starts with: a byte no UTF-8 text holds.
+constexpr char kKeyTag = '\xFF';
+std::string TaggedKey(char kind, std::string_view number) {
+  return StrCat(std::string_view(&kKeyTag, 1), std::string_view(&kind, 1), number);
+}
+}  // namespace
+
+absl::StatusOr<std::string> DictKey(const Value& key) {
+  switch (key.kind()) {
+    case Value::Kind::kString:
+      return key.str();
+    case Value::Kind::kNone:
+      return TaggedKey('n', "");
+    case Value::Kind::kBool:
+      return TaggedKey('b', key.bool_value() ? "1" : "0");
+    case Value::Kind::kInt:
+      return TaggedKey('i', StrCat(key.int_value()));
+    case Value::Kind::kFloat: {
+      const double d = key.number();
+      if (d == std::floor(d) && std::fabs(d) < 9.2e18) {
+        return TaggedKey('i', StrCat(static_cast<int64_t>(d)));
+      }
+      return TaggedKey('f', FormatFloat(d));
+    }
+    default:
+      return absl::InvalidArgumentError(key.is_tuple()
+                                            ? std::string("a tuple as a dict key is not supported")
+                                            : StrCat("unhashable type: '", TypeName(key), "'"));
+  }
+}
+
+Value KeyValue(const std::string& key) {
+  if (key.size() < 2 || key[0] != kKeyTag) return Value::String(key);
+  const std::string number = key.substr(2);
+  switch (key[1]) {
+    case 'n':
+      return Value::None();
+    case 'b':
+      return Value::Bool(number == "1");
+    case 'i':
+      return Value::Int(std::strtoll(number.c_str(), nullptr, 10));
+    default:
+      return Value::Float(std::strtod(number.c_str(), nullptr));
+  }
+}
 
 absl::Status AppendStr(const Value& v, std::string* out, size_t max_bytes) {
   return AppendValue(v, false, out, max_bytes);

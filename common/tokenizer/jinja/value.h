@@ -32,7 +32,10 @@ namespace tandem::tokenizer::jinja {
 struct Stmt;
 class Value;
 using ValueList = std::vector<Value>;
-using ValueDict = std::vector<std::pair<std::string, Value>>;  // keys unique, in insertion order
+// Keys unique, in insertion order. A key is a string's own text, or for the other keys
+// Python allows in a template's dict literal (ints, floats, booleans, None: {0: 0, 512:
+// 128}) DictKey's encoding of it, which no UTF-8 text can equal.
+using ValueDict = std::vector<std::pair<std::string, Value>>;
 
 struct Namespace {
   ValueDict attrs;
@@ -122,6 +125,14 @@ class Value {
   explicit Value(T v) : v_(std::move(v)) {}
   Storage v_;
 };
+
+// The ValueDict key of `key`: a string's text; an int, bool, float or None as a byte
+// 0xFF (never in UTF-8), its kind and its number, so 2 and 2.0 are one key, as in Python
+// (True and 1 are two here, one there). InvalidArgument for other values (lists and
+// dicts are unhashable; tuples not supported).
+absl::StatusOr<std::string> DictKey(const Value& key);
+// The value a ValueDict key stands for (the inverse of DictKey; 2.0 reads as 2).
+Value KeyValue(const std::string& key);
 
 // Python truthiness: undefined, None, False, 0, 0.0, "", [] and {} are false.
 bool Truthy(const Value& v);
