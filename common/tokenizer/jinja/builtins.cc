@@ -1,6 +1,7 @@
 // Filters: abs, capitalize, count, d, default, first, float, int, items, join, last,
 //   length, list, lower, map, max, min, reject, rejectattr, replace, safe, select,
-//   selectattr, string, title, tojson (ensure_ascii too), trim, upper.
+//   selectattr, string, title, tojson (ensure_ascii too), trim, upper. map, select,
+//   reject, selectattr, rejectattr and items give a generator, as in jinja2.
 // Tests: boolean, callable, defined, divisibleby, eq/equalto/==, even, false, float,
 //   ge/>=, gt/>, in, integer, iterable, le/<=, lower, lt/<, mapping, ne/!=, none,
 //   number, odd, sameas, sequence, string, true, undefined, upper.
@@ -148,7 +149,7 @@ Value GetPath(const Value& item, std::string_view path) {
 // is `keep`; with no test named, their truthiness.
 absl::StatusOr<Value> FilterItems(const Value& seq, const CallArgs& args, bool by_attribute,
                                   bool keep, Budget* budget) {
-  if (!Truthy(seq)) return Value::List({});  // jinja2 iterates only a true value: None too
+  if (!Truthy(seq)) return Value::Generator({});  // jinja2 iterates only a true value
   ASSIGN_OR_RETURN(ValueList items, Iterate(seq, budget));
   CallArgs test_args;
   size_t first = 0;
@@ -174,11 +175,11 @@ absl::StatusOr<Value> FilterItems(const Value& seq, const CallArgs& args, bool b
     }
     if (pass == keep) out.push_back(item);
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 absl::StatusOr<Value> Map(const Value& seq, const CallArgs& args, Budget* budget) {
-  if (!Truthy(seq)) return Value::List({});  // as select: jinja2 maps only a true value
+  if (!Truthy(seq)) return Value::Generator({});  // as select: jinja2 maps only a true value
   ASSIGN_OR_RETURN(ValueList items, Iterate(seq, budget));
   ValueList out;
   if (const Value* attr = args.Get(99, "attribute"); attr != nullptr) {
@@ -188,7 +189,7 @@ absl::StatusOr<Value> Map(const Value& seq, const CallArgs& args, Budget* budget
       Value v = GetPath(item, attr->str());
       out.push_back(v.is_undefined() && dflt != nullptr ? *dflt : v);
     }
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
   ASSIGN_OR_RETURN(const std::string* filter, StringArg(args, 0, "filter"));
   CallArgs rest;
@@ -197,7 +198,7 @@ absl::StatusOr<Value> Map(const Value& seq, const CallArgs& args, Budget* budget
     ASSIGN_OR_RETURN(Value v, ApplyFilter(*filter, item, rest, budget));
     out.push_back(std::move(v));
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 absl::StatusOr<Value> Length(const Value& v) {
@@ -368,6 +369,8 @@ absl::StatusOr<ValueList> Iterate(const Value& v, Budget* budget) {
       return ValueList{};
     case Value::Kind::kList:
       return v.list();
+    case Value::Kind::kGenerator:
+      return v.generated();
     case Value::Kind::kDict: {
       ValueList keys;
       for (const auto& [k, item] : v.dict()) keys.push_back(KeyValue(k));
@@ -413,10 +416,10 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, const C
     RETURN_IF_ERROR(budget->SpendBytes(out.size()));
     return Value::String(std::move(out));
   }
-  if (name == "items") {
-    if (v.is_undefined()) return Value::List({});
+  if (name == "items") {  // a generator in jinja2, as map and select
+    if (v.is_undefined()) return Value::Generator({});
     if (!v.is_dict()) return TypeError("Can only get item pairs from a mapping.");
-    return Items(v.dict());
+    return Value::Generator(Items(v.dict()).list());
   }
   if (name == "dictsort") {
     // jinja2's dictsort(case_sensitive=False, by='key', reverse=False): the (key, value)
@@ -481,6 +484,9 @@ absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, const C
       if (v.is_string()) return CharAt(v.str(), index);
       if (!v.list().empty()) return index == 0 ? v.list().front() : v.list().back();
       return Value::Undefined(StrCat("No ", name, " item, sequence was empty."));
+    }
+    if (name == "last" && v.kind() == Value::Kind::kGenerator) {
+      return TypeError("'generator' object is not reversible");
     }
     ASSIGN_OR_RETURN(ValueList items, Iterate(v, budget));
     if (items.empty()) return Value::Undefined(StrCat("No ", name, " item, sequence was empty."));
@@ -575,8 +581,9 @@ absl::StatusOr<bool> ApplyTest(std::string_view name, const Value& v, const Call
   if (name == "mapping") return v.is_dict();
   // Like jinja2: undefined is iterable and a sequence (it has __iter__, __len__ and
   // __getitem__); a dict is both too.
-  if (name == "iterable" || name == "sequence") {
-    return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
+  if (name == "iterable" || name == "sequence") {  // a generator iterates, once, unindexed
+    return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict() ||
+           (name == "iterable" && v.kind() == K::kGenerator);
   }
   if (name == "callable") return v.kind() == K::kCallable;
   if (name == "lower" || name == "upper") {

@@ -74,6 +74,14 @@ const Case kCases[] = {
      "128|z|n|1.5|{0: 'z', 512: 128, None: 'n', True: 't', 'k': 1.5}|{\"0\": \"z\", \"512\": "
      "128, \"null\": \"n\", \"true\": \"t\", \"k\": 1.5}|True|False|z|2a4c|[0, 512, None, "
      "True, 'k']|"},
+    {"{{ 'yes' if empty | select else 'no' }}|{{ messages | map(attribute='role') | list }}|{{ "
+     "messages | map(attribute='role') | first }}|{{ messages | selectattr('role', 'equalto', "
+     "'user') | list | length }}|{{ (messages | map(attribute='role'))[0] }}|{{ messages | "
+     "map(attribute='role') is sequence }}|{{ messages | map(attribute='role') is iterable }}|{{ "
+     "messages | map(attribute='role') | join(',') }}|{{ d | items | list }}|{{ 'yes' if {} | "
+     "items else 'no' }}",
+     "yes|['system', 'user', 'assistant']|system|1||False|True|system,user,assistant|[('b', 2), "
+     "('a', [1, 'x', None, True, 1.5])]|yes"},
     {"{{ none | selectattr('a') | list }}|{{ none | map('upper') | list }}|{{ '' | select | list "
      "}}|{{ undefined_var | reject | list }}",
      "[]|[]|[]|[]"},
@@ -279,6 +287,12 @@ TEST(Interpreter, RaisesWhereJinja2Raises) {
       {"{{ 2 ** 64 }}", "integer overflow"},
       {"{{ '{}{0}'.format(1) }}", "cannot switch between automatic field numbering"},
       {"{{ {[1]: 2} }}", "unhashable type: 'list'"},
+      {"{{ messages | map(attribute='role') | length }}",
+       "object of type 'generator' has no len()"},
+      {"{{ messages | select | count }}", "object of type 'generator' has no len()"},
+      {"{{ messages | map(attribute='role') | tojson }}",
+       "Object of type generator is not JSON serializable"},
+      {"{{ messages | map(attribute='role') | last }}", "'generator' object is not reversible"},
       {"{{ '{:>3}'.format(1) }}", "the field '{:>3}' is not supported"},
       {"{{ '{2}'.format(1) }}", "Replacement index 2 out of range"},
       {"{{ '{'.format(1) }}", "Single '{' encountered in format string"},

@@ -26,6 +26,11 @@ Value Value::List(ValueList items, bool tuple) {
       std::make_shared<const Box<ValueList>>(Box<ValueList>{std::move(items), depth + 1, tuple}));
 }
 
+Value Value::Generator(ValueList items) {
+  const Value list = List(std::move(items));
+  return Value(GenPtr{std::get<ListPtr>(list.v_)});
+}
+
 Value Value::Dict(ValueDict items) {
   int depth = 0;
   for (const auto& [k, v] : items) depth = std::max(depth, v.depth());
@@ -55,6 +60,7 @@ std::string Value::undefined_hint() const {
 
 int Value::depth() const {
   if (kind() == Kind::kList) return std::get<ListPtr>(v_)->depth;
+  if (kind() == Kind::kGenerator) return std::get<GenPtr>(v_).items->depth;
   if (kind() == Kind::kDict) return std::get<DictPtr>(v_)->depth;
   return 0;
 }
@@ -93,9 +99,9 @@ bool Truthy(const Value& v) {
 }
 
 std::string TypeName(const Value& v) {
-  static constexpr const char* kNames[] = {"Undefined", "NoneType", "bool", "int",
-                                           "float",     "str",      "list", "dict",
-                                           "Namespace", "function"};
+  static constexpr const char* kNames[] = {"Undefined", "NoneType", "bool",     "int",
+                                           "float",     "str",      "list",     "dict",
+                                           "Namespace", "function", "generator"};
   return kNames[static_cast<int>(v.kind())];
 }
 
@@ -186,6 +192,9 @@ absl::Status AppendValue(const Value& v, bool repr, std::string* out, size_t max
     }
     case Value::Kind::kCallable:
       *out += StrCat("<function ", v.callable().name, ">");
+      break;
+    case Value::Kind::kGenerator:
+      *out += "<generator object>";  // jinja2 adds the function's name and an address
       break;
   }
   return CheckSize(out, max_bytes);

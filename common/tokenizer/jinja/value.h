@@ -58,7 +58,11 @@ class Value {
     kList,
     kDict,
     kNamespace,
-    kCallable
+    kCallable,
+    // What jinja2's map, select, reject, selectattr, rejectattr and items filters return:
+    // a Python generator. It iterates (and `list` makes a list of it), but it is always
+    // true, has no len(), no index, and is not JSON serializable.
+    kGenerator
   };
 
   Value() = default;  // undefined
@@ -72,6 +76,7 @@ class Value {
   static Value Dict(ValueDict items);
   static Value NewNamespace(ValueDict attrs);
   static Value Function(std::string name, const Stmt* macro = nullptr);
+  static Value Generator(ValueList items);
 
   Kind kind() const { return static_cast<Kind>(v_.index()); }
   bool is_undefined() const { return kind() == Kind::kUndefined; }
@@ -95,6 +100,7 @@ class Value {
   const ValueDict& dict() const { return std::get<DictPtr>(v_)->items; }
   Namespace& ns() const { return *std::get<NsPtr>(v_); }
   const Callable& callable() const { return *std::get<FnPtr>(v_); }
+  const ValueList& generated() const { return std::get<GenPtr>(v_).items->items; }
   // The error an undefined raises when used ("'x' is undefined").
   std::string undefined_hint() const;
 
@@ -118,8 +124,11 @@ class Value {
   using DictPtr = std::shared_ptr<const Box<ValueDict>>;
   using NsPtr = std::shared_ptr<Namespace>;
   using FnPtr = std::shared_ptr<const Callable>;
+  struct GenPtr {
+    ListPtr items;
+  };
   using Storage = std::variant<UndefinedTag, std::nullptr_t, bool, int64_t, double, StrPtr, ListPtr,
-                               DictPtr, NsPtr, FnPtr>;
+                               DictPtr, NsPtr, FnPtr, GenPtr>;
 
   template <typename T>
   explicit Value(T v) : v_(std::move(v)) {}
