@@ -114,9 +114,7 @@ TEST(ChatTemplate, MatchesJinja2OnRealTemplates) {
 // transformers' settings, {% generation %} included.
 TEST(ChatTemplate, MatchesJinja2OnEveryTemplateInLlamaCppsTree) {
   GoldenCounts n;
-  CheckGolden("chat_template_llama_cpp_golden.json", &n,
-              {{"meetkai-functionary-medium-v3.1",
-                "\"…\"|safe + str: markupsafe escapes the str (\" as &#34;), tandem does not"}});
+  CheckGolden("chat_template_llama_cpp_golden.json", &n);
   EXPECT_GE(n.families, 70u);
   EXPECT_GE(n.with_tools, 140);
 }

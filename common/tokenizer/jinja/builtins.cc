@@ -1,4 +1,4 @@
-// Filters: abs, capitalize, count, d, default, first, float, int, items, join, last,
+// Filters: abs, capitalize, count, d, default, e, escape, first, float, int, items, join, last,
 //   length, list, lower, map, max, min, reject, rejectattr, replace, safe, select,
 //   selectattr, string, title, tojson (ensure_ascii too), trim, upper. map, select,
 //   reject, selectattr, rejectattr and items give a generator, as in jinja2.
@@ -393,7 +393,14 @@ absl::StatusOr<ValueList> Iterate(const Value& v, Budget* budget) {
 absl::StatusOr<Value> ApplyFilter(std::string_view name, const Value& v, const CallArgs& args,
                                   Budget* budget) {
   const size_t max_bytes = budget->limits().max_output_bytes;
-  if (name == "safe") return v;
+  if (name == "safe" || name == "escape" || name == "e") {
+    // Markup(str(v)), or markupsafe.escape(v): a Markup stays as it is.
+    if (v.is_markup()) return v;
+    std::string text;
+    RETURN_IF_ERROR(AppendStr(v, &text, max_bytes));
+    RETURN_IF_ERROR(budget->SpendBytes(text.size()));
+    return Value::Markup(name == "safe" ? text : HtmlEscape(text));
+  }
   if (name == "default" || name == "d") {
     const Value* dflt = args.Get(0, "default_value");
     const Value* boolean = args.Get(1, "boolean");

@@ -579,6 +579,12 @@ class Interpreter {
     if (op == "+" && a.is_string() && b.is_string()) {
       RETURN_IF_ERROR(budget_.CheckSize(a.str().size() + b.str().size()));
       RETURN_IF_ERROR(budget_.SpendBytes(a.str().size() + b.str().size()));
+      if (a.is_markup() || b.is_markup()) {  // markupsafe escapes the plain side
+        const std::string sum = (a.is_markup() ? a.str() : HtmlEscape(a.str())) +
+                                (b.is_markup() ? b.str() : HtmlEscape(b.str()));
+        RETURN_IF_ERROR(budget_.CheckSize(sum.size()));
+        return Value::Markup(sum);
+      }
       return Value::String(a.str() + b.str());
     }
     if (op == "+" && a.is_list() && b.is_list()) {

@@ -82,6 +82,10 @@ const Case kCases[] = {
      "items else 'no' }}",
      "yes|['system', 'user', 'assistant']|system|1||False|True|system,user,assistant|[('b', 2), "
      "('a', [1, 'x', None, True, 1.5])]|yes"},
+    {"{{ \"<b>\"|safe + '\"x\" & <y>' }}|{{ 'a<' + \"<i>\"|safe }}|{{ (\"<\"|safe + \"'\") + \"&\" "
+     "}}|{{ \"<\"|safe ~ \"<\" }}|{{ \"<a>\" | e }}|{{ (\"<a>\" | e) | e }}|{{ 5 | safe }}|{{ "
+     "\"x\"|safe == \"x\" }}",
+     "<b>&#34;x&#34; &amp; &lt;y&gt;|a&lt;<i>|<&#39;&amp;|<<|&lt;a&gt;|&lt;a&gt;|5|True"},
     {"{{ none | selectattr('a') | list }}|{{ none | map('upper') | list }}|{{ '' | select | list "
      "}}|{{ undefined_var | reject | list }}",
      "[]|[]|[]|[]"},

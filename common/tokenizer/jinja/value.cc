@@ -16,7 +16,38 @@ Value Value::Undefined(std::string hint) {
 }
 
 Value Value::String(std::string s) {
-  return Value(std::make_shared<const std::string>(std::move(s)));
+  return Value(std::make_shared<const StrBox>(StrBox{std::move(s), false}));
+}
+
+Value Value::Markup(std::string s) {
+  return Value(std::make_shared<const StrBox>(StrBox{std::move(s), true}));
+}
+
+std::string HtmlEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
+    }
+  }
+  return out;
 }
 
 Value Value::List(ValueList items, bool tuple) {

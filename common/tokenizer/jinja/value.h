@@ -72,6 +72,9 @@ class Value {
   static Value Int(int64_t i) { return Value(i); }
   static Value Float(double d) { return Value(d); }
   static Value String(std::string s);
+  // markupsafe's Markup: a str (is_string(), str()) that the `safe` and `escape` filters
+  // make; `Markup + str` and `str + Markup` HTML-escape the plain side (& < > " ').
+  static Value Markup(std::string s);
   static Value List(ValueList items, bool tuple = false);
   static Value Dict(ValueDict items);
   static Value NewNamespace(ValueDict attrs);
@@ -82,6 +85,7 @@ class Value {
   bool is_undefined() const { return kind() == Kind::kUndefined; }
   bool is_none() const { return kind() == Kind::kNone; }
   bool is_string() const { return kind() == Kind::kString; }
+  bool is_markup() const { return is_string() && std::get<StrPtr>(v_)->markup; }
   bool is_list() const { return kind() == Kind::kList; }
   bool is_dict() const { return kind() == Kind::kDict; }
   bool is_tuple() const { return is_list() && std::get<ListPtr>(v_)->tuple; }
@@ -119,7 +123,10 @@ class Value {
     int depth = 0;
     bool tuple = false;
   };
-  using StrPtr = std::shared_ptr<const std::string>;
+  struct StrBox : std::string {
+    bool markup = false;
+  };
+  using StrPtr = std::shared_ptr<const StrBox>;
   using ListPtr = std::shared_ptr<const Box<ValueList>>;
   using DictPtr = std::shared_ptr<const Box<ValueDict>>;
   using NsPtr = std::shared_ptr<Namespace>;
@@ -142,6 +149,9 @@ class Value {
 absl::StatusOr<std::string> DictKey(const Value& key);
 // The value a ValueDict key stands for (the inverse of DictKey; 2.0 reads as 2).
 Value KeyValue(const std::string& key);
+
+// markupsafe.escape's text: & < > " ' as &amp; &lt; &gt; &#34; &#39;.
+std::string HtmlEscape(std::string_view s);
 
 // Python truthiness: undefined, None, False, 0, 0.0, "", [] and {} are false.
 bool Truthy(const Value& v);
