@@ -162,6 +162,14 @@ class RouterRequestTest : public ::testing::Test {
     return r.ok() ? *r : nullptr;
   }
 
+  // Submits `spec` and waits for its end (done() is set unless it failed).
+  std::shared_ptr<Collect> Finish(RequestSpec spec) {
+    auto sink = std::make_shared<Collect>();
+    Submit(std::move(spec), sink);
+    EXPECT_TRUE(sink->Wait());
+    return sink;
+  }
+
   // Every count back at rest: nothing in flight on any worker, no lease held.
   void ExpectAtRest() {
     EXPECT_TRUE(Eventually([&] { return router_->Stats().running_requests == 0; }));
@@ -188,9 +196,7 @@ TEST_F(RouterRequestTest, StreamsEveryTokenAndEndsOnLength) {
   Make(1, 1, {}, [](FakeWorkers& f) {
     f.prefill("10.0.0.1:100")->Set({.first_token = 42, .cached_tokens = 16});
   });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(5), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec(5));
   ASSERT_TRUE(sink->done().has_value()) << sink->error();
   const std::vector<int32_t> want = {42, 1000, 1001, 1002, 1003};
   EXPECT_EQ(sink->tokens(), want);
@@ -208,9 +214,7 @@ TEST_F(RouterRequestTest, StreamsEveryTokenAndEndsOnLength) {
 
 TEST_F(RouterRequestTest, NonStreamingGetsOneChunk) {
   Make(1, 1);
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(4, /*stream=*/false), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec(4, /*stream=*/false));
   ASSERT_TRUE(sink->done().has_value()) << sink->error();
   EXPECT_EQ(sink->num_chunks(), 1u);
   EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{0, 1000, 1001, 1002}));
@@ -377,9 +381,7 @@ TEST_F(RouterRequestTest, AVanishedDecodeReservationStartsAgainOnAnotherDecodeWo
     f.decode("10.0.0.2:100")->Set({.forget_leases = true});
     f.prefill("10.0.0.1:100")->Set({.first_token = 9});
   });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(3), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec(3));
   ASSERT_TRUE(sink->done().has_value()) << sink->error();
   EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{9, 1000, 1001}));
   EXPECT_EQ(D(0)->reserves(), 1);
@@ -396,9 +398,7 @@ TEST_F(RouterRequestTest, UnavailableEverywhereFailsAfterTheAttemptsAndReleasesE
   Make(1, 1, {}, [](FakeWorkers& f) {
     f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kUnavailable});
   });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec());
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
   const int attempts = RouterOptions{}.max_prefill_attempts;
   EXPECT_EQ(P(0)->calls(), attempts);
@@ -414,9 +414,7 @@ TEST_F(RouterRequestTest, APrefillErrorIsNotRetried) {
   Make(2, 1, o, [](FakeWorkers& f) {
     f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kError});
   });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec());
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kInternal) << sink->error();
   EXPECT_EQ(P(1)->calls(), 0);
   EXPECT_EQ(D(0)->releases(), 1);
@@ -445,9 +443,7 @@ TEST_F(RouterRequestTest, AVanishedReservationOrStalledTransferIsUnavailableToTh
     Make(1, 1, {}, [e = worker_error](FakeWorkers& f) {
       f.prefill("10.0.0.1:100")->Set({.kind = FakePrefillBehaviour::kError, .error = e});
     });
-    auto sink = std::make_shared<Collect>();
-    Submit(Spec(), sink);
-    ASSERT_TRUE(sink->Wait());
+    auto sink = Finish(Spec());
     EXPECT_EQ(sink->error().code(), client_code) << sink->error();
     EXPECT_THAT(std::string(sink->error().message()),
                 ::testing::HasSubstr(std::string(worker_error.message())));
@@ -465,9 +461,7 @@ TEST_F(RouterRequestTest, ADecodeIntoAVanishedLeaseIsUnavailableToTheClient) {
     f.decode("10.0.0.2:100")
         ->Set({.break_after = 0, .break_status = absl::NotFoundError("lease 1: unknown")});
   });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(5), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec(5));
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
   EXPECT_THAT(std::string(sink->error().message()), ::testing::HasSubstr("lease 1: unknown"));
   EXPECT_THAT(std::string(sink->error().message()), ::testing::HasSubstr("NOT_FOUND"));
@@ -485,9 +479,7 @@ TEST_F(RouterRequestTest, AReleaseTheWorkerDidNotHearIsSentAgainOnceItAnswers) {
         f.decode("10.0.0.2:100")->SetReleaseUnreachable(true);
       },
       20ms);
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec());
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kInternal) << sink->error();
   std::this_thread::sleep_for(100ms);  // several polls: still out of reach, still held
   EXPECT_EQ(D(0)->outstanding_leases(), 1);
@@ -575,9 +567,7 @@ TEST_F(RouterRequestTest, ShortPromptsArePrefilledOnTheirDecodeWorker) {
   EXPECT_EQ(local->done()->timings.kv_transfer_ms, 0);
   RequestSpec five = Spec(5);
   five.prompt = {1, 5, 9, 14, 20};
-  auto remote = std::make_shared<Collect>();
-  Submit(five, remote);
-  ASSERT_TRUE(remote->Wait());
+  auto remote = Finish(five);
   ASSERT_TRUE(remote->done().has_value()) << remote->error();
   EXPECT_EQ(remote->tokens(), (std::vector<int32_t>{42, 1000, 1001, 1002, 1003}));
   EXPECT_EQ(P(0)->calls(), 1);
@@ -605,17 +595,13 @@ TEST_F(RouterRequestTest, TheDecodeWorkersCachedPrefixCountsAgainstTheThreshold)
   Make(1, 1, o);
   RequestSpec spec = SpecOfLength(40, 3);
   for (int round = 0; round < 2; ++round) {
-    auto sink = std::make_shared<Collect>();
-    Submit(spec, sink);
-    ASSERT_TRUE(sink->Wait());
+    auto sink = Finish(spec);
     ASSERT_TRUE(sink->done().has_value()) << sink->error();
     EXPECT_EQ(P(0)->calls(), 1) << round;
     EXPECT_EQ(D(0)->local_prefills(), round) << round;
   }
   spec.cache_salt = 9;  // another namespace: nothing cached
-  auto salted = std::make_shared<Collect>();
-  Submit(spec, salted);
-  ASSERT_TRUE(salted->Wait());
+  auto salted = Finish(spec);
   EXPECT_EQ(P(0)->calls(), 2);
   ExpectAtRest();
 }
@@ -630,9 +616,7 @@ TEST_F(RouterRequestTest, APromptNeverDecodedIsNotCountedAsCachedOnTheDecodeWork
   });
   RequestSpec spec = SpecOfLength(40, 3);
   for (int round = 0; round < 2; ++round) {
-    auto sink = std::make_shared<Collect>();
-    Submit(spec, sink);
-    ASSERT_TRUE(sink->Wait());
+    auto sink = Finish(spec);
     ASSERT_TRUE(sink->done().has_value()) << sink->error();
     EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{2})) << round;
   }
@@ -653,9 +637,7 @@ TEST_F(RouterRequestTest, ALocalPrefillThatBreaksBeforeItsFirstTokenStartsAgainE
     f.decode("10.0.0.2:100")->Set({.first_token = 5, .break_after = 0, .num_blocks = 2048});
     f.decode("10.0.0.2:101")->Set({.first_token = 6});
   });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(3), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec(3));
   ASSERT_TRUE(sink->done().has_value()) << sink->error();
   EXPECT_EQ(sink->tokens(), (std::vector<int32_t>{6, 1000, 1001}));
   EXPECT_EQ(D(0)->local_prefills(), 1);
@@ -686,9 +668,7 @@ TEST_F(RouterRequestTest, CancelWhilePrefillingOnTheDecodeWorker) {
 
 TEST_F(RouterRequestTest, AStreamBrokenMidwayFailsMarksTheWorkerAndReleases) {
   Make(1, 1, {}, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->Set({.break_after = 2}); });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(10), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec(10));
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
   EXPECT_EQ(sink->tokens().size(), 3u);  // the first token and two chunks got through
   EXPECT_EQ(D(0)->releases(), 1);
@@ -722,9 +702,7 @@ TEST_F(RouterRequestTest, AFirstTokenThatEndsItNeedsNoDecode) {
   Make(1, 1, {}, [](FakeWorkers& f) {
     f.prefill("10.0.0.1:100")->Set({.first_token = 2, .finish = engine::FinishReason::kStop});
   });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec());
   ASSERT_TRUE(sink->done().has_value()) << sink->error();
   EXPECT_EQ(sink->done()->reason, engine::FinishReason::kStop);
   EXPECT_EQ(sink->text(), "");  // end-of-sequence shows no text
@@ -824,9 +802,7 @@ TEST_F(RouterRequestTest, AnUnreachableDecodeWorkerIsMarkedAndTheNextTaken) {
   Make(1, 2, {}, [](FakeWorkers& f) {
     f.decode("10.0.0.2:100")->Set({.reserve = FakeDecodeBehaviour::kUnavailable});
   });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(3), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec(3));
   ASSERT_TRUE(sink->done().has_value()) << sink->error();
   EXPECT_EQ(D(1)->streams(), 1);
   for (const WorkerSnapshot& w : pool_->Snapshot(WorkerRole::kDecode)) {
@@ -897,9 +873,7 @@ TEST_F(RouterRequestTest, AnEndedRequestLetsGoOfItsSink) {
 
 TEST_F(RouterRequestTest, NoHealthyDecodeWorkerFailsAtOnce) {
   Make(1, 1, {}, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->SetHealthy(false); });
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec());
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable) << sink->error();
 }
 
@@ -1061,9 +1035,7 @@ TEST_F(RouterRequestTest, NoMatchingPairIsNotReadyAndSaysWhy) {
   EXPECT_EQ(pool_->NotReadyReason(),
             "no prefill worker pairs with a decode worker: KV layout mismatch: block_size is 16 "
             "on the prefill worker and 32 on the decode worker");
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(3), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec(3));
   EXPECT_EQ(sink->error().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(sink->error().message()), HasSubstr("block_size is 16"));
   EXPECT_EQ(D(0)->reserves(), 0);
@@ -1075,9 +1047,7 @@ TEST_F(RouterRequestTest, NoMatchingPairIsNotReadyAndSaysWhy) {
 TEST_F(RouterRequestTest, AWorkerWithoutALayoutPairsWithAny) {
   Make(1, 1, {}, [](FakeWorkers& f) { f.decode("10.0.0.2:100")->Set({.kv_layout = Layout(32)}); });
   EXPECT_TRUE(pool_->Ready());
-  auto sink = std::make_shared<Collect>();
-  Submit(Spec(3), sink);
-  ASSERT_TRUE(sink->Wait());
+  auto sink = Finish(Spec(3));
   EXPECT_TRUE(sink->done().has_value()) << sink->error();
   ExpectAtRest();
 }

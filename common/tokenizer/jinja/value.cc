@@ -27,24 +27,16 @@ std::string HtmlEscape(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (const char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
+    const char* entity = c == '&'    ? "&amp;"
+                         : c == '<'  ? "&lt;"
+                         : c == '>'  ? "&gt;"
+                         : c == '"'  ? "&#34;"
+                         : c == '\'' ? "&#39;"
+                                     : nullptr;
+    if (entity != nullptr) {
+      out += entity;
+    } else {
+      out.push_back(c);
     }
   }
   return out;
